@@ -1,0 +1,106 @@
+"""Parquet cache of materialized tables.
+
+The first read of a table streams it from SQLite into Parquet files (one per parallel reader);
+later reads load only the requested columns. An entry is a folder ``<root>/<table>/`` holding
+``part-N.parquet`` and a ``meta.json`` written last; it is trusted only when meta.json names the
+same table version and the same source file identity (path, size, mtime). A stale or unreadable
+entry is deleted and rebuilt. Entries are built in a temporary folder and renamed into place,
+so an interrupted build leaves nothing half-written behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .tables import TABLE_VERSION
+
+META = "meta.json"
+
+
+def default_root() -> Path:
+    """``NSIGHTLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/nsightlab``, else ``~/.cache/nsightlab``."""
+    env = os.environ.get("NSIGHTLAB_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "nsightlab"
+
+
+def identity(path: Path) -> dict:
+    st = path.stat()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def keyed_dir(root: Path, source: Path) -> Path:
+    """Cache folder for ``source``: a hash of its identity and the table version."""
+    ident = identity(source)
+    key = hashlib.sha1(json.dumps([ident, TABLE_VERSION]).encode()).hexdigest()[:16]
+    return root / f"{source.stem[:40]}-{key}"
+
+
+class TableCache:
+    """Parquet entries for one source file, under ``root``."""
+
+    def __init__(self, root: Path, source: Path):
+        self.root = root
+        self.source = source
+        self.ident = identity(source)
+
+    def files(self, table: str) -> list[Path] | None:
+        """Part files of a valid entry, or None (missing, stale or damaged: then removed)."""
+        d = self.root / table
+        try:
+            meta = json.loads((d / META).read_text())
+        except (OSError, ValueError):
+            if d.exists():
+                self.drop(table)
+            return None
+        files = [d / f for f in meta.get("files", [])]
+        if (meta.get("table_version") != TABLE_VERSION or meta.get("source") != self.ident
+                or not all(f.is_file() for f in files)):
+            self.drop(table)
+            return None
+        return files
+
+    def drop(self, table: str) -> None:
+        shutil.rmtree(self.root / table, ignore_errors=True)
+
+    def build(self, table: str, fill: Callable[[Callable[[int], pq.ParquetWriter]], int],
+              schema: pa.Schema) -> list[Path]:
+        """Create the entry: ``fill(open_part)`` writes the parts and returns the row count."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{table}-", dir=self.root))
+        writers: dict[int, pq.ParquetWriter] = {}
+
+        def open_part(i: int) -> pq.ParquetWriter:
+            writers[i] = pq.ParquetWriter(tmp / f"part-{i}.parquet", schema,
+                                          compression="lz4", write_statistics=False)
+            return writers[i]
+
+        try:
+            rows = fill(open_part)
+            for w in writers.values():
+                w.close()
+            names = [f"part-{i}.parquet" for i in sorted(writers)]
+            meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident,
+                    "rows": rows, "files": names}
+            (tmp / META).write_text(json.dumps(meta, indent=1))
+            self.drop(table)
+            os.replace(tmp, self.root / table)
+        except BaseException:
+            for w in writers.values():
+                try:
+                    w.close()
+                except Exception:
+                    pass
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return [self.root / table / n for n in names]

@@ -1,0 +1,400 @@
+"""``nsightlab.open(path) -> Report``: one Nsight Systems report, whatever nsys wrote it.
+
+A Report wraps a read-only SQLite export and hands out the tables of ``nsightlab.tables`` as
+pandas DataFrames with one column contract, reading through the Parquet cache. It also knows
+the report's metadata (nsys and schema versions, GPUs, processes, time span, which tables
+exist) and, for a table the report lacks, which ``nsys profile --trace`` option records it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import nsys as nsys_cli
+from .cache import TableCache, default_root, identity, keyed_dir
+from .db import ExportDB, NSYS_REP_MAGIC
+from .errors import CorruptReportError, NotAReportError, UnknownTableError, UnsupportedReportError
+from .tables import TABLES, TableSpec, build_batch, to_pandas
+
+#: tables whose presence says "this SQLite came from nsys export"
+NSYS_MARKERS = ("StringIds", "TARGET_INFO_SESSION_START_TIME", "ThreadNames", "NVTX_EVENTS",
+                "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME")
+#: rows per Parquet row group / rows handed to the converter at once
+PARALLEL_READERS = 2
+
+
+def default_store() -> Path:
+    """Where captures live: ``NSIGHTLAB_STORE``, else ``./captures``."""
+    return Path(os.environ.get("NSIGHTLAB_STORE", "captures"))
+
+
+def open(path: str | os.PathLike, *, cache: bool | None = None,
+         cache_dir: str | os.PathLike | None = None,
+         nsys: str | os.PathLike | None = None) -> "Report":
+    """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
+    directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
+
+    Args:
+        path: what to open.
+        cache: keep materialized tables as Parquet (default: on, unless ``NSIGHTLAB_NO_CACHE``).
+        cache_dir: cache root for files outside a capture (default ``NSIGHTLAB_CACHE_DIR`` or
+            ``~/.cache/nsightlab``).
+        nsys: nsys executable for exporting ``.nsys-rep`` (default ``NSIGHTLAB_NSYS`` or PATH).
+
+    Raises:
+        NsightlabError: the input cannot be read; the message names the file and the fix.
+    """
+    if cache is None:
+        cache = not os.environ.get("NSIGHTLAB_NO_CACHE")
+    root = Path(cache_dir) if cache_dir else default_root()
+    p = Path(path)
+    if not p.exists() and not p.is_absolute() and len(p.parts) == 1:
+        stored = default_store() / p
+        if stored.is_dir():
+            p = stored
+    if not p.exists():
+        raise NotAReportError(
+            f"{path}: no such file, directory or capture (captures are looked up in "
+            f"{default_store()}; set NSIGHTLAB_STORE to look elsewhere)")
+    capture = None
+    if p.is_dir():
+        capture, p = p, _capture_sqlite(p)
+    if p.suffix in nsys_cli.REPORT_SUFFIXES or _is_nsys_rep(p):
+        p = _exported(p, capture, root, nsys)
+    if capture is not None:
+        cache_root = capture / "cache"
+    else:
+        cache_root = keyed_dir(root, p)
+    return Report(p, cache_root=cache_root if cache else None, source=Path(path))
+
+
+def _is_nsys_rep(p: Path) -> bool:
+    try:
+        with p.open("rb") as f:
+            return f.read(len(NSYS_REP_MAGIC)) == NSYS_REP_MAGIC
+    except OSError:
+        return False
+
+
+def _capture_sqlite(d: Path) -> Path:
+    """The report inside a capture directory: manifest.json's ``sqlite`` (or ``nsys_rep``)
+    artifact, else the only ``*.sqlite`` (or ``*.nsys-rep``) in it."""
+    manifest = d / "manifest.json"
+    if manifest.is_file():
+        try:
+            m = json.loads(manifest.read_text())
+        except ValueError:
+            raise CorruptReportError(f"{manifest}: not valid JSON; repair it or capture again") from None
+        for key in ("sqlite", "nsys_rep"):
+            if isinstance(m.get(key), str) and (d / m[key]).is_file():
+                return d / m[key]
+    for pattern in ("*.sqlite", "*.nsys-rep", "*.qdrep"):
+        found = sorted(d.glob(pattern))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise NotAReportError(
+                f"{d}: holds {len(found)} {pattern} files; open one of them directly "
+                f"(e.g. {found[0]})")
+    raise NotAReportError(f"{d}: a directory without an nsys report (.sqlite or .nsys-rep); "
+                          "give a report file or a capture directory")
+
+
+def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLike | None) -> Path:
+    """SQLite for a .nsys-rep: an up-to-date sibling ``X.sqlite`` (as ``nsys stats`` uses),
+    else an export into the capture (ours) or the cache folder (never next to user files)."""
+    sibling = rep.with_suffix(".sqlite")
+    if sibling.is_file() and sibling.stat().st_mtime >= rep.stat().st_mtime:
+        return sibling
+    out = (capture / sibling.name) if capture is not None else keyed_dir(root, rep) / sibling.name
+    if out.is_file():
+        return out
+    return nsys_cli.export_sqlite(rep, out, nsys_cli.find_nsys(nsys))
+
+
+def _check_not_truncated(path: Path) -> None:
+    """SQLite's header records the page count; a file shorter than that was cut off."""
+    with path.open("rb") as f:
+        head = f.read(100)
+    if len(head) < 100:
+        raise CorruptReportError(f"{path}: truncated SQLite file ({len(head)} bytes); export "
+                                 "the report again with nsys export --type sqlite")
+    page_size = struct.unpack(">H", head[16:18])[0]
+    page_size = 65536 if page_size == 1 else page_size
+    change, pages, valid_for = (struct.unpack(">I", head[o:o + 4])[0] for o in (24, 28, 92))
+    size = path.stat().st_size
+    if change == valid_for and pages and size < pages * page_size:
+        raise CorruptReportError(
+            f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes); copy it "
+            "again or export the report again with nsys export --type sqlite")
+
+
+class Report:
+    """One nsys SQLite export, read-only. Tables come back as DataFrames (see ``TABLES``)."""
+
+    def __init__(self, sqlite_path: str | os.PathLike, *, cache_root: Path | None = None,
+                 source: Path | None = None):
+        self.path = Path(sqlite_path)
+        self.source = source or self.path
+        self.db = ExportDB(self.path)
+        _check_not_truncated(self.path)
+        self._meta = self._read_export_meta()
+        self.cache = TableCache(cache_root, self.path) if cache_root is not None else None
+
+    def __repr__(self) -> str:
+        return (f"<Report {self.path.name}: nsys {self.nsys_version}, schema "
+                f"{self.schema_version}, {len(self.gpus)} GPU(s)>")
+
+    # ---- metadata -----------------------------------------------------------------------
+    def _read_export_meta(self) -> dict[str, str]:
+        for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            if self.db.has(t):
+                return {str(k): str(v) for k, v in self.db.query(f"SELECT name, value FROM {t}")}
+        if any(self.db.has(t) for t in NSYS_MARKERS):
+            raise UnsupportedReportError(
+                f"{self.path}: an nsys SQLite export without version metadata (nsys 2021.x or "
+                "older); export the .nsys-rep again with nsys 2022.1 or newer: "
+                "nsys export --type sqlite -o NEW.sqlite REPORT.nsys-rep")
+        raise NotAReportError(f"{self.path}: an SQLite database, but not an Nsight Systems "
+                              "export; give the .sqlite written by nsys export")
+
+    @property
+    def nsys_version(self) -> str | None:
+        """Version of the nsys that exported this file, e.g. '2025.3.2.0'."""
+        return self._meta.get("EXPORT_PRODUCT_VERSION")
+
+    @property
+    def schema_version(self) -> str | None:
+        """Export schema version, e.g. '3.20.3'."""
+        return self._meta.get("EXPORT_SCHEMA_VERSION")
+
+    @cached_property
+    def gpus(self) -> pd.DataFrame:
+        """GPUs of the target: device_id, name, chip, sm_count, memory_bytes, compute_capability."""
+        cols = ["device_id", "name", "chip", "sm_count", "memory_bytes", "compute_capability",
+                "bus_location"]
+        if self.db.has("TARGET_INFO_GPU"):
+            have = set(self.db.columns("TARGET_INFO_GPU"))
+            pick = lambda c: c if c in have else "NULL"  # noqa: E731
+            rows = self.db.query(
+                f"SELECT id, name, {pick('chipName')}, {pick('smCount')}, {pick('totalMemory')}, "
+                f"{pick('computeMajor')} || '.' || {pick('computeMinor')}, {pick('busLocation')} "
+                "FROM TARGET_INFO_GPU ORDER BY id")
+        elif self.db.has("TARGET_INFO_CUDA_GPU"):  # nsys < 2021.3
+            rows = self.db.query(
+                "SELECT deviceId, name, NULL, numMultiprocessors, totalMemory, "
+                "computeCapabilityMajor || '.' || computeCapabilityMinor, busLocation "
+                "FROM TARGET_INFO_CUDA_GPU ORDER BY deviceId")
+        else:
+            rows = []
+        return pd.DataFrame(rows, columns=cols)
+
+    @cached_property
+    def processes(self) -> pd.DataFrame:
+        """Processes in the report: pid, name."""
+        if not self.db.has("PROCESSES"):
+            return pd.DataFrame({"pid": pd.Series(dtype="int32"), "name": pd.Series(dtype=str)})
+        rows = self.db.query("SELECT pid, name FROM PROCESSES ORDER BY pid")
+        return pd.DataFrame(rows, columns=["pid", "name"])
+
+    @cached_property
+    def span_ns(self) -> tuple[int, int] | None:
+        """(start_ns, end_ns) of the profiling session."""
+        if self.db.has("ANALYSIS_DETAILS"):
+            cols = set(self.db.columns("ANALYSIS_DETAILS"))
+            if {"startTime", "stopTime"} <= cols:
+                row = self.db.query("SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS")[0]
+                if row[0] is not None:
+                    return int(row[0]), int(row[1])
+        lo, hi = None, None
+        for spec in TABLES.values():
+            if spec.split and self.db.has(spec.source):
+                a, b = self.db.query(f'SELECT min(start), max("end") FROM {spec.source}')[0]
+                if a is not None:
+                    lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
+        return (int(lo), int(hi)) if lo is not None else None
+
+    def has(self, table: str) -> bool:
+        """Whether the report recorded ``table`` (an nsightlab table name)."""
+        return self._spec(table).present(self.db)
+
+    def missing_hint(self, table: str) -> str | None:
+        """None if ``table`` is present, else how to record it next time."""
+        spec = self._spec(table)
+        if spec.present(self.db):
+            return None
+        how = spec.trace if spec.trace.startswith("-") or spec.trace.startswith("(") \
+            else f"--trace={spec.trace}"
+        return f"{self.path.name} has no {spec.source} table: profile with nsys profile {how}"
+
+    @cached_property
+    def row_counts(self) -> dict[str, int]:
+        """Rows per nsightlab table (0 where the report lacks it)."""
+        out = {}
+        for name, spec in TABLES.items():
+            if not spec.present(self.db):
+                out[name] = 0
+            elif name == "nvtx":
+                out[name] = self.db.query(
+                    "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)")[0][0]
+            else:
+                out[name] = self.db.count(spec.source)
+        return out
+
+    def info(self) -> dict:
+        """Summary as plain data (what ``nsightlab info --json`` prints)."""
+        span = self.span_ns
+        return {
+            "path": str(self.source),
+            "sqlite": str(self.path),
+            "nsys_version": self.nsys_version,
+            "schema_version": self.schema_version,
+            "gpus": self.gpus.to_dict("records"),
+            "processes": self.processes.to_dict("records"),
+            "span_ns": None if span is None else span[1] - span[0],
+            "start_ns": None if span is None else span[0],
+            "end_ns": None if span is None else span[1],
+            "tables": self.row_counts,
+            "missing": {t: self.missing_hint(t) for t in TABLES if not self.has(t)},
+        }
+
+    # ---- tables -------------------------------------------------------------------------
+    def _spec(self, name: str) -> TableSpec:
+        try:
+            return TABLES[name]
+        except KeyError:
+            raise UnknownTableError(
+                f"{name!r} is not an nsightlab table; choose one of {', '.join(TABLES)}") from None
+
+    def table(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """Table ``name`` as a DataFrame with the contract's columns (or just ``columns``).
+
+        A table the report lacks is an empty frame with the right columns; ``missing_hint``
+        says how to record it.
+        """
+        return to_pandas(self.arrow(name, columns), self._spec(name))
+
+    def arrow(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """Same as ``table`` but as an Arrow table (no pandas conversion)."""
+        spec = self._spec(name)
+        if columns is not None:
+            unknown = [c for c in columns if c not in spec.schema.names]
+            if unknown:
+                raise UnknownTableError(
+                    f"{name} has no column(s) {', '.join(unknown)}; its columns are "
+                    f"{', '.join(spec.schema.names)}")
+        if not spec.present(self.db):
+            t = spec.schema.empty_table()
+            return t.select(columns) if columns is not None else t
+        if self.cache is None:
+            t = self._materialize(spec, None)
+            return t.select(columns) if columns is not None else t
+        for attempt in (0, 1):
+            files = self.cache.files(name)
+            if files is None:
+                files = self.cache.build(name, lambda open_part: self._materialize(spec, open_part),
+                                         spec.schema)
+            try:
+                return pq.read_table(files, columns=columns, schema=spec.schema)
+            except (OSError, pa.ArrowException):
+                if attempt:
+                    raise
+                self.cache.drop(name)  # damaged entry: rebuild once, never trust it
+        raise AssertionError("unreachable")
+
+    def _materialize(self, spec: TableSpec, open_part: Callable | None):
+        """Read ``spec`` from SQLite. With ``open_part`` (cache build), stream each parallel
+        part into its Parquet writer and return the row count; without, return a Table."""
+        sql = spec.sql(self.db)
+        if spec.split:
+            ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS)
+            queries = [f"{sql} WHERE rowid >= {lo} AND rowid < {hi}" for lo, hi in ranges]
+        else:
+            queries = [sql]
+        if spec.finish is not None or open_part is None:
+            parts: list[list[pa.RecordBatch]] = [[] for _ in queries]
+
+            def collect(i: int) -> Callable[[], None]:
+                def job() -> None:
+                    for b in self.db.stream(queries[i]):
+                        parts[i].append(build_batch(spec, self.db, b))
+                return job
+
+            self.db.parallel([collect(i) for i in range(len(queries))])
+            table = pa.Table.from_batches([b for p in parts for b in p], schema=spec.schema)
+            if spec.finish is not None:
+                table = spec.finish(table)
+            if open_part is None:
+                return table
+            if table.num_rows:
+                open_part(0).write_table(table)
+            else:
+                open_part(0)
+            return table.num_rows
+        counts = [0] * len(queries)
+
+        def write(i: int) -> Callable[[], None]:
+            def job() -> None:
+                w = open_part(i)
+                for b in self.db.stream(queries[i]):
+                    w.write_batch(build_batch(spec, self.db, b))
+                    counts[i] += b.num_rows
+            return job
+
+        if not queries:
+            open_part(0)
+        self.db.parallel([write(i) for i in range(len(queries))])
+        return sum(counts)
+
+    def kernels(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA kernels (see ``nsightlab.tables.KERNELS`` for the columns)."""
+        return self.table("kernels", columns)
+
+    def cuda_api(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA runtime and driver API calls."""
+        return self.table("cuda_api", columns)
+
+    def memcpy(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA memory copies."""
+        return self.table("memcpy", columns)
+
+    def memset(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA memsets."""
+        return self.table("memset", columns)
+
+    def syncs(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA synchronizations (stream/event/context syncs the host waited on)."""
+        return self.table("syncs", columns)
+
+    def nvtx(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """NVTX ranges and marks with text, domain and nesting depth."""
+        return self.table("nvtx", columns)
+
+    def gpu_metrics(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """GPU metrics samples, long form (timestamp_ns, gpu, metric, value)."""
+        return self.table("gpu_metrics", columns)
+
+    def cuda_graph_nodes(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA graph node events (with --cuda-graph-trace=node)."""
+        return self.table("cuda_graph_nodes", columns)
+
+    def threads(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """Named threads and their processes."""
+        return self.table("threads", columns)
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def __enter__(self) -> "Report":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

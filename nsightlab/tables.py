@@ -1,0 +1,488 @@
+"""The table contract: what every ``Report.<table>()`` returns, whatever the nsys version.
+
+Each table is a TableSpec: its columns (snake_case, units in the names, documented), the nsys
+SQLite table it comes from, the ``nsys profile --trace`` option that records it, the SQL that
+reads it (built from the columns this export actually has: a column an older schema lacks reads
+as NULL) and an Arrow conversion (StringIds -> dictionary strings, ENUM ids -> labels, globalTid
+-> pid/tid). Conversion works batch by batch, so big tables stream straight into Parquet.
+
+Bump TABLE_VERSION whenever a contract or conversion changes: it is part of every cache key.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .db import ExportDB
+
+TABLE_VERSION = 1
+
+I32, I64, U32, F64, STR = pa.int32(), pa.int64(), pa.uint32(), pa.float64(), pa.string()
+DICT = pa.dictionary(pa.int32(), pa.string())
+
+# Fallback labels for exports without ENUM_* tables (values from NVIDIA's schema docs / CUPTI).
+COPY_KIND = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+             4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+             8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
+             11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+             13: "Unified Device-to-Device"}
+MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
+            5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+SYNC_TYPE = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
+             4: "Context sync"}
+LAUNCH_TYPE = {0: "Unknown", 1: "Regular", 2: "Coop Single Device", 3: "Coop Multi Device",
+               4: "CBL Commandlist"}
+EVENT_CLASS = {0: "CUDA runtime", 1: "CUDA driver", 13: "CUDA EGL driver", 28: "cuDNN",
+               29: "cuBLAS", 67: "CUDA backtrace", 77: "CUDA graph node creation"}
+NVTX_KIND = {34: "mark", 59: "push_pop", 60: "start_end"}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    doc: str
+    nullable: bool = False
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One logical table. ``read`` returns SQL for the export; ``convert`` turns one Arrow batch
+    of that SQL's result into a batch with exactly ``columns``; ``finish`` (optional) is a
+    whole-table pass for the few tables that need one (NVTX nesting depth)."""
+
+    name: str
+    source: str
+    trace: str
+    doc: str
+    columns: tuple[Column, ...]
+    sql: Callable[[ExportDB], str]
+    convert: Callable[[ExportDB, pa.RecordBatch], dict[str, pa.Array]]
+    finish: Callable[[pa.Table], pa.Table] | None = None
+    split: bool = True  # read rowid ranges in parallel (big activity tables)
+
+    @property
+    def schema(self) -> pa.Schema:
+        # Arrow fields stay nullable; Column.nullable documents where nulls are expected
+        return pa.schema([pa.field(c.name, c.type) for c in self.columns])
+
+    def empty(self) -> pd.DataFrame:
+        return to_pandas(self.schema.empty_table(), self)
+
+    def present(self, db: ExportDB) -> bool:
+        return db.has(self.source) and (self.source != GM or db.has(GMI))
+
+
+# ---- SQL and Arrow helpers -------------------------------------------------------------------
+def pick(db: ExportDB, table: str, *names: str) -> str:
+    """``name AS name`` for each source column, ``NULL AS name`` where this schema lacks it."""
+    have = set(db.columns(table))
+    return ", ".join(f'"{n}"' if n in have else f"NULL AS \"{n}\"" for n in names)
+
+
+def pid_of(g: pa.Array) -> pa.Array:
+    """PID bits of a globalTid/globalPid (HW:8 VM:8 PID:24 TID:24)."""
+    return pc.bit_wise_and(pc.shift_right(g.cast(I64), 24), 0xFFFFFF).cast(I32)
+
+
+def tid_of(g: pa.Array) -> pa.Array:
+    return pc.bit_wise_and(g.cast(I64), 0xFFFFFF).cast(I32)
+
+
+def labels(ids: pa.Array, table: dict[int, str]) -> pa.DictionaryArray:
+    """Dictionary array of enum labels; an id with no label reads as its number."""
+    arr = ids.cast(I64)
+    vals = arr.fill_null(-1).to_numpy(zero_copy_only=False)
+    uniq, codes = np.unique(vals, return_inverse=True)
+    names = [table.get(int(u), str(int(u))) for u in uniq]
+    mask = (vals == -1) if arr.null_count else None
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes.astype(np.int32), I32, mask=mask), pa.array(names, STR))
+
+
+def strip_version(names: pa.Array) -> pa.Array:
+    """Drop the ``_vNNNN`` suffix of CUDA API names the way ``nsys stats`` prints them."""
+    cut = pc.utf8_slice_codeunits(names, 0, -6)
+    versioned = pc.equal(pc.utf8_slice_codeunits(names, -6, -4), "_v")
+    return pc.if_else(versioned, cut, names)
+
+
+def valid_utf8(arr: pa.Array) -> pa.Array:
+    """ADBC passes SQLite TEXT bytes through unchecked; repair invalid UTF-8 (rare) here."""
+    try:
+        arr.validate(full=True)
+        return arr
+    except pa.ArrowInvalid:
+        raw = arr.cast(pa.binary()).to_pylist()
+        return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], STR)
+
+
+def duration(b: pa.RecordBatch) -> pa.Array:
+    return pc.subtract(b.column("end"), b.column("start"))
+
+
+def to_pandas(table: pa.Table, spec: TableSpec | None = None) -> pd.DataFrame:
+    """Arrow -> pandas with stable dtypes: integer columns the contract marks nullable are
+    always pandas nullable integers (Int64...), the others plain NumPy integers (unless a
+    report breaks the contract with a null, which then also yields a nullable integer)."""
+    df = table.to_pandas(split_blocks=True)
+    nullable = {c.name for c in spec.columns if c.nullable} if spec is not None else set()
+    for f in table.schema:
+        if pa.types.is_integer(f.type) and (f.name in nullable or df[f.name].dtype.kind == "f"):
+            df[f.name] = table.column(f.name).to_pandas(types_mapper=_nullable_int)
+    return df
+
+
+def _nullable_int(t: pa.DataType):
+    return {I32: pd.Int32Dtype(), I64: pd.Int64Dtype(), U32: pd.UInt32Dtype()}.get(t)
+
+
+# ---- GPU activity ----------------------------------------------------------------------------
+K = "CUPTI_ACTIVITY_KIND_KERNEL"
+GPU_COMMON = (
+    Column("start_ns", I64, "GPU start, ns on the session timeline"),
+    Column("end_ns", I64, "GPU end, ns"),
+    Column("duration_ns", I64, "end_ns - start_ns"),
+    Column("pid", I32, "process id (from globalPid)"),
+    Column("device_id", I32, "CUDA device id (TARGET_INFO_GPU.id)"),
+    Column("context_id", U32, "CUDA context id"),
+    Column("stream_id", U32, "CUDA stream id"),
+    Column("correlation_id", I64, "links to the launching API call (cuda_api.correlation_id)"),
+)
+GPU_SOURCE = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId")
+
+
+def gpu_common(b: pa.RecordBatch) -> dict[str, pa.Array]:
+    return {"start_ns": b.column("start"), "end_ns": b.column("end"), "duration_ns": duration(b),
+            "pid": pid_of(b.column("globalPid")), "device_id": b.column("deviceId"),
+            "context_id": b.column("contextId"), "stream_id": b.column("streamId"),
+            "correlation_id": b.column("correlationId")}
+
+
+KERNELS = TableSpec(
+    name="kernels", source=K, trace="cuda",
+    doc="One row per CUDA kernel execution on the GPU.",
+    columns=GPU_COMMON + (
+        Column("name", DICT, "demangled kernel name, as `nsys stats` prints it"),
+        Column("short_name", DICT, "base function name (shortName)"),
+        Column("grid_x", I32, "grid size"), Column("grid_y", I32, ""), Column("grid_z", I32, ""),
+        Column("block_x", I32, "block size"), Column("block_y", I32, ""),
+        Column("block_z", I32, ""),
+        Column("registers_per_thread", I32, ""),
+        Column("static_shared_bytes", I32, "static shared memory per block"),
+        Column("dynamic_shared_bytes", I32, "dynamic shared memory per block"),
+        Column("launch_type", DICT, "Regular, Coop Single Device, ..."),
+        Column("graph_node_id", I64, "CUDA graph node that launched it (graph replays)", True),
+    ),
+    sql=lambda db: f"SELECT {pick(db, K, *GPU_SOURCE)}, COALESCE(demangledName, shortName) AS nameId, "
+                   f"{pick(db, K, 'shortName', 'gridX', 'gridY', 'gridZ', 'blockX', 'blockY', 'blockZ', 'registersPerThread', 'staticSharedMemory', 'dynamicSharedMemory', 'launchType', 'graphNodeId')} FROM {K}",
+    convert=lambda db, b: {
+        **gpu_common(b),
+        "name": db.strings.lookup(b.column("nameId")),
+        "short_name": db.strings.lookup(b.column("shortName")),
+        "grid_x": b.column("gridX"), "grid_y": b.column("gridY"), "grid_z": b.column("gridZ"),
+        "block_x": b.column("blockX"), "block_y": b.column("blockY"),
+        "block_z": b.column("blockZ"),
+        "registers_per_thread": b.column("registersPerThread"),
+        "static_shared_bytes": b.column("staticSharedMemory"),
+        "dynamic_shared_bytes": b.column("dynamicSharedMemory"),
+        "launch_type": labels(b.column("launchType"), db.enum_labels(
+            "ENUM_CUDA_KERNEL_LAUNCH_TYPE", LAUNCH_TYPE)),
+        "graph_node_id": b.column("graphNodeId"),
+    },
+)
+
+MC = "CUPTI_ACTIVITY_KIND_MEMCPY"
+
+
+def _memcpy(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
+    kind = labels(b.column("copyKind"), db.enum_labels("ENUM_CUDA_MEMCPY_OPER", COPY_KIND))
+    name = pc.binary_join_element_wise("[CUDA memcpy ", kind.dictionary, "]", "")
+    mem = db.enum_labels("ENUM_CUDA_MEM_KIND", MEM_KIND)
+    return {**gpu_common(b), "name": pa.DictionaryArray.from_arrays(kind.indices, name),
+            "copy_kind": kind, "bytes": b.column("bytes"),
+            "src_kind": labels(b.column("srcKind"), mem),
+            "dst_kind": labels(b.column("dstKind"), mem),
+            "graph_node_id": b.column("graphNodeId")}
+
+
+MEMCPY = TableSpec(
+    name="memcpy", source=MC, trace="cuda",
+    doc="One row per CUDA memory copy on the GPU.",
+    columns=GPU_COMMON + (
+        Column("name", DICT, "'[CUDA memcpy Host-to-Device]' etc., as `nsys stats` prints it"),
+        Column("copy_kind", DICT, "Host-to-Device, Device-to-Host, Device-to-Device, ..."),
+        Column("bytes", I64, "bytes copied"),
+        Column("src_kind", DICT, "source memory: Pageable, Pinned, Device, ..."),
+        Column("dst_kind", DICT, "destination memory kind"),
+        Column("graph_node_id", I64, "CUDA graph node, for graph replays", True),
+    ),
+    sql=lambda db: f"SELECT {pick(db, MC, *GPU_SOURCE, 'bytes', 'copyKind', 'srcKind', 'dstKind', 'graphNodeId')} FROM {MC}",
+    convert=_memcpy,
+)
+
+MS = "CUPTI_ACTIVITY_KIND_MEMSET"
+MEMSET = TableSpec(
+    name="memset", source=MS, trace="cuda",
+    doc="One row per CUDA memset on the GPU.",
+    columns=GPU_COMMON + (
+        Column("name", DICT, "'[CUDA memset]', as `nsys stats` prints it"),
+        Column("bytes", I64, "bytes set"),
+        Column("value", I32, "byte value written"),
+        Column("mem_kind", DICT, "memory kind: Device, Managed, ..."),
+        Column("graph_node_id", I64, "CUDA graph node, for graph replays", True),
+    ),
+    sql=lambda db: f"SELECT {pick(db, MS, *GPU_SOURCE, 'bytes', 'value', 'memKind', 'graphNodeId')} FROM {MS}",
+    convert=lambda db, b: {
+        **gpu_common(b),
+        "name": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(b), np.int32)),
+                                               pa.array(["[CUDA memset]"])),
+        "bytes": b.column("bytes"), "value": b.column("value"),
+        "mem_kind": labels(b.column("memKind"), db.enum_labels("ENUM_CUDA_MEM_KIND", MEM_KIND)),
+        "graph_node_id": b.column("graphNodeId"),
+    },
+)
+
+SY = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+SYNCS = TableSpec(
+    name="syncs", source=SY, trace="cuda",
+    doc="One row per CUDA synchronization the host waited on (CUPTI synchronization activity).",
+    columns=GPU_COMMON + (
+        Column("sync_type", DICT, "Event sync, Stream wait sync, Stream sync, Context sync"),
+        Column("event_id", I64, "CUDA event waited on, if any", True),
+    ),
+    sql=lambda db: f"SELECT {pick(db, SY, *GPU_SOURCE, 'syncType', 'eventId')} FROM {SY}",
+    convert=lambda db, b: {
+        **gpu_common(b),
+        "sync_type": labels(b.column("syncType"),
+                            db.enum_labels("ENUM_CUPTI_SYNC_TYPE", SYNC_TYPE)),
+        "event_id": b.column("eventId"),
+    },
+)
+
+# ---- CPU side --------------------------------------------------------------------------------
+RT = "CUPTI_ACTIVITY_KIND_RUNTIME"
+API_SOURCE = ("start", "end", "globalTid", "correlationId", "nameId", "eventClass", "returnValue",
+              "callchainId")
+
+CUDA_API = TableSpec(
+    name="cuda_api", source=RT, trace="cuda",
+    doc="One row per CUDA runtime or driver API call on a CPU thread (driver calls are in the "
+        "same nsys table, told apart by api_kind).",
+    columns=(
+        Column("start_ns", I64, "CPU start, ns"), Column("end_ns", I64, "CPU end, ns"),
+        Column("duration_ns", I64, "end_ns - start_ns"),
+        Column("pid", I32, "process id"), Column("tid", I32, "thread id"),
+        Column("correlation_id", I64, "links to kernels/memcpy/memset/syncs it caused"),
+        Column("name", DICT, "API name without the _vNNNN suffix, as `nsys stats` prints it"),
+        Column("api_kind", DICT, "CUDA runtime, CUDA driver, CUDA backtrace, ..."),
+        Column("return_value", I64, "CUresult / cudaError_t", True),
+        Column("callchain_id", I64, "CUDA_CALLCHAINS id when backtraces were recorded", True),
+    ),
+    sql=lambda db: f"SELECT {pick(db, RT, *API_SOURCE)} FROM {RT}",
+    convert=lambda db, b: {
+        "start_ns": b.column("start"), "end_ns": b.column("end"), "duration_ns": duration(b),
+        "pid": pid_of(b.column("globalTid")), "tid": tid_of(b.column("globalTid")),
+        "correlation_id": b.column("correlationId"),
+        "name": db.strings.lookup(b.column("nameId"), strip_version),
+        "api_kind": labels(b.column("eventClass"),
+                           db.enum_labels("ENUM_NSYS_EVENT_CLASS", EVENT_CLASS)),
+        "return_value": b.column("returnValue"), "callchain_id": b.column("callchainId"),
+    },
+)
+
+# ---- NVTX ------------------------------------------------------------------------------------
+NV = "NVTX_EVENTS"
+
+
+def _nvtx_sql(db: ExportDB) -> str:
+    have = set(db.columns(NV))
+
+    def col(alias: str, name: str) -> str:
+        return f"{alias}.{name}" if name in have else "NULL"
+
+    def text(a: str) -> str:
+        # registered strings live in StringIds (textId), the rest inline (text)
+        if "textId" in have and db.has("StringIds"):
+            return f"COALESCE({a}.text, (SELECT value FROM StringIds WHERE id = {a}.textId))"
+        return f"{a}.text"
+
+    dom = col("e", "domainId")
+    # domain names come from eventType 75 rows, category names from eventType 33 rows, both
+    # scoped to the process (ids are per process)
+    return f"""
+        WITH names AS (SELECT {col('n', 'domainId')} AS domainId, n.globalTid & ~0xFFFFFF AS gpid,
+                              max({text('n')}) AS name
+                       FROM {NV} n WHERE n.eventType = 75 GROUP BY 1, 2),
+             cats AS (SELECT {col('c', 'domainId')} AS domainId, c.globalTid & ~0xFFFFFF AS gpid,
+                             {col('c', 'category')} AS category, max({text('c')}) AS name
+                      FROM {NV} c WHERE c.eventType = 33 GROUP BY 1, 2, 3)
+        SELECT e.start, e."end", e.eventType, e.globalTid, {col('e', 'endGlobalTid')} AS endGlobalTid,
+               {text('e')} AS text, COALESCE({dom}, 0) AS domainId, d.name AS domain,
+               k.name AS categoryName, {col('e', 'color')} AS color, {col('e', 'rangeId')} AS rangeId
+        FROM {NV} e
+        LEFT JOIN names d ON d.domainId = {dom} AND d.gpid = (e.globalTid & ~0xFFFFFF)
+        LEFT JOIN cats k ON k.domainId = {dom} AND k.gpid = (e.globalTid & ~0xFFFFFF)
+                        AND k.category = {col('e', 'category')}
+        WHERE e.eventType IN (34, 59, 60)
+        ORDER BY e.start"""
+
+
+def _nvtx_convert(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
+    text = valid_utf8(b.column("text").cast(STR))
+    domain = valid_utf8(b.column("domain").cast(STR))
+    # nsys stats names a range "domain:text" outside the default domain
+    name = pc.if_else(pc.is_null(domain), text,
+                      pc.binary_join_element_wise(domain, text, ":"))
+    end = b.column("end")
+    gt = b.column("globalTid")
+    endgt = b.column("endGlobalTid")
+    return {
+        "start_ns": b.column("start"), "end_ns": end,
+        "duration_ns": pc.subtract(end, b.column("start")),
+        "pid": pid_of(gt), "tid": tid_of(gt),
+        "end_tid": tid_of(pc.coalesce(endgt.cast(I64), gt.cast(I64))),
+        "kind": labels(b.column("eventType"), NVTX_KIND),
+        "name": name.dictionary_encode(), "text": text, "domain": domain.dictionary_encode(),
+        "domain_id": b.column("domainId"),
+        "category": valid_utf8(b.column("categoryName").cast(STR)).dictionary_encode(),
+        "color": b.column("color"), "range_id": b.column("rangeId"),
+        "depth": pa.nulls(len(b), I32),
+    }
+
+
+def _nvtx_depth(t: pa.Table) -> pa.Table:
+    """Nesting depth of each range among the ranges of its own kind on its own thread
+    (push/pop ranges per thread; start/end ranges per thread they started on). 0 = outermost."""
+    df = t.select(["start_ns", "end_ns", "pid", "tid", "kind"]).to_pandas()
+    depth = np.zeros(len(df), dtype=np.int32)
+    end = df["end_ns"].fillna(df["start_ns"]).to_numpy(np.int64)
+    start = df["start_ns"].to_numpy(np.int64)
+    is_range = (df["kind"] != "mark").to_numpy()
+    for _, idx in df[is_range].groupby(["pid", "tid", "kind"], observed=True).indices.items():
+        rows = df.index[is_range].to_numpy()[idx]
+        order = rows[np.lexsort((-end[rows], start[rows]))]
+        s, e = start[order], end[order]
+        # ranges opened before this one minus ranges already closed when it opens
+        closed = np.searchsorted(np.sort(e), s, side="right")
+        depth[order] = np.arange(len(order)) - closed
+    marks = ~is_range
+    depth[marks] = 0
+    i = t.schema.get_field_index("depth")
+    return t.set_column(i, t.schema.field(i), pa.array(depth, I32))
+
+
+NVTX = TableSpec(
+    name="nvtx", source=NV, trace="nvtx",
+    doc="NVTX push/pop ranges, start/end ranges and marks, with resolved text and domains.",
+    columns=(
+        Column("start_ns", I64, "CPU start, ns"),
+        Column("end_ns", I64, "CPU end, ns (null for marks)", True),
+        Column("duration_ns", I64, "end_ns - start_ns (null for marks)", True),
+        Column("pid", I32, "process id"), Column("tid", I32, "thread that opened the range"),
+        Column("end_tid", I32, "thread that closed it (start/end ranges may cross threads)"),
+        Column("kind", DICT, "push_pop, start_end or mark"),
+        Column("name", DICT, "'domain:text' (just text in the default domain), as `nsys stats` prints it"),
+        Column("text", STR, "range text (inline or registered string)", True),
+        Column("domain", DICT, "NVTX domain name; null for the default domain", True),
+        Column("domain_id", I64, "NVTX domain id (0 = default)"),
+        Column("category", DICT, "category name, if one was registered", True),
+        Column("color", I64, "ARGB color, if set", True),
+        Column("range_id", I64, "start/end range id", True),
+        Column("depth", I32, "nesting depth on its thread among ranges of its kind, 0 = outermost"),
+    ),
+    sql=_nvtx_sql, convert=_nvtx_convert, finish=_nvtx_depth, split=False,
+)
+
+# ---- GPU metrics, graphs, threads ------------------------------------------------------------
+GM, GMI = "GPU_METRICS", "TARGET_INFO_GPU_METRICS"
+GPU_METRICS = TableSpec(
+    name="gpu_metrics", source=GM, trace="--gpu-metrics-devices=all",
+    doc="GPU metrics samples in long form (Tensor Active, SMs Active, DRAM bandwidth, ...).",
+    columns=(
+        Column("timestamp_ns", I64, "sample time, ns"),
+        Column("gpu", I32, "GPU index (typeId & 0xFF)"),
+        Column("metric", DICT, "metric name as recorded, e.g. 'Tensor Active [Throughput %]'"),
+        Column("value", I64, "sample value (percent for throughput metrics)"),
+    ),
+    # metricId is only unique per typeId: join on both
+    sql=lambda db: f"SELECT g.timestamp, g.typeId, m.metricName, g.value FROM {GM} g "
+                   f"JOIN {GMI} m ON g.typeId = m.typeId AND g.metricId = m.metricId",
+    convert=lambda db, b: {
+        "timestamp_ns": b.column("timestamp"),
+        "gpu": pc.bit_wise_and(b.column("typeId").cast(I64), 0xFF),
+        "metric": valid_utf8(b.column("metricName").cast(STR)).dictionary_encode(),
+        "value": b.column("value"),
+    },
+    split=False,
+)
+
+GN = "CUDA_GRAPH_NODE_EVENTS"
+CUDA_GRAPH_NODES = TableSpec(
+    name="cuda_graph_nodes", source=GN, trace="cuda (with --cuda-graph-trace=node)",
+    doc="CUDA graph node creation/instantiation events on the host (graph-node tracing).",
+    columns=(
+        Column("start_ns", I64, "CPU time, ns"), Column("end_ns", I64, "CPU end, ns"),
+        Column("pid", I32, "process id"), Column("tid", I32, "thread id"),
+        Column("graph_node_id", I64, "node id (kernels.graph_node_id)"),
+        Column("original_graph_node_id", I64, "node it was cloned from", True),
+        Column("name", DICT, "event name, if recorded", True),
+        Column("api_kind", DICT, "event class"),
+    ),
+    sql=lambda db: f"SELECT {pick(db, GN, 'start', 'end', 'globalTid', 'graphNodeId', 'originalGraphNodeId', 'nameId', 'eventClass')} FROM {GN}",
+    convert=lambda db, b: {
+        "start_ns": b.column("start"), "end_ns": b.column("end"),
+        "pid": pid_of(b.column("globalTid")), "tid": tid_of(b.column("globalTid")),
+        "graph_node_id": b.column("graphNodeId"),
+        "original_graph_node_id": b.column("originalGraphNodeId"),
+        "name": db.strings.lookup(b.column("nameId")),
+        "api_kind": labels(b.column("eventClass"),
+                           db.enum_labels("ENUM_NSYS_EVENT_CLASS", EVENT_CLASS)),
+    },
+    split=False,
+)
+
+TN = "ThreadNames"
+THREADS = TableSpec(
+    name="threads", source=TN, trace="(always recorded)",
+    doc="Named threads with their process.",
+    columns=(
+        Column("pid", I32, "process id"), Column("tid", I32, "thread id"),
+        Column("thread_name", STR, "thread name", True),
+        Column("process_name", STR, "process name (PROCESSES.name)", True),
+        Column("priority", I32, "thread priority", True),
+    ),
+    sql=lambda db: (
+        f"SELECT t.globalTid, s.value AS threadName, "
+        f"{'p.name' if db.has('PROCESSES') else 'NULL'} AS processName, t.priority "
+        f"FROM {TN} t LEFT JOIN StringIds s ON s.id = t.nameId "
+        + ("LEFT JOIN PROCESSES p ON p.globalPid = (t.globalTid & ~0xFFFFFF) "
+           if db.has("PROCESSES") else "") + "ORDER BY t.globalTid"),
+    convert=lambda db, b: {
+        "pid": pid_of(b.column("globalTid")), "tid": tid_of(b.column("globalTid")),
+        "thread_name": valid_utf8(b.column("threadName").cast(STR)),
+        "process_name": valid_utf8(b.column("processName").cast(STR)),
+        "priority": b.column("priority"),
+    },
+    split=False,
+)
+
+TABLES: dict[str, TableSpec] = {t.name: t for t in (
+    KERNELS, CUDA_API, MEMCPY, MEMSET, SYNCS, NVTX, GPU_METRICS, CUDA_GRAPH_NODES, THREADS)}
+
+
+def build_batch(spec: TableSpec, db: ExportDB, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Convert one raw batch into the contract's schema (casting each column safely)."""
+    cols = spec.convert(db, batch)
+    arrays = []
+    for c in spec.columns:
+        a = cols[c.name]
+        if isinstance(a, pa.ChunkedArray):
+            a = a.combine_chunks()
+        arrays.append(a if a.type == c.type else a.cast(c.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=spec.schema)
