@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 from .tables import TABLE_VERSION
 
 META = "meta.json"
+T = TypeVar("T")
 
 
 def default_root() -> Path:
@@ -73,20 +75,24 @@ class TableCache:
     def drop(self, table: str) -> None:
         shutil.rmtree(self.root / table, ignore_errors=True)
 
-    def build(self, table: str, fill: Callable[[Callable[[int], pq.ParquetWriter]], int],
-              schema: pa.Schema) -> list[Path]:
-        """Create the entry: ``fill(open_part)`` writes the parts and returns the row count."""
+    def build(self, table: str, fill: Callable[[Callable[[int], pq.ParquetWriter]], tuple[int, T]],
+              schema: pa.Schema) -> T:
+        """Create the entry: ``fill(open_part)`` writes the parts and returns (row count,
+        payload); the payload (e.g. the table just read) is handed back to the caller."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{table}-", dir=self.root))
+        dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
         writers: dict[int, pq.ParquetWriter] = {}
 
         def open_part(i: int) -> pq.ParquetWriter:
-            writers[i] = pq.ParquetWriter(tmp / f"part-{i}.parquet", schema,
-                                          compression="lz4", write_statistics=False)
+            # dictionary-encode only the string columns: trying it on every integer column
+            # triples write time for no gain; lz4 keeps reads fast and files ~7x smaller
+            writers[i] = pq.ParquetWriter(tmp / f"part-{i}.parquet", schema, compression="lz4",
+                                          write_statistics=False, use_dictionary=dict_cols)
             return writers[i]
 
         try:
-            rows = fill(open_part)
+            rows, payload = fill(open_part)
             for w in writers.values():
                 w.close()
             names = [f"part-{i}.parquet" for i in sorted(writers)]
@@ -103,4 +109,4 @@ class TableCache:
                     pass
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return [self.root / table / n for n in names]
+        return payload

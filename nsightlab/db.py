@@ -16,12 +16,12 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from functools import cached_property
 from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .errors import CorruptReportError, NotAReportError
 
@@ -76,6 +76,9 @@ class ExportDB:
                 "again with nsys export --type sqlite") from None
         self.tables: set[str] = {r[0] for r in rows}
         self._columns: dict[str, list[str]] = {}
+        self._enums: dict[str, dict[int, str]] = {}
+        self._strings: StringTable | None = None
+        self._lock = threading.Lock()  # converters in reader threads share the caches
 
     # ---- schema -------------------------------------------------------------------------
     def has(self, table: str) -> bool:
@@ -118,13 +121,23 @@ class ExportDB:
                 "again with nsys export --type sqlite") from None
 
     # ---- string and enum dictionaries ---------------------------------------------------
-    @cached_property
+    @property
     def strings(self) -> "StringTable":
-        rows = self.query("SELECT id, value FROM StringIds") if self.has("StringIds") else []
-        return StringTable([r[0] for r in rows], [r[1] for r in rows])
+        """StringIds, loaded once (under a lock: reader threads ask for it concurrently)."""
+        with self._lock:
+            if self._strings is None:
+                rows = self.query("SELECT id, value FROM StringIds") if self.has("StringIds") else []
+                self._strings = StringTable([r[0] for r in rows], [r[1] for r in rows])
+            return self._strings
 
     def enum_labels(self, table: str, fallback: dict[int, str]) -> dict[int, str]:
         """id -> label from an ENUM_* table, falling back to known values where it is missing."""
+        with self._lock:
+            if table not in self._enums:
+                self._enums[table] = self._read_enum(table, fallback)
+            return self._enums[table]
+
+    def _read_enum(self, table: str, fallback: dict[int, str]) -> dict[int, str]:
         out = dict(fallback)
         if self.has(table) and "label" in self.columns(table):
             out.update({int(i): str(lbl) for i, lbl in self.query(f'SELECT id, label FROM "{table}"')})
@@ -188,28 +201,24 @@ class StringTable:
                ) -> pa.DictionaryArray:
         """Dictionary array of the strings behind ``ids`` (null ids and unknown ids -> null).
 
-        Only the distinct ids of this batch go into the dictionary, so the work is per distinct
-        string, not per row. ``transform`` rewrites the dictionary values (e.g. strip a suffix).
+        Hash-encodes the ids first (one pass, GIL released), so the string work is per
+        distinct id, not per row. ``transform`` rewrites the dictionary values (e.g. strip a
+        suffix); values it merges are re-encoded so the dictionary stays unique.
         """
-        idx = ids.to_numpy(zero_copy_only=False)
-        valid = ~ids.is_null().to_numpy(zero_copy_only=False) if ids.null_count else None
-        raw = np.where(valid, idx, 0) if valid is not None else idx
-        raw = np.clip(raw.astype(np.int64), -1, len(self.pos) - 1)
-        pos = self.pos[raw]
-        if valid is not None:
-            pos = np.where(valid, pos, -1)
-        uniq, codes = np.unique(pos, return_inverse=True)
-        has_missing = len(uniq) > 0 and uniq[0] == -1
-        dict_pos = uniq[1:] if has_missing else uniq
-        values = self.values.take(pa.array(dict_pos, pa.int64()))
-        codes = codes.astype(np.int32) - (1 if has_missing else 0)
+        enc = ids.cast(pa.int64(), safe=False).dictionary_encode()
+        uniq = enc.dictionary.to_numpy(zero_copy_only=False)
+        inside = (uniq >= 0) & (uniq < len(self.pos))
+        pos = np.where(inside, self.pos[np.where(inside, uniq, 0)], -1)
+        found = pos >= 0
+        values = self.values.take(pa.array(np.where(found, pos, 0), pa.int64()))
+        if not found.all():
+            values = pc.if_else(pa.array(found), values, pa.nulls(len(values), pa.string()))
         if transform is not None:
-            # the transform may map two strings to one (cudaMemcpy_v3020 -> cudaMemcpy):
-            # re-encode so that dictionary values stay unique
-            enc = transform(values).dictionary_encode()
-            values = enc.dictionary
-            remap = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
-            codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1).astype(np.int32)
-        mask = codes < 0 if has_missing else None
-        indices = pa.array(codes, pa.int32(), mask=mask)
-        return pa.DictionaryArray.from_arrays(indices, values)
+            values = transform(values)
+        if transform is not None or not found.all():
+            # merge duplicates / drop nulls from the dictionary by re-encoding it
+            again = values.dictionary_encode()
+            remap = again.indices
+            codes = pc.take(remap, enc.indices)
+            return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), again.dictionary)
+        return pa.DictionaryArray.from_arrays(enc.indices.cast(pa.int32()), values)

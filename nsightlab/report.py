@@ -199,11 +199,17 @@ class Report:
 
     @cached_property
     def processes(self) -> pd.DataFrame:
-        """Processes in the report: pid, name."""
+        """Processes in the report: pid, name, uses_cuda (it created CUDA streams)."""
         if not self.db.has("PROCESSES"):
-            return pd.DataFrame({"pid": pd.Series(dtype="int32"), "name": pd.Series(dtype=str)})
+            return pd.DataFrame({"pid": pd.Series(dtype="int64"), "name": pd.Series(dtype=str),
+                                 "uses_cuda": pd.Series(dtype=bool)})
+        cuda = set()
+        if "processId" in self.db.columns("TARGET_INFO_CUDA_STREAM"):
+            cuda = {r[0] for r in self.db.query(
+                "SELECT DISTINCT processId FROM TARGET_INFO_CUDA_STREAM")}
         rows = self.db.query("SELECT pid, name FROM PROCESSES ORDER BY pid")
-        return pd.DataFrame(rows, columns=["pid", "name"])
+        return pd.DataFrame([(p, n, p in cuda) for p, n in rows],
+                            columns=["pid", "name", "uses_cuda"])
 
     @cached_property
     def span_ns(self) -> tuple[int, int] | None:
@@ -231,9 +237,8 @@ class Report:
         spec = self._spec(table)
         if spec.present(self.db):
             return None
-        how = spec.trace if spec.trace.startswith("-") or spec.trace.startswith("(") \
-            else f"--trace={spec.trace}"
-        return f"{self.path.name} has no {spec.source} table: profile with nsys profile {how}"
+        how = f"profile with nsys profile {spec.trace}" if spec.trace else "profile it again"
+        return f"{self.path.name} has no {spec.source} table: {how}"
 
     @cached_property
     def row_counts(self) -> dict[str, int]:
@@ -294,65 +299,59 @@ class Report:
         if not spec.present(self.db):
             t = spec.schema.empty_table()
             return t.select(columns) if columns is not None else t
+        keep = columns if columns is not None else spec.schema.names
         if self.cache is None:
-            t = self._materialize(spec, None)
-            return t.select(columns) if columns is not None else t
+            return self._materialize(spec, None, keep)[1]
         for attempt in (0, 1):
             files = self.cache.files(name)
-            if files is None:
-                files = self.cache.build(name, lambda open_part: self._materialize(spec, open_part),
-                                         spec.schema)
+            if files is None:  # first read: stream into the cache, keep what was asked for
+                return self.cache.build(
+                    name, lambda open_part: self._materialize(spec, open_part, keep), spec.schema)
             try:
                 return pq.read_table(files, columns=columns, schema=spec.schema)
             except (OSError, pa.ArrowException):
                 if attempt:
                     raise
-                self.cache.drop(name)  # damaged entry: rebuild once, never trust it
+                self.cache.drop(name)  # damaged entry: rebuild it, never trust it
         raise AssertionError("unreachable")
 
-    def _materialize(self, spec: TableSpec, open_part: Callable | None):
-        """Read ``spec`` from SQLite. With ``open_part`` (cache build), stream each parallel
-        part into its Parquet writer and return the row count; without, return a Table."""
+    def _materialize(self, spec: TableSpec, open_part: Callable | None,
+                     keep: list[str]) -> tuple[int, pa.Table]:
+        """Read ``spec`` from SQLite, converting batch by batch (parallel rowid ranges for the
+        big tables). With ``open_part`` (a cache build) each part streams into its Parquet
+        writer. Returns (rows, table of the ``keep`` columns)."""
         sql = spec.sql(self.db)
         if spec.split:
             ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS)
             queries = [f"{sql} WHERE rowid >= {lo} AND rowid < {hi}" for lo, hi in ranges]
         else:
             queries = [sql]
-        if spec.finish is not None or open_part is None:
-            parts: list[list[pa.RecordBatch]] = [[] for _ in queries]
+        stream_out = open_part is not None and spec.finish is None
+        kept: list[list[pa.RecordBatch]] = [[] for _ in queries]
 
-            def collect(i: int) -> Callable[[], None]:
-                def job() -> None:
-                    for b in self.db.stream(queries[i]):
-                        parts[i].append(build_batch(spec, self.db, b))
-                return job
+        def job(i: int) -> Callable[[], None]:
+            def run() -> None:
+                writer = open_part(i) if stream_out else None
+                for raw in self.db.stream(queries[i]):
+                    b = build_batch(spec, self.db, raw)
+                    if writer is not None:
+                        writer.write_batch(b)
+                    kept[i].append(b if spec.finish or len(keep) == len(spec.columns)
+                                   else b.select(keep))
+            return run
 
-            self.db.parallel([collect(i) for i in range(len(queries))])
-            table = pa.Table.from_batches([b for p in parts for b in p], schema=spec.schema)
-            if spec.finish is not None:
-                table = spec.finish(table)
-            if open_part is None:
-                return table
-            if table.num_rows:
+        self.db.parallel([job(i) for i in range(len(queries))])
+        if stream_out and not queries:
+            open_part(0)  # an empty table still gets its (empty) Parquet file
+        schema = spec.schema if spec.finish or len(keep) == len(spec.columns) else \
+            pa.schema([spec.schema.field(c) for c in keep])
+        table = pa.Table.from_batches([b for p in kept for b in p], schema=schema)
+        if spec.finish is not None:
+            table = spec.finish(table)
+            if open_part is not None:
                 open_part(0).write_table(table)
-            else:
-                open_part(0)
-            return table.num_rows
-        counts = [0] * len(queries)
-
-        def write(i: int) -> Callable[[], None]:
-            def job() -> None:
-                w = open_part(i)
-                for b in self.db.stream(queries[i]):
-                    w.write_batch(build_batch(spec, self.db, b))
-                    counts[i] += b.num_rows
-            return job
-
-        if not queries:
-            open_part(0)
-        self.db.parallel([write(i) for i in range(len(queries))])
-        return sum(counts)
+            table = table.select(keep)
+        return table.num_rows, table
 
     def kernels(self, columns: list[str] | None = None) -> pd.DataFrame:
         """CUDA kernels (see ``nsightlab.tables.KERNELS`` for the columns)."""

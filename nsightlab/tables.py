@@ -58,7 +58,7 @@ class TableSpec:
 
     name: str
     source: str
-    trace: str
+    trace: str  # the nsys profile options that record it ("" = every profile does)
     doc: str
     columns: tuple[Column, ...]
     sql: Callable[[ExportDB], str]
@@ -96,13 +96,9 @@ def tid_of(g: pa.Array) -> pa.Array:
 
 def labels(ids: pa.Array, table: dict[int, str]) -> pa.DictionaryArray:
     """Dictionary array of enum labels; an id with no label reads as its number."""
-    arr = ids.cast(I64)
-    vals = arr.fill_null(-1).to_numpy(zero_copy_only=False)
-    uniq, codes = np.unique(vals, return_inverse=True)
-    names = [table.get(int(u), str(int(u))) for u in uniq]
-    mask = (vals == -1) if arr.null_count else None
-    return pa.DictionaryArray.from_arrays(
-        pa.array(codes.astype(np.int32), I32, mask=mask), pa.array(names, STR))
+    enc = ids.cast(I64, safe=False).dictionary_encode()
+    names = [table.get(int(u), str(int(u))) for u in enc.dictionary.to_pylist()]
+    return pa.DictionaryArray.from_arrays(enc.indices.cast(I32), pa.array(names, STR))
 
 
 def strip_version(names: pa.Array) -> pa.Array:
@@ -130,11 +126,14 @@ def to_pandas(table: pa.Table, spec: TableSpec | None = None) -> pd.DataFrame:
     """Arrow -> pandas with stable dtypes: integer columns the contract marks nullable are
     always pandas nullable integers (Int64...), the others plain NumPy integers (unless a
     report breaks the contract with a null, which then also yields a nullable integer)."""
-    df = table.to_pandas(split_blocks=True)
     nullable = {c.name for c in spec.columns if c.nullable} if spec is not None else set()
-    for f in table.schema:
-        if pa.types.is_integer(f.type) and (f.name in nullable or df[f.name].dtype.kind == "f"):
-            df[f.name] = table.column(f.name).to_pandas(types_mapper=_nullable_int)
+    fix = {f.name: table.column(f.name) for f in table.schema
+           if pa.types.is_integer(f.type) and (f.name in nullable or table.column(f.name).null_count)}
+    # self_destruct frees each Arrow column as it is converted: peak memory ~1x, not 2x
+    df = table.to_pandas(split_blocks=True, self_destruct=True)
+    del table
+    for name, col in fix.items():
+        df[name] = col.to_pandas(types_mapper=_nullable_int)
     return df
 
 
@@ -165,7 +164,7 @@ def gpu_common(b: pa.RecordBatch) -> dict[str, pa.Array]:
 
 
 KERNELS = TableSpec(
-    name="kernels", source=K, trace="cuda",
+    name="kernels", source=K, trace="--trace=cuda",
     doc="One row per CUDA kernel execution on the GPU.",
     columns=GPU_COMMON + (
         Column("name", DICT, "demangled kernel name, as `nsys stats` prints it"),
@@ -212,7 +211,7 @@ def _memcpy(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
 
 
 MEMCPY = TableSpec(
-    name="memcpy", source=MC, trace="cuda",
+    name="memcpy", source=MC, trace="--trace=cuda",
     doc="One row per CUDA memory copy on the GPU.",
     columns=GPU_COMMON + (
         Column("name", DICT, "'[CUDA memcpy Host-to-Device]' etc., as `nsys stats` prints it"),
@@ -228,7 +227,7 @@ MEMCPY = TableSpec(
 
 MS = "CUPTI_ACTIVITY_KIND_MEMSET"
 MEMSET = TableSpec(
-    name="memset", source=MS, trace="cuda",
+    name="memset", source=MS, trace="--trace=cuda",
     doc="One row per CUDA memset on the GPU.",
     columns=GPU_COMMON + (
         Column("name", DICT, "'[CUDA memset]', as `nsys stats` prints it"),
@@ -250,7 +249,7 @@ MEMSET = TableSpec(
 
 SY = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 SYNCS = TableSpec(
-    name="syncs", source=SY, trace="cuda",
+    name="syncs", source=SY, trace="--trace=cuda",
     doc="One row per CUDA synchronization the host waited on (CUPTI synchronization activity).",
     columns=GPU_COMMON + (
         Column("sync_type", DICT, "Event sync, Stream wait sync, Stream sync, Context sync"),
@@ -271,7 +270,7 @@ API_SOURCE = ("start", "end", "globalTid", "correlationId", "nameId", "eventClas
               "callchainId")
 
 CUDA_API = TableSpec(
-    name="cuda_api", source=RT, trace="cuda",
+    name="cuda_api", source=RT, trace="--trace=cuda",
     doc="One row per CUDA runtime or driver API call on a CPU thread (driver calls are in the "
         "same nsys table, told apart by api_kind).",
     columns=(
@@ -378,7 +377,7 @@ def _nvtx_depth(t: pa.Table) -> pa.Table:
 
 
 NVTX = TableSpec(
-    name="nvtx", source=NV, trace="nvtx",
+    name="nvtx", source=NV, trace="--trace=nvtx",
     doc="NVTX push/pop ranges, start/end ranges and marks, with resolved text and domains.",
     columns=(
         Column("start_ns", I64, "CPU start, ns"),
@@ -424,7 +423,7 @@ GPU_METRICS = TableSpec(
 
 GN = "CUDA_GRAPH_NODE_EVENTS"
 CUDA_GRAPH_NODES = TableSpec(
-    name="cuda_graph_nodes", source=GN, trace="cuda (with --cuda-graph-trace=node)",
+    name="cuda_graph_nodes", source=GN, trace="--trace=cuda --cuda-graph-trace=node",
     doc="CUDA graph node creation/instantiation events on the host (graph-node tracing).",
     columns=(
         Column("start_ns", I64, "CPU time, ns"), Column("end_ns", I64, "CPU end, ns"),
@@ -449,7 +448,7 @@ CUDA_GRAPH_NODES = TableSpec(
 
 TN = "ThreadNames"
 THREADS = TableSpec(
-    name="threads", source=TN, trace="(always recorded)",
+    name="threads", source=TN, trace="",
     doc="Named threads with their process.",
     columns=(
         Column("pid", I32, "process id"), Column("tid", I32, "thread id"),
@@ -484,5 +483,7 @@ def build_batch(spec: TableSpec, db: ExportDB, batch: pa.RecordBatch) -> pa.Reco
         a = cols[c.name]
         if isinstance(a, pa.ChunkedArray):
             a = a.combine_chunks()
-        arrays.append(a if a.type == c.type else a.cast(c.type))
+        # unchecked casts: values come from CUPTI fields of exactly these widths, and a checked
+        # cast costs more than reading the column from SQLite
+        arrays.append(a if a.type == c.type else a.cast(c.type, safe=False))
     return pa.RecordBatch.from_arrays(arrays, schema=spec.schema)

@@ -1,0 +1,51 @@
+"""The ``nsightlab`` command: a thin layer over the library.
+
+Each subcommand lives in its own module, parses options, calls one library function and
+renders the result. Any NsightlabError becomes a one-line ``Error: ...`` and exit code 1;
+usage errors exit 2 (click's convention).
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import NsightlabError
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Group(click.Group):
+    """Root group that turns library errors into one-line messages."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except NsightlabError as e:
+            raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="nsightlab")
+def cli() -> None:
+    """Turn NVIDIA Nsight Systems profiles of GPU inference into answers.
+
+    Every command takes reports as PATH: an nsys SQLite export (.sqlite), a .nsys-rep
+    (exported with nsys when it is installed), a capture directory, or a capture name
+    in the store (./captures, or NSIGHTLAB_STORE).
+
+    \b
+    Examples:
+      nsightlab info captures/examples/*/
+      nsightlab table kernels report.sqlite --columns name,duration_ns --limit 10
+    """
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from . import info, table  # noqa: F401  (registers the commands)
+
+    cli(prog_name="nsightlab")
