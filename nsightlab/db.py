@@ -56,6 +56,10 @@ class ExportDB:
             raise NotAReportError(f"{self.path}: is a directory, not an nsys SQLite export") from None
         except OSError as e:
             raise NotAReportError(f"{self.path}: cannot open ({e.strerror}); check the path") from None
+        if head.startswith(b"NVR\x00"):
+            raise NotAReportError(
+                f"{self.path}: is an Nsight Compute report (.ncu-rep), not an Nsight Systems one; "
+                "give the .sqlite or .nsys-rep of an nsys profile")
         if head != SQLITE_MAGIC:
             if head.startswith(NSYS_REP_MAGIC[: len(head)]) and head:
                 raise NotAReportError(

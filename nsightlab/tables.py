@@ -169,10 +169,11 @@ KERNELS = TableSpec(
     columns=GPU_COMMON + (
         Column("name", DICT, "demangled kernel name, as `nsys stats` prints it"),
         Column("short_name", DICT, "base function name (shortName)"),
-        Column("grid_x", I32, "grid size"), Column("grid_y", I32, ""), Column("grid_z", I32, ""),
-        Column("block_x", I32, "block size"), Column("block_y", I32, ""),
-        Column("block_z", I32, ""),
-        Column("registers_per_thread", I32, ""),
+        Column("grid_x", I32, "grid size in x (blocks)"), Column("grid_y", I32, "grid size in y"),
+        Column("grid_z", I32, "grid size in z"),
+        Column("block_x", I32, "block size in x (threads)"), Column("block_y", I32, "block size in y"),
+        Column("block_z", I32, "block size in z"),
+        Column("registers_per_thread", I32, "registers per thread"),
         Column("static_shared_bytes", I32, "static shared memory per block"),
         Column("dynamic_shared_bytes", I32, "dynamic shared memory per block"),
         Column("launch_type", DICT, "Regular, Coop Single Device, ..."),
@@ -487,3 +488,26 @@ def build_batch(spec: TableSpec, db: ExportDB, batch: pa.RecordBatch) -> pa.Reco
         # cast costs more than reading the column from SQLite
         arrays.append(a if a.type == c.type else a.cast(c.type, safe=False))
     return pa.RecordBatch.from_arrays(arrays, schema=spec.schema)
+
+
+def tables_markdown() -> str:
+    """The column contract as Markdown (docs/tables.md is this text; a test keeps it current)."""
+    out = ["# nsightlab tables", "",
+           "Generated from `nsightlab/tables.py` (`python -m nsightlab.tables > docs/tables.md`).",
+           "Every `Report.<name>()` returns these columns, whatever nsys version wrote the report.",
+           "Integer columns marked *nullable* are pandas nullable integers (`Int64`...); string",
+           "columns of repeated values are categoricals.", ""]
+    for spec in TABLES.values():
+        out += [f"## `{spec.name}`", "", spec.doc, "",
+                f"Source: `{spec.source}`; recorded by "
+                + (f"`nsys profile {spec.trace}`." if spec.trace else "every nsys profile."), "",
+                "| column | type | meaning |", "|---|---|---|"]
+        for c in spec.columns:
+            typ = "string (categorical)" if pa.types.is_dictionary(c.type) else str(c.type)
+            out.append(f"| `{c.name}` | {typ}{', nullable' if c.nullable else ''} | {c.doc} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(tables_markdown(), end="")

@@ -1,0 +1,70 @@
+"""Shared test fixtures: real nsys exports from tests/data (and ../shared/fixtures when present).
+
+Reports stored as ``*.sqlite.xz`` are decompressed once per session into a temporary folder.
+Tests never write to these files; ``test_report.py`` checks that nsightlab does not either.
+"""
+from __future__ import annotations
+
+import lzma
+import shutil
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+SHARED = HERE.parent.parent / "shared" / "fixtures"
+
+
+def _sources() -> dict[str, tuple[Path, Path]]:
+    """stem -> (report file, expected folder); tests/data first, then ../shared/fixtures
+    (where held-back reports may be added: every SQLite there is tested the same way)."""
+    found: dict[str, tuple[Path, Path]] = {}
+    for root in (DATA, SHARED):
+        for f in sorted((root / "nsys").glob("*.sqlite*")):
+            stem = f.name.split(".sqlite")[0]
+            found.setdefault(stem, (f, root / "expected" / stem))
+    return found
+
+
+SOURCES = _sources()
+STEMS = sorted(SOURCES)
+
+
+@pytest.fixture(scope="session")
+def fixture_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fixtures")
+
+
+@pytest.fixture(scope="session")
+def sqlite_of(fixture_dir):
+    """Function: stem -> path of a plain (decompressed) SQLite copy of that fixture."""
+    done: dict[str, Path] = {}
+
+    def get(stem: str) -> Path:
+        if stem not in done:
+            src, _ = SOURCES[stem]
+            out = fixture_dir / f"{stem}.sqlite"
+            if src.suffix == ".xz":
+                with lzma.open(src) as fin, open(out, "wb") as fout:
+                    shutil.copyfileobj(fin, fout)
+            else:
+                shutil.copyfile(src, out)
+            out.chmod(0o444)
+            done[stem] = out
+        return done[stem]
+
+    return get
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    """A private cache root for each test (never the user's ~/.cache)."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("NSIGHTLAB_CACHE_DIR", str(d))
+    monkeypatch.delenv("NSIGHTLAB_NO_CACHE", raising=False)
+    return d
+
+
+def expected_dir(stem: str) -> Path:
+    return SOURCES[stem][1]

@@ -1,0 +1,81 @@
+"""Parquet cache: built on first read, used afterwards, rebuilt when stale or damaged."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import nsightlab
+from nsightlab.db import ExportDB
+
+
+def entry_dirs(cache_dir):
+    return sorted(p for p in cache_dir.iterdir() if p.is_dir())
+
+
+def no_sqlite_reads(monkeypatch):
+    def boom(self, sql):
+        raise AssertionError("read SQLite although the cache was valid")
+    monkeypatch.setattr(ExportDB, "stream", boom)
+
+
+def test_first_read_writes_parquet_and_later_reads_use_it(sqlite_of, cache_dir, monkeypatch):
+    path = sqlite_of("h200-vit-fp16")
+    first = nsightlab.open(path).kernels()
+    (entry,) = entry_dirs(cache_dir)
+    assert sorted(p.name for p in (entry / "kernels").iterdir()) == [
+        "meta.json", "part-0.parquet", "part-1.parquet"]  # one part per parallel reader
+    no_sqlite_reads(monkeypatch)
+    again = nsightlab.open(path).kernels()
+    assert again.equals(first)
+    cols = nsightlab.open(path).kernels(["start_ns", "name"])
+    assert cols.equals(first[["start_ns", "name"]])
+
+
+def test_no_cache_writes_nothing(sqlite_of, cache_dir, monkeypatch):
+    r = nsightlab.open(sqlite_of("h200-vit-fp16"), cache=False)
+    assert len(r.kernels()) == 3120
+    monkeypatch.setenv("NSIGHTLAB_NO_CACHE", "1")
+    assert len(nsightlab.open(sqlite_of("h200-vit-fp16")).cuda_api()) == 11743
+    assert not cache_dir.exists()
+
+
+def test_cache_dir_argument_wins(sqlite_of, cache_dir, tmp_path):
+    other = tmp_path / "elsewhere"
+    nsightlab.open(sqlite_of("h200-vit-fp16"), cache_dir=other).memcpy()
+    assert entry_dirs(other) and not cache_dir.exists()
+
+
+def test_a_changed_source_is_not_served_from_the_old_cache(sqlite_of, cache_dir, tmp_path):
+    mine = tmp_path / "r.sqlite"
+    mine.write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    assert len(nsightlab.open(mine).kernels()) == 3120
+    mine.write_bytes(sqlite_of("h200-vit-fp8").read_bytes())  # same path, new content
+    assert len(nsightlab.open(mine).kernels()) == 12288
+
+
+def test_stale_entry_in_a_capture_is_rebuilt(sqlite_of, cache_dir, tmp_path):
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    (cap / "report.sqlite").write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    assert len(nsightlab.open(cap).kernels()) == 3120
+    (cap / "report.sqlite").write_bytes(sqlite_of("h200-vit-fp8").read_bytes())
+    os.utime(cap / "report.sqlite", ns=(1, 1))
+    assert len(nsightlab.open(cap).kernels()) == 12288
+
+
+@pytest.mark.parametrize("damage", ["truncate_part", "garbage_meta", "delete_part"])
+def test_damaged_entry_is_rebuilt_not_trusted(sqlite_of, cache_dir, damage):
+    path = sqlite_of("h200-vit-fp16")
+    good = nsightlab.open(path).kernels()
+    (entry,) = entry_dirs(cache_dir)
+    part = sorted((entry / "kernels").glob("*.parquet"))[0]
+    if damage == "truncate_part":
+        part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    elif damage == "garbage_meta":
+        (entry / "kernels" / "meta.json").write_text("{not json")
+    else:
+        part.unlink()
+    assert nsightlab.open(path).kernels().equals(good)
+    # and the rebuilt entry is valid again
+    assert nsightlab.open(path).cache.files("kernels") is not None
