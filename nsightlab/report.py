@@ -18,9 +18,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import nsys as nsys_cli
+from . import frames, nsys as nsys_cli
 from .cache import TableCache, default_root, identity, keyed_dir
-from .db import ExportDB, NSYS_REP_MAGIC
+from .db import BATCH_ROWS, ExportDB, NSYS_REP_MAGIC
 from .errors import CorruptReportError, NotAReportError, UnknownTableError, UnsupportedReportError
 from .tables import TABLES, TableSpec, build_batch, to_pandas
 
@@ -285,73 +285,129 @@ class Report:
         A table the report lacks is an empty frame with the right columns; ``missing_hint``
         says how to record it.
         """
-        return to_pandas(self.arrow(name, columns), self._spec(name))
+        spec = self._spec(name)
+        keep = self._columns(spec, columns)
+        if spec.present(self.db) and spec.split and frames.supported(spec, keep):
+            return self._frame(spec, keep)
+        return to_pandas(self.arrow(name, columns), spec)
 
     def arrow(self, name: str, columns: list[str] | None = None) -> pa.Table:
-        """Same as ``table`` but as an Arrow table (no pandas conversion)."""
+        """Table ``name`` as an Arrow table (see ``table``)."""
         spec = self._spec(name)
-        if columns is not None:
-            unknown = [c for c in columns if c not in spec.schema.names]
-            if unknown:
-                raise UnknownTableError(
-                    f"{name} has no column(s) {', '.join(unknown)}; its columns are "
-                    f"{', '.join(spec.schema.names)}")
+        keep = self._columns(spec, columns)
         if not spec.present(self.db):
-            t = spec.schema.empty_table()
-            return t.select(columns) if columns is not None else t
-        keep = columns if columns is not None else spec.schema.names
+            return spec.schema.empty_table().select(keep)
         if self.cache is None:
-            return self._materialize(spec, None, keep)[1]
+            return self._collect(spec, None, keep)[1]
         for attempt in (0, 1):
             files = self.cache.files(name)
             if files is None:  # first read: stream into the cache, keep what was asked for
                 return self.cache.build(
-                    name, lambda open_part: self._materialize(spec, open_part, keep), spec.schema)
+                    name, lambda open_part: self._collect(spec, open_part, keep), spec.schema)
             try:
-                return pq.read_table(files, columns=columns, schema=spec.schema)
+                return pq.read_table(files, columns=keep, schema=spec.schema)
             except (OSError, pa.ArrowException):
                 if attempt:
                     raise
                 self.cache.drop(name)  # damaged entry: rebuild it, never trust it
         raise AssertionError("unreachable")
 
-    def _materialize(self, spec: TableSpec, open_part: Callable | None,
-                     keep: list[str]) -> tuple[int, pa.Table]:
-        """Read ``spec`` from SQLite, converting batch by batch (parallel rowid ranges for the
-        big tables). With ``open_part`` (a cache build) each part streams into its Parquet
-        writer. Returns (rows, table of the ``keep`` columns)."""
-        sql = spec.sql(self.db)
-        if spec.split:
-            ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS)
-            queries = [f"{sql} WHERE rowid >= {lo} AND rowid < {hi}" for lo, hi in ranges]
-        else:
-            queries = [sql]
-        stream_out = open_part is not None and spec.finish is None
-        kept: list[list[pa.RecordBatch]] = [[] for _ in queries]
+    def _columns(self, spec: TableSpec, columns: list[str] | None) -> list[str]:
+        if columns is None:
+            return spec.schema.names
+        unknown = [c for c in columns if c not in spec.schema.names]
+        if unknown:
+            raise UnknownTableError(
+                f"{spec.name} has no column(s) {', '.join(unknown)}; its columns are "
+                f"{', '.join(spec.schema.names)}")
+        return list(columns)
+
+    def _frame(self, spec: TableSpec, keep: list[str]) -> pd.DataFrame:
+        """Big activity tables: batches go straight into preallocated columns (FrameBuilder),
+        from the Parquet cache when it is valid, else from SQLite (building the cache)."""
+        if self.cache is not None:
+            files = self.cache.files(spec.name)
+            if files is not None:
+                try:
+                    return self._frame_from_parquet(spec, keep, files)
+                except (OSError, pa.ArrowException):
+                    self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
+            return self.cache.build(spec.name, lambda open_part: self._frame_from_sqlite(
+                spec, keep, open_part), spec.schema)
+        return self._frame_from_sqlite(spec, keep, None)[1]
+
+    def _frame_from_parquet(self, spec: TableSpec, keep: list[str], files: list[Path]
+                            ) -> pd.DataFrame:
+        sizes = [pq.ParquetFile(f).metadata.num_rows for f in files]
+        offsets = [sum(sizes[:i]) for i in range(len(files))]
+        builder = frames.FrameBuilder(spec, keep, sum(sizes))
 
         def job(i: int) -> Callable[[], None]:
             def run() -> None:
-                writer = open_part(i) if stream_out else None
-                for raw in self.db.stream(queries[i]):
-                    b = build_batch(spec, self.db, raw)
-                    if writer is not None:
-                        writer.write_batch(b)
-                    kept[i].append(b if spec.finish or len(keep) == len(spec.columns)
-                                   else b.select(keep))
+                at = offsets[i]
+                for b in pq.ParquetFile(files[i]).iter_batches(
+                        batch_size=BATCH_ROWS, columns=keep, use_threads=False):
+                    builder.put(at, b)
+                    at += b.num_rows
             return run
 
-        self.db.parallel([job(i) for i in range(len(queries))])
-        if stream_out and not queries:
-            open_part(0)  # an empty table still gets its (empty) Parquet file
-        schema = spec.schema if spec.finish or len(keep) == len(spec.columns) else \
-            pa.schema([spec.schema.field(c) for c in keep])
+        self.db.parallel([job(i) for i in range(len(files))])
+        return builder.frame(list(zip(offsets, sizes)))
+
+    def _frame_from_sqlite(self, spec: TableSpec, keep: list[str], open_part: Callable | None
+                           ) -> tuple[int, pd.DataFrame]:
+        ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS)
+        offsets = [sum(hi - lo for lo, hi in ranges[:i]) for i in range(len(ranges))]
+        builder = frames.FrameBuilder(spec, keep, sum(hi - lo for lo, hi in ranges))
+        filled = [0] * len(ranges)
+
+        def sink(part: int, batch: pa.RecordBatch) -> None:
+            builder.put(offsets[part] + filled[part], batch)
+            filled[part] += batch.num_rows
+
+        self._stream(spec, open_part, sink, ranges)
+        return sum(filled), builder.frame(list(zip(offsets, filled)))
+
+    def _collect(self, spec: TableSpec, open_part: Callable | None,
+                 keep: list[str]) -> tuple[int, pa.Table]:
+        """Read ``spec`` from SQLite into an Arrow table of the ``keep`` columns (writing the
+        cache parts on the way when ``open_part`` is given). Returns (rows, table)."""
+        ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS) if spec.split else [None]
+        whole = spec.finish is not None or len(keep) == len(spec.columns)
+        kept: list[list[pa.RecordBatch]] = [[] for _ in ranges]
+        self._stream(spec, open_part if spec.finish is None else None,
+                     lambda i, b: kept[i].append(b if whole else b.select(keep)), ranges)
+        schema = spec.schema if whole else pa.schema([spec.schema.field(c) for c in keep])
         table = pa.Table.from_batches([b for p in kept for b in p], schema=schema)
-        if spec.finish is not None:
+        if spec.finish is not None:  # whole-table pass (NVTX depth) before caching
             table = spec.finish(table)
             if open_part is not None:
                 open_part(0).write_table(table)
             table = table.select(keep)
         return table.num_rows, table
+
+    def _stream(self, spec: TableSpec, open_part: Callable | None,
+                sink: Callable[[int, pa.RecordBatch], None], ranges: list) -> None:
+        """Read ``spec`` from SQLite, one thread per rowid range (``None`` = the whole query),
+        converting each batch to the contract, writing it to that part's Parquet file when
+        ``open_part`` is given, and handing it to ``sink(part, batch)``."""
+        sql = spec.sql(self.db)
+        queries = [sql if r is None else f"{sql} WHERE rowid >= {r[0]} AND rowid < {r[1]}"
+                   for r in ranges]
+
+        def job(i: int) -> Callable[[], None]:
+            def run() -> None:
+                writer = open_part(i) if open_part is not None else None
+                for raw in self.db.stream(queries[i]):
+                    b = build_batch(spec, self.db, raw)
+                    if writer is not None:
+                        writer.write_batch(b)
+                    sink(i, b)
+            return run
+
+        if open_part is not None and not queries:
+            open_part(0)  # an empty table still gets its (empty) Parquet file
+        self.db.parallel([job(i) for i in range(len(queries))])
 
     def kernels(self, columns: list[str] | None = None) -> pd.DataFrame:
         """CUDA kernels (see ``nsightlab.tables.KERNELS`` for the columns)."""

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from .db import ExportDB
 
-TABLE_VERSION = 1
+TABLE_VERSION = 2
 
 I32, I64, U32, F64, STR = pa.int32(), pa.int64(), pa.uint32(), pa.float64(), pa.string()
 DICT = pa.dictionary(pa.int32(), pa.string())
@@ -151,7 +151,7 @@ GPU_COMMON = (
     Column("device_id", I32, "CUDA device id (TARGET_INFO_GPU.id)"),
     Column("context_id", U32, "CUDA context id"),
     Column("stream_id", U32, "CUDA stream id"),
-    Column("correlation_id", I64, "links to the launching API call (cuda_api.correlation_id)"),
+    Column("correlation_id", U32, "links to the launching API call (cuda_api.correlation_id)"),
 )
 GPU_SOURCE = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId")
 
@@ -278,11 +278,11 @@ CUDA_API = TableSpec(
         Column("start_ns", I64, "CPU start, ns"), Column("end_ns", I64, "CPU end, ns"),
         Column("duration_ns", I64, "end_ns - start_ns"),
         Column("pid", I32, "process id"), Column("tid", I32, "thread id"),
-        Column("correlation_id", I64, "links to kernels/memcpy/memset/syncs it caused"),
+        Column("correlation_id", U32, "links to kernels/memcpy/memset/syncs it caused"),
         Column("name", DICT, "API name without the _vNNNN suffix, as `nsys stats` prints it"),
         Column("api_kind", DICT, "CUDA runtime, CUDA driver, CUDA backtrace, ..."),
-        Column("return_value", I64, "CUresult / cudaError_t", True),
-        Column("callchain_id", I64, "CUDA_CALLCHAINS id when backtraces were recorded", True),
+        Column("return_value", I32, "CUresult / cudaError_t", True),
+        Column("callchain_id", I32, "CUDA_CALLCHAINS id when backtraces were recorded", True),
     ),
     sql=lambda db: f"SELECT {pick(db, RT, *API_SOURCE)} FROM {RT}",
     convert=lambda db, b: {

@@ -1,0 +1,98 @@
+"""Assemble big DataFrames straight from Arrow batches, without an intermediate Table.
+
+``pyarrow.Table.to_pandas`` needs the whole Table in memory and then allocates the DataFrame
+beside it: an 8M-kernel table peaks at ~2.5x its final size. FrameBuilder instead preallocates
+one NumPy array per column and copies each batch into its slice as it arrives (from several
+reader threads at once), so peak memory is the DataFrame plus one batch per thread.
+Dictionary columns become pandas Categoricals over one dictionary unified across batches;
+integer columns the contract marks nullable become pandas nullable integers.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .tables import TableSpec
+
+
+def supported(spec: TableSpec, columns: list[str]) -> bool:
+    """FrameBuilder handles integer and dictionary columns (all the big activity tables)."""
+    types = {c.name: c.type for c in spec.columns}
+    return all(pa.types.is_integer(types[c]) or pa.types.is_dictionary(types[c]) for c in columns)
+
+
+class FrameBuilder:
+    """Collects batches of ``columns`` of ``spec`` into ``capacity`` preallocated rows."""
+
+    def __init__(self, spec: TableSpec, columns: list[str], capacity: int):
+        self.columns = columns
+        by_name = {c.name: c for c in spec.columns}
+        self.nullable = {c for c in columns if by_name[c].nullable}
+        self.values: dict[str, np.ndarray] = {}
+        self.categories: dict[str, dict[str, int]] = {}
+        for c in columns:
+            t = by_name[c].type
+            if pa.types.is_dictionary(t):
+                self.values[c] = np.empty(capacity, np.int32)
+                self.categories[c] = {}
+            else:
+                self.values[c] = np.empty(capacity, t.to_pandas_dtype())
+        self.masks: dict[str, np.ndarray] = {}
+        self.lock = threading.Lock()
+
+    def put(self, offset: int, batch: pa.RecordBatch) -> None:
+        """Copy ``batch`` (with at least ``columns``) into rows [offset, offset + len)."""
+        end = offset + batch.num_rows
+        for c in self.columns:
+            arr = batch.column(c)
+            if c in self.categories:
+                self.values[c][offset:end] = self._codes(c, arr)
+                continue
+            if arr.null_count:
+                with self.lock:
+                    mask = self.masks.get(c)
+                    if mask is None:
+                        mask = self.masks[c] = np.zeros(len(self.values[c]), bool)
+                mask[offset:end] = arr.is_null().to_numpy(zero_copy_only=False)
+                arr = arr.fill_null(0)
+            self.values[c][offset:end] = arr.to_numpy(zero_copy_only=False)
+
+    def _codes(self, c: str, arr: pa.DictionaryArray) -> np.ndarray:
+        """Codes of ``arr`` in the column's global dictionary (-1 for null)."""
+        local = arr.dictionary.to_pylist()
+        with self.lock:
+            cats = self.categories[c]
+            remap = np.array([cats.setdefault(v, len(cats)) for v in local] + [-1], np.int32)
+        idx = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        return remap[idx]  # index -1 picks the trailing -1: nulls stay null
+
+    def frame(self, spans: list[tuple[int, int]]) -> pd.DataFrame:
+        """The DataFrame of the filled rows; ``spans`` are the (offset, rows) that were filled."""
+        pieces: list[list[int]] = []
+        for o, n in sorted(spans):
+            if n and pieces and pieces[-1][0] + pieces[-1][1] == o:
+                pieces[-1][1] += n  # adjacent parts: one slice, no copy
+            elif n:
+                pieces.append([o, n])
+        dense = len(pieces) <= 1 and (not pieces or pieces[0][0] == 0)
+
+        def rows(a: np.ndarray) -> np.ndarray:
+            if dense:
+                return a[: pieces[0][1]] if pieces else a[:0]
+            return np.concatenate([a[o:o + n] for o, n in pieces]) if pieces else a[:0]
+
+        out = {}
+        for c in self.columns:
+            v = rows(self.values[c])
+            if c in self.categories:
+                cats = pd.Index(list(self.categories[c]), dtype=object)
+                out[c] = pd.Categorical.from_codes(v, categories=cats, validate=False)
+            elif c in self.nullable or c in self.masks:
+                mask = rows(self.masks[c]) if c in self.masks else np.zeros(len(v), bool)
+                out[c] = pd.arrays.IntegerArray(v, mask)
+            else:
+                out[c] = v
+        return pd.DataFrame(out, copy=False)
