@@ -153,6 +153,7 @@ GPU_COMMON = (
     Column("stream_id", U32, "CUDA stream id"),
     Column("correlation_id", U32, "links to the launching API call (cuda_api.correlation_id)"),
 )
+GRAPH_NODE = Column("graph_node_id", I64, "CUDA graph node that launched it (graph replays)", True)
 GPU_SOURCE = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId")
 
 
@@ -177,7 +178,7 @@ KERNELS = TableSpec(
         Column("static_shared_bytes", I32, "static shared memory per block"),
         Column("dynamic_shared_bytes", I32, "dynamic shared memory per block"),
         Column("launch_type", DICT, "Regular, Coop Single Device, ..."),
-        Column("graph_node_id", I64, "CUDA graph node that launched it (graph replays)", True),
+        GRAPH_NODE,
     ),
     sql=lambda db: f"SELECT {pick(db, K, *GPU_SOURCE)}, COALESCE(demangledName, shortName) AS nameId, "
                    f"{pick(db, K, 'shortName', 'gridX', 'gridY', 'gridZ', 'blockX', 'blockY', 'blockZ', 'registersPerThread', 'staticSharedMemory', 'dynamicSharedMemory', 'launchType', 'graphNodeId')} FROM {K}",
@@ -220,7 +221,7 @@ MEMCPY = TableSpec(
         Column("bytes", I64, "bytes copied"),
         Column("src_kind", DICT, "source memory: Pageable, Pinned, Device, ..."),
         Column("dst_kind", DICT, "destination memory kind"),
-        Column("graph_node_id", I64, "CUDA graph node, for graph replays", True),
+        GRAPH_NODE,
     ),
     sql=lambda db: f"SELECT {pick(db, MC, *GPU_SOURCE, 'bytes', 'copyKind', 'srcKind', 'dstKind', 'graphNodeId')} FROM {MC}",
     convert=_memcpy,
@@ -235,7 +236,7 @@ MEMSET = TableSpec(
         Column("bytes", I64, "bytes set"),
         Column("value", I32, "byte value written"),
         Column("mem_kind", DICT, "memory kind: Device, Managed, ..."),
-        Column("graph_node_id", I64, "CUDA graph node, for graph replays", True),
+        GRAPH_NODE,
     ),
     sql=lambda db: f"SELECT {pick(db, MS, *GPU_SOURCE, 'bytes', 'value', 'memKind', 'graphNodeId')} FROM {MS}",
     convert=lambda db, b: {
