@@ -51,7 +51,9 @@ class FrameBuilder:
         for c in columns:
             t = by_name[c].type
             if pa.types.is_dictionary(t):
-                self.values[c] = alloc(capacity, np.int32)
+                # int16 codes (kernel and API names number far fewer than 32k); widened to
+                # int32 on the fly if a report has more distinct strings
+                self.values[c] = alloc(capacity, np.int16)
                 self.categories[c] = {}
             else:
                 self.values[c] = alloc(capacity, t.to_pandas_dtype())
@@ -64,7 +66,14 @@ class FrameBuilder:
         for c in self.columns:
             arr = batch.column(c)
             if c in self.categories:
-                self.values[c][offset:end] = self._codes(c, arr)
+                codes = self._codes(c, arr)
+                with self.lock:  # dictionary columns may be widened: write under the lock
+                    target = self.values[c]
+                    if len(self.categories[c]) > np.iinfo(target.dtype).max:
+                        wide = alloc(len(target), np.int32)
+                        wide[:] = target
+                        target = self.values[c] = wide
+                    target[offset:end] = codes
                 continue
             if arr.null_count:
                 with self.lock:

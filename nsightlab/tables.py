@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from .db import ExportDB
 
-TABLE_VERSION = 2
+TABLE_VERSION = 3
 
 I32, I64, U32, F64, STR = pa.int32(), pa.int64(), pa.uint32(), pa.float64(), pa.string()
 DICT = pa.dictionary(pa.int32(), pa.string())

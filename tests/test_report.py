@@ -129,3 +129,22 @@ def test_open_a_capture_directory_and_a_capture_name(sqlite_of, tmp_path, monkey
         assert len(r.kernels()) == 3120
     assert (cap / "cache" / "kernels" / "meta.json").is_file()  # capture keeps its own cache
     assert isinstance(r.kernels(), pd.DataFrame)
+
+
+def test_frame_builder_widens_dictionary_codes_past_int16():
+    """More distinct strings than int16 codes can hold (synthetic batches: no real report
+    small enough for tests has 33k kernel names)."""
+    import pyarrow as pa
+
+    from nsightlab.frames import FrameBuilder
+
+    spec = TABLES["kernels"]
+    b = FrameBuilder(spec, ["name", "start_ns"], 40_000)
+    names = [f"k{i}" for i in range(40_000)]
+    for off in range(0, 40_000, 10_000):
+        part = names[off:off + 10_000]
+        b.put(off, pa.record_batch({"name": pa.array(part).dictionary_encode(),
+                                    "start_ns": pa.array(range(off, off + 10_000), pa.int64())}))
+    df = b.frame([(0, 40_000)])
+    assert df["name"].astype(str).tolist() == names
+    assert df["start_ns"].tolist() == list(range(40_000))
