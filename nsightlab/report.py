@@ -38,7 +38,8 @@ def default_store() -> Path:
 
 def open(path: str | os.PathLike, *, cache: bool | None = None,
          cache_dir: str | os.PathLike | None = None,
-         nsys: str | os.PathLike | None = None) -> "Report":
+         nsys: str | os.PathLike | None = None,
+         progress: Callable[[str], None] | None = None) -> "Report":
     """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
     directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
 
@@ -48,6 +49,8 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
         cache_dir: cache root for files outside a capture (default ``NSIGHTLAB_CACHE_DIR`` or
             ``~/.cache/nsightlab``).
         nsys: nsys executable for exporting ``.nsys-rep`` (default ``NSIGHTLAB_NSYS`` or PATH).
+        progress: called with a one-line message before slow steps (exports, first reads of
+            tables over a million rows); the CLI prints these to stderr.
 
     Raises:
         NsightlabError: the input cannot be read; the message names the file and the fix.
@@ -68,12 +71,13 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     if p.is_dir():
         capture, p = p, _capture_sqlite(p)
     if p.suffix in nsys_cli.REPORT_SUFFIXES or _is_nsys_rep(p):
-        p = _exported(p, capture, root, nsys)
+        p = _exported(p, capture, root, nsys, progress)
     if capture is not None:
         cache_root = capture / "cache"
     else:
         cache_root = keyed_dir(root, p)
-    return Report(p, cache_root=cache_root if cache else None, source=Path(path))
+    return Report(p, cache_root=cache_root if cache else None, source=Path(path),
+                  progress=progress)
 
 
 def _is_nsys_rep(p: Path) -> bool:
@@ -108,7 +112,8 @@ def _capture_sqlite(d: Path) -> Path:
                           "give a report file or a capture directory")
 
 
-def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLike | None) -> Path:
+def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLike | None,
+              progress: Callable[[str], None] | None) -> Path:
     """SQLite for a .nsys-rep: an up-to-date sibling ``X.sqlite`` (as ``nsys stats`` uses),
     else an export into the capture (ours) or the cache folder (never next to user files)."""
     sibling = rep.with_suffix(".sqlite")
@@ -117,7 +122,10 @@ def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLi
     out = (capture / sibling.name) if capture is not None else keyed_dir(root, rep) / sibling.name
     if out.is_file():
         return out
-    return nsys_cli.export_sqlite(rep, out, nsys_cli.find_nsys(nsys))
+    exe = nsys_cli.find_nsys(nsys)
+    if progress is not None and exe is not None:
+        progress(f"exporting {rep.name} to SQLite with {exe} ...")
+    return nsys_cli.export_sqlite(rep, out, exe)
 
 
 def _check_not_truncated(path: Path) -> None:
@@ -141,8 +149,9 @@ class Report:
     """One nsys SQLite export, read-only. Tables come back as DataFrames (see ``TABLES``)."""
 
     def __init__(self, sqlite_path: str | os.PathLike, *, cache_root: Path | None = None,
-                 source: Path | None = None):
+                 source: Path | None = None, progress: Callable[[str], None] | None = None):
         self.path = Path(sqlite_path)
+        self.progress = progress
         self.source = source or self.path
         self.db = ExportDB(self.path)
         _check_not_truncated(self.path)
@@ -357,6 +366,7 @@ class Report:
     def _frame_from_sqlite(self, spec: TableSpec, keep: list[str], open_part: Callable | None
                            ) -> tuple[int, pd.DataFrame]:
         ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS)
+        self._announce(spec, sum(hi - lo for lo, hi in ranges), open_part is not None)
         offsets = [sum(hi - lo for lo, hi in ranges[:i]) for i in range(len(ranges))]
         builder = frames.FrameBuilder(spec, keep, sum(hi - lo for lo, hi in ranges))
         filled = [0] * len(ranges)
@@ -367,6 +377,11 @@ class Report:
 
         self._stream(spec, open_part, sink, ranges)
         return sum(filled), builder.frame(list(zip(offsets, filled)))
+
+    def _announce(self, spec: TableSpec, rows: int, caching: bool) -> None:
+        if self.progress is not None and rows >= 1_000_000:
+            where = " into the cache" if caching else ""
+            self.progress(f"reading {spec.name} of {self.path.name} (~{rows:,} rows){where} ...")
 
     def _collect(self, spec: TableSpec, open_part: Callable | None,
                  keep: list[str]) -> tuple[int, pa.Table]:

@@ -18,7 +18,8 @@ def run_info(*args: str, env: dict | None = None):
 
 def assert_one_line_error(result, *needles: str) -> str:
     assert result.exit_code == 1, result.output
-    lines = result.output.strip().splitlines()
+    # progress notes ("nsightlab: exporting ...") may precede the error; the error is one line
+    lines = [x for x in result.output.strip().splitlines() if not x.startswith("nsightlab: ")]
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
     assert "Traceback" not in result.output
     for n in needles:
@@ -108,3 +109,17 @@ def test_nsys_rep_newer_than_the_local_nsys(tmp_path, cache_dir):
                                  "--nsys PATH")
     assert "2022" in line  # names the local version
     assert not list(tmp_path.glob("*.sqlite"))  # nothing half-written beside the input
+
+
+def test_invalid_utf8_in_nvtx_text_synthetic_from_real(sqlite_of, tmp_path, cache_dir):
+    """Synthetic: a copy of a real export with invalid UTF-8 bytes put into one NVTX text
+    (nvtx strings come through the fast ADBC path, which does not check encodings)."""
+    import nsightlab
+
+    f = tmp_path / "bad-text.sqlite"
+    f.write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    with sqlite3.connect(f) as c:
+        c.execute("UPDATE NVTX_EVENTS SET text = CAST(X'626C6F636BFF30' AS TEXT) "
+                  "WHERE rowid = (SELECT min(rowid) FROM NVTX_EVENTS WHERE text = 'block0')")
+    n = nsightlab.open(f).nvtx()
+    assert "block\ufffd0" in set(n["text"].dropna()) and len(n) == 297

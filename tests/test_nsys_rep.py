@@ -65,5 +65,5 @@ def test_cli_table_on_a_nsys_rep(profiled, cache_dir):
     res = CliRunner().invoke(cli, ["table", "nvtx", str(profiled), "--columns", "name,depth",
                                    "--format", "csv"])
     assert res.exit_code == 0, res.output
-    assert res.output.splitlines()[0] == "name,depth"
+    assert res.stdout.splitlines()[0] == "name,depth"  # progress notes go to stderr
     assert "demo:iter0,0" in res.output and "step,1" in res.output
