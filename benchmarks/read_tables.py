@@ -42,7 +42,8 @@ elif what == "kernel_cols":
 else:
     rows[what] = len(r.table(what))
 dt = time.perf_counter() - t0
-print(json.dumps({"seconds": dt, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rows": rows}))
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": dt, "peak_rss_mb": peak, "rows": rows}))
 """
 
 

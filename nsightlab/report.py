@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import frames, nsys as nsys_cli
-from .cache import TableCache, default_root, identity, keyed_dir
+from .cache import TableCache, default_root, keyed_dir
 from .db import BATCH_ROWS, ExportDB, NSYS_REP_MAGIC
 from .errors import CorruptReportError, NotAReportError, UnknownTableError, UnsupportedReportError
 from .tables import TABLES, TableSpec, build_batch, to_pandas
@@ -27,7 +27,8 @@ from .tables import TABLES, TableSpec, build_batch, to_pandas
 #: tables whose presence says "this SQLite came from nsys export"
 NSYS_MARKERS = ("StringIds", "TARGET_INFO_SESSION_START_TIME", "ThreadNames", "NVTX_EVENTS",
                 "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME")
-#: rows per Parquet row group / rows handed to the converter at once
+#: SQLite reader threads per big table: one per core of the 2-core target machine (3 measured
+#: no faster); each also converts, caches and copies its own batches
 PARALLEL_READERS = 2
 
 

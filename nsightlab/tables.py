@@ -85,6 +85,11 @@ def pick(db: ExportDB, table: str, *names: str) -> str:
     return ", ".join(f'"{n}"' if n in have else f"NULL AS \"{n}\"" for n in names)
 
 
+def select(db: ExportDB, table: str, *names: str, extra: str = "") -> str:
+    """``SELECT <names> [, extra] FROM table`` with ``pick``'s NULLs for absent columns."""
+    return f"SELECT {pick(db, table, *names)}{', ' + extra if extra else ''} FROM {table}"
+
+
 def pid_of(g: pa.Array) -> pa.Array:
     """PID bits of a globalTid/globalPid (HW:8 VM:8 PID:24 TID:24)."""
     return pc.bit_wise_and(pc.shift_right(g.cast(I64), 24), 0xFFFFFF).cast(I32)
@@ -180,8 +185,10 @@ KERNELS = TableSpec(
         Column("launch_type", DICT, "Regular, Coop Single Device, ..."),
         GRAPH_NODE,
     ),
-    sql=lambda db: f"SELECT {pick(db, K, *GPU_SOURCE)}, COALESCE(demangledName, shortName) AS nameId, "
-                   f"{pick(db, K, 'shortName', 'gridX', 'gridY', 'gridZ', 'blockX', 'blockY', 'blockZ', 'registersPerThread', 'staticSharedMemory', 'dynamicSharedMemory', 'launchType', 'graphNodeId')} FROM {K}",
+    sql=lambda db: select(db, K, *GPU_SOURCE, "shortName", "gridX", "gridY", "gridZ", "blockX",
+                          "blockY", "blockZ", "registersPerThread", "staticSharedMemory",
+                          "dynamicSharedMemory", "launchType", "graphNodeId",
+                          extra="COALESCE(demangledName, shortName) AS nameId"),
     convert=lambda db, b: {
         **gpu_common(b),
         "name": db.strings.lookup(b.column("nameId")),
@@ -223,7 +230,8 @@ MEMCPY = TableSpec(
         Column("dst_kind", DICT, "destination memory kind"),
         GRAPH_NODE,
     ),
-    sql=lambda db: f"SELECT {pick(db, MC, *GPU_SOURCE, 'bytes', 'copyKind', 'srcKind', 'dstKind', 'graphNodeId')} FROM {MC}",
+    sql=lambda db: select(db, MC, *GPU_SOURCE, "bytes", "copyKind", "srcKind", "dstKind",
+                          "graphNodeId"),
     convert=_memcpy,
 )
 
@@ -238,7 +246,7 @@ MEMSET = TableSpec(
         Column("mem_kind", DICT, "memory kind: Device, Managed, ..."),
         GRAPH_NODE,
     ),
-    sql=lambda db: f"SELECT {pick(db, MS, *GPU_SOURCE, 'bytes', 'value', 'memKind', 'graphNodeId')} FROM {MS}",
+    sql=lambda db: select(db, MS, *GPU_SOURCE, "bytes", "value", "memKind", "graphNodeId"),
     convert=lambda db, b: {
         **gpu_common(b),
         "name": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(b), np.int32)),
@@ -257,7 +265,7 @@ SYNCS = TableSpec(
         Column("sync_type", DICT, "Event sync, Stream wait sync, Stream sync, Context sync"),
         Column("event_id", I64, "CUDA event waited on, if any", True),
     ),
-    sql=lambda db: f"SELECT {pick(db, SY, *GPU_SOURCE, 'syncType', 'eventId')} FROM {SY}",
+    sql=lambda db: select(db, SY, *GPU_SOURCE, "syncType", "eventId"),
     convert=lambda db, b: {
         **gpu_common(b),
         "sync_type": labels(b.column("syncType"),
@@ -285,7 +293,7 @@ CUDA_API = TableSpec(
         Column("return_value", I32, "CUresult / cudaError_t", True),
         Column("callchain_id", I32, "CUDA_CALLCHAINS id when backtraces were recorded", True),
     ),
-    sql=lambda db: f"SELECT {pick(db, RT, *API_SOURCE)} FROM {RT}",
+    sql=lambda db: select(db, RT, *API_SOURCE),
     convert=lambda db, b: {
         "start_ns": b.column("start"), "end_ns": b.column("end"), "duration_ns": duration(b),
         "pid": pid_of(b.column("globalTid")), "tid": tid_of(b.column("globalTid")),
@@ -435,7 +443,8 @@ CUDA_GRAPH_NODES = TableSpec(
         Column("name", DICT, "event name, if recorded", True),
         Column("api_kind", DICT, "event class"),
     ),
-    sql=lambda db: f"SELECT {pick(db, GN, 'start', 'end', 'globalTid', 'graphNodeId', 'originalGraphNodeId', 'nameId', 'eventClass')} FROM {GN}",
+    sql=lambda db: select(db, GN, "start", "end", "globalTid", "graphNodeId",
+                          "originalGraphNodeId", "nameId", "eventClass"),
     convert=lambda db, b: {
         "start_ns": b.column("start"), "end_ns": b.column("end"),
         "pid": pid_of(b.column("globalTid")), "tid": tid_of(b.column("globalTid")),

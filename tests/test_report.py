@@ -81,7 +81,8 @@ def test_graph_replayed_kernels_carry_graph_node_ids(sqlite_of, cache_dir):
     nodes = r.cuda_graph_nodes()
     replayed = k[k["graph_node_id"].notna()]
     assert len(replayed) > 2000 and len(nodes) == 528
-    assert set(replayed["graph_node_id"]) <= set(nodes["graph_node_id"]) | set(nodes["original_graph_node_id"].dropna())
+    known = set(nodes["graph_node_id"]) | set(nodes["original_graph_node_id"].dropna())
+    assert set(replayed["graph_node_id"]) <= known
 
 
 def test_missing_table_is_empty_with_columns_and_a_hint(sqlite_of, cache_dir):
