@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from .db import ExportDB
 
-TABLE_VERSION = 3
+TABLE_VERSION = 4
 
 I32, I64, U32, F64, STR = pa.int32(), pa.int64(), pa.uint32(), pa.float64(), pa.string()
 DICT = pa.dictionary(pa.int32(), pa.string())
@@ -345,9 +345,12 @@ def _nvtx_sql(db: ExportDB) -> str:
 def _nvtx_convert(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
     text = valid_utf8(b.column("text").cast(STR))
     domain = valid_utf8(b.column("domain").cast(STR))
-    # nsys stats names a range "domain:text" outside the default domain
-    name = pc.if_else(pc.is_null(domain), text,
-                      pc.binary_join_element_wise(domain, text, ":"))
+    # nsys stats names a range "domain:text"; in the default domain push/pop ranges are just
+    # "text" while start/end ranges are ":text" (its nvtx_sum joins coalesce(domain, ''))
+    start_end = pc.equal(b.column("eventType"), 60)
+    prefix = pc.if_else(pc.and_(pc.is_null(domain), start_end), "", domain)
+    name = pc.if_else(pc.is_null(prefix), text,
+                      pc.binary_join_element_wise(prefix, pc.fill_null(text, ""), ":"))
     end = b.column("end")
     gt = b.column("globalTid")
     endgt = b.column("endGlobalTid")
@@ -396,7 +399,8 @@ NVTX = TableSpec(
         Column("pid", I32, "process id"), Column("tid", I32, "thread that opened the range"),
         Column("end_tid", I32, "thread that closed it (start/end ranges may cross threads)"),
         Column("kind", DICT, "push_pop, start_end or mark"),
-        Column("name", DICT, "'domain:text' (just text in the default domain), as `nsys stats` prints it"),
+        Column("name", DICT, "'domain:text', as `nsys stats` prints it (default domain: "
+                             "'text' for push/pop, ':text' for start/end ranges)"),
         Column("text", STR, "range text (inline or registered string)", True),
         Column("domain", DICT, "NVTX domain name; null for the default domain", True),
         Column("domain_id", I64, "NVTX domain id (0 = default)"),
