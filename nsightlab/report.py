@@ -22,7 +22,7 @@ from . import frames, nsys as nsys_cli
 from .cache import TableCache, default_root, keyed_dir
 from .db import BATCH_ROWS, ExportDB, NSYS_REP_MAGIC
 from .errors import CorruptReportError, NotAReportError, UnknownTableError, UnsupportedReportError
-from .tables import TABLES, TableSpec, build_batch, to_pandas
+from .tables import NVTX_TYPES, TABLES, TableSpec, build_batch, to_pandas
 
 #: tables whose presence says "this SQLite came from nsys export"
 NSYS_MARKERS = ("StringIds", "TARGET_INFO_SESSION_START_TIME", "ThreadNames", "NVTX_EVENTS",
@@ -259,7 +259,7 @@ class Report:
                 out[name] = 0
             elif name == "nvtx":
                 out[name] = self.db.query(
-                    "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)")[0][0]
+                    f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({NVTX_TYPES})")[0][0]
             else:
                 out[name] = self.db.count(spec.source)
         return out

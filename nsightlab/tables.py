@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from .db import ExportDB
 
-TABLE_VERSION = 4
+TABLE_VERSION = 5
 
 I32, I64, U32, F64, STR = pa.int32(), pa.int64(), pa.uint32(), pa.float64(), pa.string()
 DICT = pa.dictionary(pa.int32(), pa.string())
@@ -39,7 +39,9 @@ LAUNCH_TYPE = {0: "Unknown", 1: "Regular", 2: "Coop Single Device", 3: "Coop Mul
                4: "CBL Commandlist"}
 EVENT_CLASS = {0: "CUDA runtime", 1: "CUDA driver", 13: "CUDA EGL driver", 28: "cuDNN",
                29: "cuBLAS", 67: "CUDA backtrace", 77: "CUDA graph node creation"}
-NVTX_KIND = {34: "mark", 59: "push_pop", 60: "start_end"}
+# NVTX_EVENTS.eventType: 70/71 are the "NVTXT" variants NVIDIA's own summaries count alongside
+NVTX_KIND = {34: "mark", 59: "push_pop", 60: "start_end", 70: "push_pop", 71: "start_end"}
+NVTX_TYPES = ", ".join(map(str, NVTX_KIND))
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,8 @@ KERNELS = TableSpec(
     sql=lambda db: select(db, K, *GPU_SOURCE, "shortName", "gridX", "gridY", "gridZ", "blockX",
                           "blockY", "blockZ", "registersPerThread", "staticSharedMemory",
                           "dynamicSharedMemory", "launchType", "graphNodeId",
-                          extra="COALESCE(demangledName, shortName) AS nameId"),
+                          extra="COALESCE(demangledName, shortName) AS nameId"
+                          if "demangledName" in db.columns(K) else "shortName AS nameId"),
     convert=lambda db, b: {
         **gpu_common(b),
         "name": db.strings.lookup(b.column("nameId")),
@@ -338,7 +341,7 @@ def _nvtx_sql(db: ExportDB) -> str:
         LEFT JOIN names d ON d.domainId = {dom} AND d.gpid = (e.globalTid & ~0xFFFFFF)
         LEFT JOIN cats k ON k.domainId = {dom} AND k.gpid = (e.globalTid & ~0xFFFFFF)
                         AND k.category = {col('e', 'category')}
-        WHERE e.eventType IN (34, 59, 60)
+        WHERE e.eventType IN ({NVTX_TYPES})
         ORDER BY e.start"""
 
 
@@ -347,7 +350,7 @@ def _nvtx_convert(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
     domain = valid_utf8(b.column("domain").cast(STR))
     # nsys stats names a range "domain:text"; in the default domain push/pop ranges are just
     # "text" while start/end ranges are ":text" (its nvtx_sum joins coalesce(domain, ''))
-    start_end = pc.equal(b.column("eventType"), 60)
+    start_end = pc.is_in(b.column("eventType"), pa.array([60, 71], I64))
     prefix = pc.if_else(pc.and_(pc.is_null(domain), start_end), "", domain)
     name = pc.if_else(pc.is_null(prefix), text,
                       pc.binary_join_element_wise(prefix, pc.fill_null(text, ""), ":"))
