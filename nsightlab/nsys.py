@@ -63,7 +63,7 @@ def export_sqlite(report: Path, out: Path, nsys: Path | None) -> Path:
     msg = (proc.stdout + proc.stderr).strip()
     if proc.returncode != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
-        if "Version not supported" in msg or "version" in msg.lower() and "support" in msg.lower():
+        if any(t in msg for t in ("Version not supported", "Version number is invalid")):
             raise NsysExportError(
                 f"{report}: written by a newer Nsight Systems than the local nsys "
                 f"{nsys_version(nsys)} ({nsys}) can read; export it with an nsys at least as new "

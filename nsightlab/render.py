@@ -41,6 +41,8 @@ def table_text(df: pd.DataFrame, max_width: int = 60) -> str:
         return "(no rows)\n" if len(df.columns) == 0 else "  ".join(df.columns) + "\n(no rows)\n"
 
     def cell(v) -> str:
+        if isinstance(v, float) and not pd.isna(v):
+            return f"{v:.1f}"  # nsys prints times and percentages to 0.1
         s = "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
         return s if len(s) <= max_width else s[: max_width // 2 - 1] + "…" + s[-(max_width // 2):]
 

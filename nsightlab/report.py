@@ -8,7 +8,9 @@ exist) and, for a table the report lacks, which ``nsys profile --trace`` option 
 from __future__ import annotations
 
 import json
+import lzma
 import os
+import shutil
 import struct
 from collections.abc import Callable
 from functools import cached_property
@@ -71,6 +73,8 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     capture = None
     if p.is_dir():
         capture, p = p, _capture_sqlite(p)
+    if p.name.endswith(".sqlite.xz"):
+        p = _decompressed(p, root, progress)
     if p.suffix in nsys_cli.REPORT_SUFFIXES or _is_nsys_rep(p):
         p = _exported(p, capture, root, nsys, progress)
     if capture is not None:
@@ -127,6 +131,24 @@ def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLi
     if progress is not None and exe is not None:
         progress(f"exporting {rep.name} to SQLite with {exe} ...")
     return nsys_cli.export_sqlite(rep, out, exe)
+
+
+def _decompressed(xz: Path, root: Path, progress: Callable[[str], None] | None) -> Path:
+    """An xz-compressed export, decompressed once into the cache folder (never beside it)."""
+    out = keyed_dir(root, xz) / xz.name[: -len(".xz")]
+    if not out.is_file():
+        if progress is not None:
+            progress(f"decompressing {xz.name} ...")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        try:
+            with lzma.open(xz) as src, tmp.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (lzma.LZMAError, EOFError) as e:
+            tmp.unlink(missing_ok=True)
+            raise CorruptReportError(f"{xz}: not a complete xz file ({e}); copy it again") from None
+        os.replace(tmp, out)
+    return out
 
 
 def _check_not_truncated(path: Path) -> None:

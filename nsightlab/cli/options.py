@@ -23,9 +23,11 @@ def report_options(f: Callable) -> Callable:
     @functools.wraps(f)
     def wrapper(*args, no_cache: bool, cache_dir: str | None, nsys_path: str | None, **kw):
         def opener(path: str) -> Report:
-            return open_report(path, cache=not no_cache, cache_dir=cache_dir, nsys=nsys_path,
-                               progress=lambda msg: click.echo(f"nsightlab: {msg}", err=True))
+            return open_report(path, progress=lambda msg: click.echo(f"nsightlab: {msg}", err=True),
+                               **opener.open_kwargs)
 
+        # the same options, as keyword arguments for nsightlab.open (worker processes)
+        opener.open_kwargs = {"cache": not no_cache, "cache_dir": cache_dir, "nsys": nsys_path}
         return f(*args, opener=opener, **kw)
 
     return wrapper

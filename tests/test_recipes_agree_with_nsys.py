@@ -1,0 +1,65 @@
+"""Recipes against NVIDIA's own numbers on every fixture (as printed by nsys stats/analyze)."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import nsightlab.recipes as R
+
+from conftest import STEMS
+from test_fixtures_agree_with_nsys import expected, with_expected
+
+
+def close(ours: float, printed: str) -> bool:
+    """nsys prints averages/medians/stddevs/percentages rounded to 0.1 (half away from 0)."""
+    return abs(float(ours) - float(printed)) <= 0.05 + 1e-6
+
+
+def rows_by_name(rows, key):
+    out = collections.defaultdict(list)
+    for r in rows:
+        out[r[key]].append(r)
+    return out
+
+
+@pytest.mark.parametrize("stem", with_expected("cuda_gpu_kern_sum"))
+def test_kernel_sum_equals_cuda_gpu_kern_sum(stem, sqlite_of, cache_dir):
+    ours = R.run("kernel_sum", sqlite_of(stem))["kernel_sum"].set_index("name")
+    theirs = expected(stem, "cuda_gpu_kern_sum")
+    assert len(ours) == len(theirs)
+    for row in theirs:
+        o = ours.loc[row["Name"]]
+        assert (o.instances, o.total_ns, o.min_ns, o.max_ns) == (
+            int(row["Instances"]), int(row["Total Time (ns)"]), int(row["Min (ns)"]),
+            int(row["Max (ns)"])), row["Name"]
+        for col, printed in (("avg_ns", "Avg (ns)"), ("med_ns", "Med (ns)"),
+                             ("stddev_ns", "StdDev (ns)"), ("time_pct", "Time (%)")):
+            assert close(o[col], row[printed]), (row["Name"], col, o[col], row[printed])
+
+
+@pytest.mark.parametrize("stem", with_expected("cuda_api_sum"))
+def test_api_sum_equals_cuda_api_sum(stem, sqlite_of, cache_dir):
+    ours = rows_by_name(R.run("api_sum", sqlite_of(stem))["api_sum"].to_dict("records"), "name")
+    theirs = rows_by_name(expected(stem, "cuda_api_sum"), "Name")
+    assert set(ours) == set(theirs)
+    for name, rows in theirs.items():
+        mine = sorted(ours[name], key=lambda r: r["total_ns"])
+        rows = sorted(rows, key=lambda r: int(r["Total Time (ns)"]))
+        assert len(mine) == len(rows), name
+        for o, t in zip(mine, rows):
+            assert (o["calls"], o["total_ns"], o["min_ns"], o["max_ns"]) == (
+                int(t["Num Calls"]), int(t["Total Time (ns)"]), int(t["Min (ns)"]),
+                int(t["Max (ns)"])), name
+            for col, printed in (("avg_ns", "Avg (ns)"), ("med_ns", "Med (ns)"),
+                                 ("stddev_ns", "StdDev (ns)"), ("time_pct", "Time (%)")):
+                assert close(o[col], t[printed]), (name, col)
+
+
+def test_every_fixture_runs_kernel_sum_or_says_no_data(cache_dir, sqlite_of):
+    for stem in STEMS:
+        res = R.run_many("kernel_sum", [str(sqlite_of(stem))])
+        (entry,) = res.manifest["inputs"]
+        assert entry["status"] in ("ok", "no data"), entry
+        if stem == "pub-centerformer-trt-nvtx":
+            assert entry["status"] == "no data" and "--trace=cuda" in entry["message"]
