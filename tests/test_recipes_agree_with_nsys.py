@@ -63,3 +63,24 @@ def test_every_fixture_runs_kernel_sum_or_says_no_data(cache_dir, sqlite_of):
         assert entry["status"] in ("ok", "no data"), entry
         if stem == "pub-centerformer-trt-nvtx":
             assert entry["status"] == "no data" and "--trace=cuda" in entry["message"]
+
+
+@pytest.mark.parametrize("stem", with_expected("cuda_kern_exec_sum"))
+def test_launch_compute_per_kernel_equals_cuda_kern_exec_sum(stem, sqlite_of, cache_dir):
+    ours = R.run("launch_compute", sqlite_of(stem))["per_kernel"]
+    ours = {(r["pid"], r["tid"], r["device"], r["api_name"], r["name"]): r
+            for r in ours.to_dict("records")}
+    theirs = expected(stem, "cuda_kern_exec_sum")
+    assert len(ours) == len(theirs)
+    for t in theirs:
+        key = (int(t["PID"]), int(t["TID"]), int(t["DevId"]), t["API Name"], t["Kernel Name"])
+        o = ours[key]
+        assert (o["count"], o["queue_count"]) == (int(t["Count"]), int(t["QCount"])), key
+        for metric, letter in (("api", "A"), ("queue", "Q"), ("kernel", "K"), ("total", "T")):
+            if metric == "queue" and o["queue_count"] == 0:
+                assert t["QAvg (ns)"] == ""  # nsys prints nothing when no launch queued
+                continue
+            for stat, col in (("min", "Min"), ("max", "Max")):
+                assert int(o[f"{metric}_{stat}_ns"]) == int(t[f"{letter}{col} (ns)"]), (key, metric)
+            for stat, col in (("avg", "Avg"), ("med", "Med"), ("stddev", "StdDev")):
+                assert close(o[f"{metric}_{stat}_ns"], t[f"{letter}{col} (ns)"]), (key, metric, stat)

@@ -1,0 +1,77 @@
+"""Which CPU API call launched which GPU operation: the kernel ⋈ CUDA API join.
+
+The join is NVIDIA's (``cuda_kern_exec_sum``): same process and same correlation id. It is
+done with sorted integer keys and ``searchsorted`` instead of a hash merge, reading only key
+columns of the 16M-row API table first and then just the matched rows of the columns asked
+for, so an 8M-kernel report joins in seconds and within the memory of its kernel columns.
+Kernels replayed from a CUDA graph carry the correlation id of the ``cudaGraphLaunch`` that
+replayed them, so they are attributed to it.
+
+When an export holds two API rows for one call (2022-era CUDA-backtrace duplicates), each
+kernel matches both, as in NVIDIA's script.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .report import Report
+
+
+def _keys(pid: pd.Series, corr: pd.Series) -> np.ndarray:
+    return (pid.to_numpy(np.int64) << 32) | corr.to_numpy(np.int64)
+
+
+def match(op_keys: np.ndarray, api_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(op row, API row) index pairs with equal keys; ops without a match are left out."""
+    if np.all(api_keys[1:] >= api_keys[:-1]):
+        order, ordered = None, api_keys  # API rows are in call order almost always
+    else:
+        order = np.argsort(api_keys, kind="stable")
+        ordered = api_keys[order]
+    lo = np.searchsorted(ordered, op_keys, "left")
+    hi = np.searchsorted(ordered, op_keys, "right")
+    n = hi - lo
+    if n.max(initial=0) <= 1:
+        ops = np.flatnonzero(n)
+        pos = lo[ops]
+    else:
+        ops = np.repeat(np.arange(len(op_keys)), n)
+        first = np.repeat(lo, n)
+        pos = first + np.arange(len(ops)) - np.repeat(np.cumsum(n) - n, n)
+    return ops, (pos if order is None else order[pos])
+
+
+def launches(report: Report, table: str = "kernels",
+             op_columns: tuple[str, ...] = ("start_ns", "end_ns", "device_id", "name"),
+             api_columns: tuple[str, ...] = ("start_ns", "end_ns", "tid", "name")
+             ) -> pd.DataFrame:
+    """Rows of ``table`` (kernels, memcpy or memset) joined to the API call that issued them.
+
+    Columns: ``pid``, ``correlation_id``, the ``op_columns`` as they are, the
+    ``api_columns`` prefixed ``api_`` (``api_start_ns``, ``api_end_ns``, ``api_tid``,
+    ``api_name``) and ``api_row`` (the call's row in ``cuda_api``: one ``cudaGraphLaunch``
+    launches many kernels). Empty (same columns) when either table is missing.
+    """
+    ops = report.table(table, ["pid", "correlation_id", *op_columns])
+    cols = ["pid", "correlation_id", *op_columns, *(f"api_{c}" for c in api_columns), "api_row"]
+    if ops.empty or not report.has("cuda_api"):
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    keys = report.cuda_api(["pid", "correlation_id"])
+    op_idx, api_idx = match(_keys(ops["pid"], ops["correlation_id"]),
+                            _keys(keys["pid"], keys["correlation_id"]))
+    del keys
+    out = ops.iloc[op_idx].reset_index(drop=True)
+    out["api_row"] = api_idx
+    for c in api_columns:  # one API column at a time: only matched rows are kept
+        col = report.cuda_api([c])[c]
+        out[f"api_{c}"] = col.iloc[api_idx].reset_index(drop=True)
+    return out[cols]
+
+
+def first_of_call(api_row: np.ndarray) -> np.ndarray:
+    """True for the first operation of each API call (count a graph launch's time once)."""
+    api_row = np.asarray(api_row)
+    if len(api_row) < 2 or np.all(api_row[1:] > api_row[:-1]):
+        return np.ones(len(api_row), bool)  # one operation per call, in call order
+    return ~pd.Series(api_row).duplicated().to_numpy()

@@ -1,0 +1,96 @@
+"""NVTX ranges projected onto the GPU: which kernels each range launched, and when they ran.
+
+A kernel belongs to every NVTX range that was open, on the thread that launched it, when its
+launching API call started (push/pop ranges: same thread; start/end ranges, which may cross
+threads: same process). So an iteration range owns the kernels of all its layer ranges, and
+kernels replayed from a CUDA graph belong to the ranges around their ``cudaGraphLaunch``.
+This is NVIDIA's documented NVTX→runtime→kernel attribution, generalized to all enclosing
+ranges, computed with one sort and ``searchsorted`` per thread.
+
+Columns of ``project``: the NVTX columns (name, text, domain, kind, pid, tid, depth,
+start_ns, end_ns, duration_ns) plus kernel_count, kernel_time_ns (sum of kernel durations),
+launch_calls and launch_api_ns (the distinct launching calls and the sum of their durations: a
+graph launch counts once, not once per kernel), gpu_start_ns / gpu_end_ns (first kernel
+start, last kernel end) and gpu_span_ns (their distance: the range's duration on the GPU).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .launches import first_of_call, launches
+from .report import Report
+from .timeline import slice_reduce
+
+NVTX_COLUMNS = ["name", "text", "domain", "kind", "pid", "tid", "depth", "start_ns", "end_ns",
+                "duration_ns"]
+
+
+def project(report: Report, launched: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every NVTX range (not marks) with the GPU work it launched (see module docstring).
+
+    ``launched`` may be passed in when the caller already has ``launches(report)`` with at
+    least start_ns, end_ns, api_start_ns, api_end_ns, api_tid and api_row.
+    """
+    nvtx = report.nvtx(NVTX_COLUMNS)
+    nvtx = nvtx[nvtx["kind"] != "mark"].reset_index(drop=True)
+    if launched is None:
+        launched = launches(report, op_columns=("start_ns", "end_ns"),
+                            api_columns=("start_ns", "end_ns", "tid"))
+    n = len(nvtx)
+    count = np.zeros(n, np.int64)
+    ktime = np.zeros(n, np.int64)
+    api = np.zeros(n, np.int64)
+    calls = np.zeros(n, np.int64)
+    gstart = np.full(n, np.iinfo(np.int64).max)
+    gend = np.full(n, np.iinfo(np.int64).min)
+    if n and len(launched):
+        end = nvtx["end_ns"].fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
+        start = nvtx["start_ns"].to_numpy(np.int64)
+        pids, tids = nvtx["pid"].to_numpy(), nvtx["tid"].to_numpy()
+        push_pop = (nvtx["kind"] == "push_pop").to_numpy()
+        first = first_of_call(launched["api_row"].to_numpy())
+        lp = launched["pid"].to_numpy()
+        lt = launched["api_tid"].to_numpy()
+        for (pid, tid), rows in _groups(pids, np.where(push_pop, tids, -1)):
+            sel = np.flatnonzero((lp == pid) & ((lt == tid) if tid >= 0 else True))
+            if not len(sel):
+                continue
+            order = sel[np.argsort(launched["api_start_ns"].to_numpy()[sel], kind="stable")]
+            api_start = launched["api_start_ns"].to_numpy()[order]
+            k_start = launched["start_ns"].to_numpy(np.int64)[order]
+            k_end = launched["end_ns"].to_numpy(np.int64)[order]
+            once = first[order]
+            a_dur = np.where(once, launched["api_end_ns"].to_numpy(np.int64)[order]
+                             - launched["api_start_ns"].to_numpy(np.int64)[order], 0)
+            lo = np.searchsorted(api_start, start[rows], "left")
+            hi = np.searchsorted(api_start, end[rows], "right")
+            count[rows] = hi - lo
+            ktime[rows] = _slice_sum(k_end - k_start, lo, hi)
+            api[rows] = _slice_sum(a_dur, lo, hi)
+            calls[rows] = _slice_sum(once.astype(np.int64), lo, hi)
+            gstart[rows] = slice_reduce(np.minimum, k_start, lo, hi, gstart[0])
+            gend[rows] = slice_reduce(np.maximum, k_end, lo, hi, gend[0])
+    out = nvtx.copy()
+    out["kernel_count"] = count
+    out["kernel_time_ns"] = ktime
+    out["launch_calls"] = calls
+    out["launch_api_ns"] = api
+    has = count > 0
+    out["gpu_start_ns"] = pd.array(np.where(has, gstart, 0), dtype="Int64")
+    out["gpu_end_ns"] = pd.array(np.where(has, gend, 0), dtype="Int64")
+    out.loc[~has, ["gpu_start_ns", "gpu_end_ns"]] = pd.NA
+    out["gpu_span_ns"] = out["gpu_end_ns"] - out["gpu_start_ns"]
+    return out
+
+
+def _slice_sum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    cum = np.concatenate([[0], np.cumsum(values)])
+    return cum[hi] - cum[lo]
+
+
+def _groups(pids: np.ndarray, tids: np.ndarray):
+    """(pid, tid) -> row indices; tid -1 stands for "any thread of the process"."""
+    frame = pd.DataFrame({"pid": pids, "tid": tids})
+    for key, idx in frame.groupby(["pid", "tid"], sort=False).indices.items():
+        yield key, idx

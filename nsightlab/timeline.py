@@ -1,0 +1,67 @@
+"""Interval arithmetic on GPU/CPU timelines, vectorized with NumPy.
+
+Everything here works on plain arrays of start/end nanoseconds so that recipes can apply it
+to millions of operations: the union of intervals (busy time), covered time inside windows
+(busy % per bin or per range), idle gaps (NVIDIA's ``gpu_gaps`` method), and reductions over
+many [lo, hi) slices at once.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into disjoint, sorted ones (touching intervals merge)."""
+    if len(starts) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order].astype(np.int64), ends[order].astype(np.int64)
+    reach = np.maximum.accumulate(e)
+    # a new merged interval begins where a start lies beyond everything reached before it
+    new = np.empty(len(s), bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(s)) - 1
+    return s[first], reach[last]
+
+
+def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Time covered by disjoint sorted intervals (ms, me) inside each window [a, b)."""
+    return _covered_before(ms, me, np.asarray(b)) - _covered_before(ms, me, np.asarray(a))
+
+
+def _covered_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Covered time in (-inf, t) for each t."""
+    if len(ms) == 0:
+        return np.zeros(np.shape(t), np.int64)
+    cum = np.concatenate([[0], np.cumsum(me - ms)])
+    i = np.searchsorted(ms, t, "right")  # intervals starting at or before t
+    full = cum[i]
+    last = np.maximum(i - 1, 0)
+    overhang = np.where(i > 0, np.maximum(me[last] - t, 0), 0)
+    return full - overhang
+
+
+def gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Idle gaps between operations that may overlap (NVIDIA's gpu_gaps method): pair the
+    j-th smallest end with the (j+1)-th smallest start; where the end comes first, every
+    operation that had started had finished, so the device was idle until that start."""
+    if len(starts) < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    s = np.sort(starts.astype(np.int64))
+    e = np.sort(ends.astype(np.int64))
+    idle = e[:-1] < s[1:]
+    return e[:-1][idle], s[1:][idle]
+
+
+def slice_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 empty) -> np.ndarray:
+    """``ufunc.reduce(values[lo[i]:hi[i]])`` for every i at once; ``empty`` where lo == hi."""
+    if len(lo) == 0:
+        return np.empty(0, values.dtype)
+    padded = np.append(values, values[-1:] if len(values) else [empty])
+    idx = np.empty(2 * len(lo), np.int64)
+    idx[0::2], idx[1::2] = lo, hi
+    out = ufunc.reduceat(padded, idx)[0::2]
+    return np.where(hi > lo, out, empty)

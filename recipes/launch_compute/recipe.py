@@ -1,0 +1,117 @@
+"""launch_compute: launch overhead vs GPU compute, per kernel, per run and per NVTX range."""
+import numpy as np
+import pandas as pd
+
+from nsightlab.launches import first_of_call, launches
+from nsightlab.projection import project
+from nsightlab.recipes import NoDataError
+from nsightlab.stats import describe
+from nsightlab.timeline import union
+
+
+def run(report, params):
+    lk = launches(report, op_columns=("start_ns", "end_ns", "device_id", "name"),
+                  api_columns=("start_ns", "end_ns", "tid", "name"))
+    if lk.empty:
+        raise NoDataError(report.missing_hint("kernels") or report.missing_hint("cuda_api")
+                          or f"{report.path.name}: no kernel launches")
+    return {"per_kernel": per_kernel(lk), "summary": summary(report, lk, params),
+            "by_range": by_range(report, lk, params)}
+
+
+def per_kernel(lk):
+    api = (lk["api_end_ns"] - lk["api_start_ns"]).to_numpy()
+    queue = (lk["start_ns"] - lk["api_end_ns"]).to_numpy().astype(float)
+    queue[queue < 0] = np.nan  # a kernel that starts before its call returns has no queue time
+    frame = pd.DataFrame({
+        "pid": lk["pid"], "tid": lk["api_tid"], "device": lk["device_id"],
+        "api_name": lk["api_name"], "name": lk["name"], "api": api, "queue": queue,
+        "kernel": (lk["end_ns"] - lk["start_ns"]).to_numpy(),
+        "total": np.maximum(lk["api_end_ns"], lk["end_ns"]).to_numpy() - lk["api_start_ns"].to_numpy(),
+    })
+    keys = ["pid", "tid", "device", "api_name", "name"]
+    out = None
+    for metric in ("api", "queue", "kernel", "total"):
+        d = describe(frame, keys, metric, prefix=f"{metric}_")
+        if metric == "api":
+            d = d.rename(columns={"api_count": "count"})
+        elif metric == "queue":
+            d = d.rename(columns={"queue_count": "queue_count"})
+        else:
+            d = d.drop(columns=f"{metric}_count")
+        out = d if out is None else out.merge(d, on=keys, how="left")
+    for c in ("api_name", "name"):
+        out[c] = out[c].astype(str)
+    return out.sort_values("total_avg_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def verdict(busy_pct, kernel_avg, api_avg, params):
+    """launch-bound: the GPU idles most of the window and kernels are no longer than the calls
+    that launch them; compute-bound: the GPU is busy; mixed: in between."""
+    if busy_pct >= params["busy_high_pct"]:
+        return "compute-bound"
+    if busy_pct < params["busy_low_pct"] and kernel_avg <= 2 * api_avg:
+        return "launch-bound"
+    return "mixed"
+
+
+def _evidence(busy_pct, kernel_avg, api_avg, n):
+    return (f"GPU busy {busy_pct:.0f}% of its window; mean kernel {kernel_avg / 1e3:.1f} us vs "
+            f"mean launch call {api_avg / 1e3:.1f} us; {n} kernels")
+
+
+def by_range(report, lk, params):
+    proj = project(report, lk)
+    proj = proj[proj["kernel_count"] > 0].reset_index(drop=True)
+    span = proj["gpu_span_ns"].astype("float64").to_numpy()
+    busy = np.minimum(100.0, 100.0 * proj["kernel_time_ns"].to_numpy() / np.maximum(span, 1))
+    kavg = proj["kernel_time_ns"].to_numpy() / proj["kernel_count"].to_numpy()
+    # launch cost per kernel: a graph launch's call is shared by all the kernels it replays
+    aavg = proj["launch_api_ns"].to_numpy() / proj["kernel_count"].to_numpy()
+    out = proj[["name", "depth", "pid", "tid", "start_ns", "duration_ns", "kernel_count",
+                "launch_calls", "kernel_time_ns", "gpu_span_ns"]].copy()
+    out["name"] = out["name"].astype(str)
+    out["gpu_busy_pct"] = busy
+    out["launch_api_avg_ns"] = aavg
+    out["kernel_avg_ns"] = kavg
+    out["verdict"] = [verdict(b, k, a, params) for b, k, a in zip(busy, kavg, aavg)]
+    out["evidence"] = [_evidence(b, k, a, n) for b, k, a, n in
+                       zip(busy, kavg, aavg, out["kernel_count"])]
+    return out
+
+
+def summary(report, lk, params):
+    rows = []
+    ranges = None
+    for (pid, dev), g in lk.groupby(["pid", "device_id"], sort=True):
+        s, e = union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        span = int(g["end_ns"].max() - g["start_ns"].min())
+        busy_ns = int((e - s).sum())
+        kdur = (g["end_ns"] - g["start_ns"]).to_numpy()
+        once = first_of_call(g["api_row"].to_numpy())
+        adur = (g["api_end_ns"] - g["api_start_ns"]).to_numpy()[once]
+        queue = (g["start_ns"] - g["api_end_ns"]).to_numpy()
+        busy_pct = 100.0 * busy_ns / max(span, 1)
+        per_kernel_api = adur.sum() / len(g)
+        v = verdict(busy_pct, kdur.mean(), per_kernel_api, params)
+        ev = _evidence(busy_pct, kdur.mean(), per_kernel_api, len(g))
+        if ranges is None:
+            ranges = by_range(report, lk, params)
+        top = ranges[(ranges["pid"] == pid) & (ranges["depth"] == 0)]
+        if len(top):  # steady state: the outermost NVTX ranges, weighted by the GPU work in them
+            weight = top.groupby("verdict")["kernel_time_ns"].sum()
+            v = str(weight.idxmax())
+            ev = (f"{(top['verdict'] == v).sum()} of {len(top)} outermost NVTX ranges "
+                  f"({100 * weight[v] / weight.sum():.0f}% of their kernel time) are {v}; "
+                  "whole run: " + ev)
+        rows.append({
+            "pid": pid, "device": dev, "kernel_count": len(g), "kernel_time_ns": int(kdur.sum()),
+            "gpu_span_ns": span, "gpu_busy_ns": busy_ns, "gpu_busy_pct": busy_pct,
+            "launch_calls": int(once.sum()), "launch_api_ns": int(adur.sum()),
+            "launch_api_avg_ns": float(adur.mean()),
+            "kernel_avg_ns": float(kdur.mean()), "kernel_med_ns": float(np.median(kdur)),
+            "queue_med_ns": float(np.median(queue[queue >= 0])) if (queue >= 0).any() else np.nan,
+            "short_kernel_pct": 100.0 * float((kdur < params["short_kernel_us"] * 1e3).mean()),
+            "verdict": v, "evidence": ev,
+        })
+    return pd.DataFrame(rows)
