@@ -483,6 +483,25 @@ class Report:
         """Named threads and their processes."""
         return self.table("threads", columns)
 
+    def call_stacks(self, ids) -> dict[int, str]:
+        """CPU call stacks of API calls recorded with backtraces (``cuda_api.callchain_id``):
+        id -> frames, innermost first, joined with " < ". Empty where none were recorded."""
+        wanted = sorted({int(i) for i in ids if i is not None and i == i})
+        if not wanted or not self.db.has("CUDA_CALLCHAINS"):
+            return {}
+        have = set(self.db.columns("CUDA_CALLCHAINS"))
+        if not {"id", "symbol", "stackDepth"} <= have:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        rows = self.db.query(
+            "SELECT c.id, COALESCE(s.value, '?') FROM CUDA_CALLCHAINS c "
+            f"LEFT JOIN StringIds s ON s.id = c.symbol WHERE c.id IN ({marks}) "
+            "ORDER BY c.id, c.stackDepth", tuple(wanted)) if len(wanted) < 30000 else []
+        out: dict[int, list[str]] = {}
+        for i, sym in rows:
+            out.setdefault(int(i), []).append(str(sym))
+        return {i: " < ".join(frames) for i, frames in out.items()}
+
     def close(self) -> None:
         self.db.conn.close()
 

@@ -84,3 +84,29 @@ def test_launch_compute_per_kernel_equals_cuda_kern_exec_sum(stem, sqlite_of, ca
                 assert int(o[f"{metric}_{stat}_ns"]) == int(t[f"{letter}{col} (ns)"]), (key, metric)
             for stat, col in (("avg", "Avg"), ("med", "Med"), ("stddev", "StdDev")):
                 assert close(o[f"{metric}_{stat}_ns"], t[f"{letter}{col} (ns)"]), (key, metric, stat)
+
+
+@pytest.mark.parametrize("stem", with_expected("analyze_cuda_api_sync"))
+def test_sync_gaps_finds_the_syncs_nsys_analyze_finds(stem, sqlite_of, cache_dir):
+    syncs = R.run("sync_gaps", sqlite_of(stem))["syncs"]
+    mine = syncs[syncs["api_name"].isin(["cudaDeviceSynchronize", "cudaStreamSynchronize"])]
+    theirs = expected(stem, "analyze_cuda_api_sync")  # nsys prints the longest 50 at most
+    got = {(int(r.start_ns), int(r.duration_ns), int(r.pid), int(r.tid)) for r in mine.itertuples()}
+    want = {(int(t["Start (ns)"]), int(t["Duration (ns)"]), int(t["PID"]), int(t["TID"]))
+            for t in theirs}
+    assert want <= got
+    top = sorted((d for _, d, _, _ in got), reverse=True)[: len(want)]
+    assert top == sorted((d for _, d, _, _ in want), reverse=True)
+    if len(theirs) < 50:
+        assert len(got) == len(want)
+
+
+@pytest.mark.parametrize("stem", with_expected("analyze_gpu_gaps"))
+def test_sync_gaps_at_500ms_equals_nsys_analyze_gpu_gaps(stem, sqlite_of, cache_dir):
+    gaps = R.run("sync_gaps", sqlite_of(stem), min_gap_ms=500)["gaps"]
+    got = sorted((int(g.duration_ns), int(g.start_ns), int(g.pid), int(g.device_id),
+                  int(g.context_id)) for g in gaps.itertuples())
+    want = sorted((int(t["Duration (ns)"]), int(t["Start (ns)"]), int(t["PID"]),
+                   int(t["Device ID"]), int(t["Context ID"]))
+                  for t in expected(stem, "analyze_gpu_gaps"))
+    assert got == want

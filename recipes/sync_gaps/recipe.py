@@ -1,0 +1,201 @@
+"""sync_gaps: host waits on the GPU, GPU idle gaps, and which wait each gap follows."""
+import re
+
+import numpy as np
+import pandas as pd
+
+from nsightlab.launches import match
+from nsightlab.recipes import NoDataError
+from nsightlab.timeline import gaps as idle_gaps
+
+# synchronizing CUDA calls by kind; memcpy/memset without "Async" block the host too
+SYNC_KINDS = [
+    ("device", r"^(cudaDeviceSynchronize|cuCtxSynchronize|cudaThreadSynchronize)"),
+    ("stream", r"^(cudaStreamSynchronize|cuStreamSynchronize)"),
+    ("event", r"^(cudaEventSynchronize|cuEventSynchronize)"),
+    ("stream_wait", r"^(cudaStreamWaitEvent|cuStreamWaitEvent)"),
+    ("memcpy", r"^(cudaMemcpy(?!.*Async)|cuMemcpy(?!.*Async))"),
+    ("memset", r"^(cudaMemset(?!.*Async)|cuMemset(?!.*Async))"),
+]
+OPS = ("kernels", "memcpy", "memset")
+
+
+def sync_kind(name):
+    for kind, rx in SYNC_KINDS:
+        if re.match(rx, name):
+            return kind
+    return None
+
+
+def run(report, params):
+    if not report.has("cuda_api"):
+        raise NoDataError(report.missing_hint("cuda_api"))
+    ops = gpu_ops(report)
+    raw_gaps = all_gaps(ops)
+    syncs = sync_calls(report, raw_gaps)
+    gaps = reported_gaps(report, ops, raw_gaps, syncs, params["min_gap_ms"] * 1e6)
+    return {"syncs": syncs, "gaps": gaps, "by_api": by_api(syncs, gaps)}
+
+
+def gpu_ops(report):
+    """Kernels, memcpys and memsets: the GPU operations a gap lies between."""
+    cols = ["pid", "device_id", "context_id", "start_ns", "end_ns", "correlation_id"]
+    frames = [report.table(t, cols).assign(op=t) for t in OPS if report.has(t)]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        raise NoDataError(report.missing_hint("kernels") or f"{report.path.name}: no GPU activity")
+    return pd.concat(frames, ignore_index=True)
+
+
+def all_gaps(ops):
+    rows = []
+    for (pid, dev, ctx), g in ops.groupby(["pid", "device_id", "context_id"], sort=True):
+        s, e = idle_gaps(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        rows.append(pd.DataFrame({"pid": pid, "device_id": dev, "context_id": ctx,
+                                  "start_ns": s, "end_ns": e}))
+    out = pd.concat(rows, ignore_index=True)
+    out["duration_ns"] = out["end_ns"] - out["start_ns"]
+    return out
+
+
+def sync_calls(report, raw_gaps):
+    api = report.cuda_api(["name"])
+    kinds = {n: sync_kind(str(n)) for n in api["name"].cat.categories}
+    wanted = [n for n, k in kinds.items() if k]
+    rows = np.flatnonzero(api["name"].isin(wanted).to_numpy())
+    del api
+    cols = ["pid", "tid", "name", "start_ns", "end_ns", "duration_ns", "correlation_id",
+            "callchain_id"]
+    s = pd.concat([report.cuda_api([c])[c].iloc[rows].reset_index(drop=True) for c in cols],
+                  axis=1)
+    s = s.rename(columns={"name": "api_name"})
+    s["api_name"] = s["api_name"].astype(str)
+    s["sync_kind"] = s["api_name"].map(kinds)
+    # what CUPTI says the call waited on
+    s["stream_id"] = pd.array([pd.NA] * len(s), dtype="UInt32")
+    s["sync_type"] = pd.Series([None] * len(s), dtype=object)
+    if report.has("syncs") and len(s):
+        cu = report.syncs(["pid", "correlation_id", "stream_id", "sync_type"])
+        si, ci = match(_key(s), _key(cu))
+        s.loc[si, "stream_id"] = cu["stream_id"].to_numpy()[ci]
+        s.loc[si, "sync_type"] = cu["sync_type"].astype(str).to_numpy()[ci]
+    s["gpu_idle_after_ns"] = idle_after(s, raw_gaps)
+    stacks = report.call_stacks(s["callchain_id"].dropna().unique())
+    s["call_stack"] = s["callchain_id"].map(lambda i: stacks.get(int(i)) if pd.notna(i) else None)
+    s = s.drop(columns=["callchain_id"])
+    order = ["pid", "tid", "api_name", "sync_kind", "start_ns", "end_ns", "duration_ns",
+             "correlation_id", "stream_id", "sync_type", "gpu_idle_after_ns", "call_stack"]
+    return s[order].sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _key(df):
+    return (df["pid"].to_numpy(np.int64) << 32) | df["correlation_id"].to_numpy(np.int64)
+
+
+def idle_after(s, raw_gaps):
+    """GPU idle from each call's return to the end of the gap it returned into (per process;
+    the longest over the process's devices)."""
+    out = np.zeros(len(s), np.int64)
+    for pid, g in raw_gaps.groupby("pid"):
+        g = g.sort_values("start_ns")
+        gs, ge = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
+        mine = np.flatnonzero(s["pid"].to_numpy() == pid)
+        t = s["end_ns"].to_numpy()[mine]
+        i = np.searchsorted(gs, t, "right") - 1
+        inside = (i >= 0) & (t <= ge[np.maximum(i, 0)])
+        out[mine] = np.where(inside, ge[np.maximum(i, 0)] - t, 0)
+    return out
+
+
+def reported_gaps(report, ops, raw_gaps, syncs, min_gap_ns):
+    gaps = raw_gaps[raw_gaps["duration_ns"] >= min_gap_ns].reset_index(drop=True)
+    n = len(gaps)
+    cause = np.array(["host"] * n, dtype=object)
+    follows = np.array([None] * n, dtype=object)
+    follows_end = np.full(n, -1, np.int64)
+    next_api = np.array([None] * n, dtype=object)
+    next_start = np.full(n, -1, np.int64)
+    if n:
+        ending = ending_ops(ops, gaps)
+        keys = report.cuda_api(["pid", "correlation_id"])
+        gi, ai = match(_key(ending), _key(keys))
+        del keys
+        col = lambda c: report.cuda_api([c])[c].to_numpy()  # noqa: E731  (one column at a time)
+        names, starts, ends, tids = col("name"), col("start_ns"), col("end_ns"), col("tid")
+        next_api[gi] = names[ai].astype(str)
+        next_start[gi] = starts[ai]
+        cause[gi[next_start[gi] <= gaps["start_ns"].to_numpy()[gi]]] = "launch"
+        # host activity: the launching thread's previous CUDA call
+        prev = previous_on_thread(tids, ai)
+        has = prev >= 0
+        follows[gi[has]] = names[prev[has]].astype(str)
+        follows_end[gi[has]] = ends[prev[has]]
+        del names, starts, ends, tids
+        # a sync that returned during the gap: the host was blocked, then re-issued work
+        for pid, idx in gaps.groupby("pid").indices.items():
+            sp = syncs[syncs["pid"] == pid].sort_values("end_ns")
+            if not len(sp):
+                continue
+            se = sp["end_ns"].to_numpy()
+            k = np.searchsorted(se, gaps["end_ns"].to_numpy()[idx], "right") - 1
+            ok = (k >= 0) & (se[np.maximum(k, 0)] >= gaps["start_ns"].to_numpy()[idx])
+            rows = idx[ok]
+            cause[rows] = "sync"
+            follows[rows] = sp["api_name"].to_numpy()[k[ok]]
+            follows_end[rows] = se[k[ok]]
+    out = gaps.copy()
+    out["cause"] = cause
+    out["follows"] = follows
+    out["follows_end_ns"] = _nullable(follows_end)
+    out["next_api"] = next_api
+    out["next_api_start_ns"] = _nullable(next_start)
+    return out.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def ending_ops(ops, gaps):
+    """The GPU operation that starts at each gap's end (pid, correlation_id)."""
+    pid = np.zeros(len(gaps), np.int64)
+    corr = np.zeros(len(gaps), np.int64)
+    for (p, dev, ctx), idx in gaps.groupby(["pid", "device_id", "context_id"]).indices.items():
+        o = ops[(ops["pid"] == p) & (ops["device_id"] == dev) & (ops["context_id"] == ctx)]
+        o = o.sort_values("start_ns", kind="stable")
+        j = np.searchsorted(o["start_ns"].to_numpy(), gaps["end_ns"].to_numpy()[idx], "left")
+        j = np.minimum(j, len(o) - 1)
+        pid[idx] = p
+        corr[idx] = o["correlation_id"].to_numpy()[j]
+    return pd.DataFrame({"pid": pid, "correlation_id": corr})
+
+
+def previous_on_thread(tids, rows, max_back=256):
+    """Index of the previous API row on the same thread as each of ``rows`` (-1 if none within
+    ``max_back`` rows): API rows are in time order, so this is the host's preceding call."""
+    prev = np.full(len(rows), -1, np.int64)
+    todo = np.arange(len(rows))
+    for back in range(1, max_back + 1):
+        cand = rows[todo] - back
+        ok = cand >= 0
+        hit = ok & (tids[np.maximum(cand, 0)] == tids[rows[todo]])
+        prev[todo[hit]] = cand[hit]
+        todo = todo[ok & ~hit]
+        if not len(todo):
+            break
+    return prev
+
+
+def _nullable(values):
+    out = pd.array(np.where(values >= 0, values, 0), dtype="Int64")
+    out[values < 0] = pd.NA
+    return out
+
+
+def by_api(syncs, gaps):
+    if not len(syncs):
+        return pd.DataFrame(columns=["api_name", "sync_kind", "calls", "total_ns", "avg_ns",
+                                     "max_ns", "gpu_idle_after_ns", "gaps_after"])
+    g = syncs.groupby(["api_name", "sync_kind"], sort=False)
+    out = g.agg(calls=("duration_ns", "size"), total_ns=("duration_ns", "sum"),
+                avg_ns=("duration_ns", "mean"), max_ns=("duration_ns", "max"),
+                gpu_idle_after_ns=("gpu_idle_after_ns", "sum")).reset_index()
+    after = gaps["follows"].value_counts()
+    out["gaps_after"] = out["api_name"].map(after).fillna(0).astype(int)
+    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
