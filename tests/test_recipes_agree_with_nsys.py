@@ -110,3 +110,13 @@ def test_sync_gaps_at_500ms_equals_nsys_analyze_gpu_gaps(stem, sqlite_of, cache_
                    int(t["Device ID"]), int(t["Context ID"]))
                   for t in expected(stem, "analyze_gpu_gaps"))
     assert got == want
+
+
+@pytest.mark.parametrize("stem", with_expected("nvtx_sum"))
+def test_nvtx_gpu_range_counts_equal_nvtx_sum(stem, sqlite_of, cache_dir):
+    by_name = R.run("nvtx_gpu", sqlite_of(stem))["by_name"]
+    ours = {(r["name"], r["kind"]): r["instances"] for r in by_name.to_dict("records")}
+    theirs = collections.Counter()
+    for t in expected(stem, "nvtx_sum"):
+        theirs[(t["Range"], {"PushPop": "push_pop", "StartEnd": "start_end"}[t["Style"]])] += int(t["Instances"])
+    assert ours == dict(theirs)

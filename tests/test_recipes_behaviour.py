@@ -63,3 +63,73 @@ def test_fp16_run_has_few_syncs_in_iterations(sqlite_of, cache_dir):
     inside = [((syncs["start_ns"] >= it.start_ns) & (syncs["end_ns"] <= it.end_ns)).sum()
               for it in iters.itertuples()]
     assert max(inside) == 0
+
+
+def test_tensor_core_from_gpu_metrics_is_high_in_gemms_and_near_zero_in_elementwise(sqlite_of, cache_dir):
+    out = R.run("tensor_core", sqlite_of("h200-vit-fp16-gpumetrics"))
+    assert out["summary"].iloc[0]["source"] == "gpu_metrics"
+    bk = out["by_kernel"].set_index("kernel_class")
+    measured = out["by_kernel"][out["by_kernel"]["source"] == "gpu_metrics"]
+    gemm = measured[measured["kernel_class"] == "gemm"].nlargest(1, "total_ns").iloc[0]
+    assert gemm["tensor_active_avg_pct"] > 60
+    for cls in ("norm", "elementwise"):
+        top = measured[measured["kernel_class"] == cls].nlargest(1, "total_ns").iloc[0]
+        assert top["tensor_active_avg_pct"] < 5, cls
+    assert len(bk) > 0
+    # per block: every block range of the timed iterations has Tensor Core activity
+    br = out["by_range"]
+    blocks = br[br["name"].str.fullmatch(r"block\d+") & (br["depth"] == 1)]
+    assert len(blocks) == 240 and (blocks["tensor_active_avg_pct"] > 10).all()
+    assert len(out["over_time"]) > 100
+
+
+def test_tensor_core_from_ncu_reports(sqlite_of, cache_dir):
+    from conftest import SHARED
+
+    fp16 = SHARED / "ncu" / "h200-gemm-fp16.ncu-rep"
+    block3 = SHARED / "ncu" / "h200-vit-fp16-block3.ncu-rep.xz"
+    if not fp16.is_file():
+        pytest.skip("../shared/fixtures/ncu is not present")
+    pytest.importorskip("ncu_report")
+    k = R.run("tensor_core", sqlite_of("h200-vit-fp16"), ncu=str(fp16))["ncu_kernels"]
+    assert len(k) == 1 and k.iloc[0]["kernel_class"] == "gemm"
+    assert 93 < k.iloc[0]["tensor_active_pct"] < 98  # the FP16 GEMM keeps the tensor pipe ~95% busy
+    k3 = R.run("tensor_core", sqlite_of("h200-vit-fp16"), ncu=str(block3))["ncu_kernels"]
+    assert len(k3) == 40 and k3["nvtx"].str.endswith("block3").all()  # "block3" or "iter0/block3"
+    gemms = k3[k3["kernel_class"] == "gemm"]["tensor_active_pct"]
+    others = k3[k3["kernel_class"].isin(["norm", "elementwise"])]["tensor_active_pct"]
+    assert gemms.min() > 50 and others.max() < 5
+
+
+def test_tensor_core_without_metrics_is_an_estimate(sqlite_of, cache_dir):
+    out = R.run("tensor_core", sqlite_of("h200-vit-fp8"))
+    assert out["summary"].iloc[0]["source"] == "estimate"
+    bk = out["by_kernel"]
+    assert (bk["source"] == "estimate").all() and bk["tensor_active_avg_pct"].isna().all()
+    fp8_gemms = bk[(bk["kernel_class"] == "gemm") & (bk["precision"] == "fp8")]
+    assert len(fp8_gemms) >= 3 and fp8_gemms["uses_tensor_cores"].all()
+
+
+def test_nvtx_gpu_projects_iterations_and_blocks(sqlite_of, cache_dir):
+    out = R.run("nvtx_gpu", sqlite_of("h200-vit-fp16"))
+    r = out["ranges"]
+    iters = r[r["name"].str.fullmatch(r"iter\d+")]
+    assert len(iters) == 20 and (iters["kernel_count"] == 129).all()
+    # an iteration owns the kernels of its 12 blocks (and a few of its own)
+    for it in iters.itertuples():
+        blocks = r[(r["depth"] == 1) & (r["start_ns"] >= it.start_ns) & (r["end_ns"] <= it.end_ns)
+                   & r["name"].str.fullmatch(r"block\d+")]
+        assert len(blocks) == 12 and blocks["kernel_time_ns"].sum() <= it.kernel_time_ns
+    assert (iters["gpu_span_ns"] > 6_000_000).all() and (iters["gpu_span_ns"] < 7_000_000).all()
+
+
+def test_gpu_util_bins_add_up_to_busy_time(sqlite_of, cache_dir):
+    path = sqlite_of("h200-launchbound")
+    out = R.run("gpu_util", path, bin_ms=5)
+    dev = out["device"]
+    k = nsightlab.open(path).kernels(["duration_ns"])
+    # one stream, kernels never overlap: busy time over all bins = total kernel time
+    assert dev["busy_ns"].sum() == k["duration_ns"].sum()
+    assert dev["busy_pct"].between(0, 100).all() and dev["busy_pct"].mean() < 50
+    assert dev["ops"].sum() == len(k)
+    assert out["stream"]["busy_ns"].sum() == dev["busy_ns"].sum()

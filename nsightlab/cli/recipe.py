@@ -85,6 +85,8 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
               help="Write <OUTDIR>/<table>.parquet and manifest.json (like nsys recipe).")
 @click.option("--force", is_flag=True, help="Replace an existing, non-empty OUTDIR.")
+@click.option("--ncu", "ncu_file", type=click.Path(exists=True, dir_okay=False),
+              help="Nsight Compute report for recipes that take one (same as -p ncu=FILE).")
 @click.option("--limit", type=click.IntRange(min=1), default=25, show_default=True,
               help="Rows per table printed with --format table.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
@@ -92,8 +94,8 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--strict", is_flag=True, help="Exit 1 if any report fails (not for 'no data').")
 @report_options
 def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], fmt: str,
-        outdir: str | None, force: bool, limit: int, jobs: int | None, strict: bool,
-        opener) -> None:
+        outdir: str | None, force: bool, ncu_file: str | None, limit: int, jobs: int | None,
+        strict: bool, opener) -> None:
     """Run recipe NAME on INPUT reports: report files, capture names or directories, or
     directories of reports (run in parallel, one row block per report).
 
@@ -104,12 +106,16 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], fmt: str,
       nsightlab recipe run kernel_sum report.sqlite --limit 10
       nsightlab recipe run launch_compute fp16 --format json
       nsightlab recipe run sync_gaps syncy.sqlite -p min_gap_ms=0.5 -o gaps/ --format csv
+      nsightlab recipe run tensor_core fp16 --ncu gemm.ncu-rep
     """
     if fmt == "parquet" and not outdir:
         raise click.UsageError("--format parquet needs -o OUTDIR")
     if outdir and Path(outdir).is_dir() and any(Path(outdir).iterdir()) and not force:
         raise click.UsageError(f"{outdir} exists and is not empty; use --force to replace it")
-    result = R.run_many(name, list(inputs), _parse_params(params), jobs=jobs,
+    given = _parse_params(params)
+    if ncu_file:
+        given["ncu"] = str(Path(ncu_file).resolve())
+    result = R.run_many(name, list(inputs), given, jobs=jobs,
                         open_kwargs=opener.open_kwargs,
                         progress=lambda m: click.echo(f"nsightlab: {m}", err=True))
     for e in result.manifest["inputs"]:

@@ -1,0 +1,105 @@
+"""Nsight Compute reports (.ncu-rep) through NVIDIA's ``ncu-report`` wheel.
+
+``kernels(path)`` gives one row per profiled kernel with the metrics nsightlab uses (duration,
+SM and DRAM throughput, occupancy, tensor-pipe utilization for the architecture). Needs the
+optional dependency: ``pip install 'nsightlab[ncu]'``. ``.ncu-rep.xz`` files are decompressed
+to a temporary file first.
+"""
+from __future__ import annotations
+
+import lzma
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import NotAReportError, NsightlabError
+
+# output column -> metric names to try, first present wins (names differ by architecture)
+METRICS = {
+    "duration_ns": ["gpu__time_duration.sum"],
+    "sm_throughput_pct": ["sm__throughput.avg.pct_of_peak_sustained_elapsed"],
+    "dram_throughput_pct": ["dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"],
+    "achieved_occupancy_pct": ["sm__warps_active.avg.pct_of_peak_sustained_active"],
+    "registers_per_thread": ["launch__registers_per_thread"],
+    "grid_size": ["launch__grid_size"],
+    "block_size": ["launch__block_size"],
+    # tensor pipe: all MMA flavours; then the per-instruction-family shares
+    "tensor_active_pct": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+                          "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
+    "tensor_active_elapsed_pct": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"],
+    "tc_active_pct": ["sm__pipe_tc_cycles_active.avg.pct_of_peak_sustained_active"],
+    "hmma_inst_pct": ["sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"],
+    "gmma_inst_pct": ["sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"],
+    "imma_inst_pct": ["sm__inst_executed_pipe_tensor_op_imma.avg.pct_of_peak_sustained_active"],
+}
+
+
+def _module():
+    try:
+        import ncu_report
+    except ImportError:
+        raise NsightlabError("reading .ncu-rep files needs NVIDIA's ncu-report package: "
+                             "pip install 'nsightlab[ncu]' (or pip install ncu-report)") from None
+    return ncu_report
+
+
+def kernels(path: str | Path) -> pd.DataFrame:
+    """One row per profiled kernel: range, id, name, nvtx (the push/pop stack, outermost
+    first, joined with '/'), then the ``METRICS`` columns (NaN where a metric is absent)."""
+    ncu_report = _module()
+    path = Path(path)
+    if not path.is_file():
+        raise NotAReportError(f"{path}: no such file; give an Nsight Compute report (.ncu-rep)")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = path
+        if path.name.endswith(".xz"):
+            src = Path(tmp) / path.name[:-3]
+            try:
+                with lzma.open(path) as fin, src.open("wb") as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+            except (lzma.LZMAError, EOFError) as e:
+                raise NotAReportError(f"{path}: not a complete xz file ({e})") from None
+        try:
+            ctx = ncu_report.load_report(str(src))
+        except Exception as e:  # the wheel raises plain exceptions for unreadable files
+            raise NotAReportError(f"{path}: not a readable Nsight Compute report ({e}); "
+                                  "give a .ncu-rep written by ncu") from None
+        rows = []
+        for ri in range(ctx.num_ranges()):
+            rng = ctx.range_by_idx(ri)
+            for ai in range(rng.num_actions()):
+                a = rng.action_by_idx(ai)
+                row = {"range": ri, "id": ai,
+                       "name": a.name(ncu_report.IAction.NameBase_DEMANGLED),
+                       "nvtx": _nvtx(a)}
+                for col, names in METRICS.items():
+                    row[col] = _first_value(a, names)
+                rows.append(row)
+    cols = ["range", "id", "name", "nvtx", *METRICS]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _first_value(action, names: list[str]) -> float:
+    for n in names:
+        m = action.metric_by_name(n)
+        if m is not None:
+            v = m.value()
+            try:
+                return float(v)
+            except (TypeError, ValueError):
+                continue
+    return float("nan")
+
+
+def _nvtx(action) -> str | None:
+    state = action.nvtx_state()
+    if state is None:
+        return None
+    names = []
+    for d in state.domains():
+        dom = state.domain_by_id(d)
+        names += [str(r) for r in dom.push_pop_ranges()]
+    return "/".join(names) or None

@@ -1,0 +1,116 @@
+"""tensor_core: Tensor Core activity from GPU metrics, Nsight Compute, or kernel names."""
+import numpy as np
+import pandas as pd
+
+from nsightlab import gpu_metrics as gm, ncu
+from nsightlab.classify import annotate
+from nsightlab.projection import project
+from nsightlab.recipes import NoDataError
+
+TC_CLASSES = {"gemm", "attention", "conv"}
+TC_PRECISIONS = {"fp16", "bf16", "fp8", "nvfp4", "mxfp8", "int8", "tf32"}
+
+
+def run(report, params):
+    out = {}
+    if params["ncu"]:
+        out["ncu_kernels"] = annotate(ncu.kernels(params["ncu"]))
+    k = report.kernels(["device_id", "name", "start_ns", "end_ns", "duration_ns"])
+    if k.empty:
+        if out:
+            return out
+        raise NoDataError(report.missing_hint("kernels"))
+    k = annotate(k)
+    k["uses_tensor_cores"] = (k["kernel_class"].astype(str).isin(TC_CLASSES)
+                              & k["precision"].astype(str).isin(TC_PRECISIONS))
+    tensor = gm.samples(report, ("Tensor Active",))
+    sm = gm.samples(report, ("SMs Active", "SM Active"))
+    out["summary"] = summary(k, tensor, sm)
+    if tensor is not None:
+        out["over_time"] = over_time(tensor, sm, params["bin_ms"])
+        out["by_range"] = by_range(report, tensor, sm)
+    out["by_kernel"] = by_kernel(k, tensor)
+    return out
+
+
+def _on(samples, gpu):
+    s = samples[samples["gpu"] == gpu]
+    return s["timestamp_ns"].to_numpy(), s["value"].to_numpy(float)
+
+
+def summary(k, tensor, sm):
+    rows = []
+    for dev, g in k.groupby("device_id"):
+        tc_time = g.loc[g["uses_tensor_cores"], "duration_ns"].sum()
+        row = {"gpu": int(dev), "source": "estimate", "tensor_active_avg_pct": np.nan,
+               "sm_active_avg_pct": np.nan, "samples": 0, "sampling_hz": np.nan,
+               "tensor_kernel_time_pct": 100.0 * tc_time / max(g["duration_ns"].sum(), 1)}
+        if tensor is not None:
+            lo, hi = g["start_ns"].min(), g["end_ns"].max()
+            t, y = _on(tensor, dev)
+            (avg,), (n,) = gm.window_mean(t, y, [lo], [hi])
+            if n:
+                row.update(source="gpu_metrics", tensor_active_avg_pct=avg, samples=int(n),
+                           sampling_hz=1e9 / gm.period_ns(t))
+                if sm is not None:
+                    ts, ys = _on(sm, dev)
+                    row["sm_active_avg_pct"] = gm.window_mean(ts, ys, [lo], [hi])[0][0]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def over_time(tensor, sm, bin_ms):
+    width = max(1, int(bin_ms * 1e6))
+    frame = tensor.rename(columns={"value": "tensor"})
+    if sm is not None:
+        frame = frame.merge(sm.rename(columns={"value": "sm"}), on=["timestamp_ns", "gpu"], how="left")
+    else:
+        frame["sm"] = np.nan
+    out = []
+    for gpu, m in frame.groupby("gpu"):
+        b = (m["timestamp_ns"] - m["timestamp_ns"].min()) // width
+        agg = m.groupby(b).agg(bin_start_ns=("timestamp_ns", "min"), tensor_active_pct=("tensor", "mean"),
+                               sm_active_pct=("sm", "mean"), samples=("tensor", "size"))
+        agg.insert(0, "gpu", gpu)
+        out.append(agg.reset_index(drop=True))
+    return pd.concat(out, ignore_index=True)
+
+
+def by_range(report, tensor, sm):
+    proj = project(report)
+    proj = proj[proj["kernel_count"] > 0].reset_index(drop=True)
+    out = proj[["name", "depth", "start_ns", "gpu_start_ns", "gpu_end_ns", "kernel_count"]].copy()
+    out["name"] = out["name"].astype(str)
+    lo = proj["gpu_start_ns"].to_numpy(np.int64)
+    hi = proj["gpu_end_ns"].to_numpy(np.int64)
+    # NVTX ranges do not name a GPU: use the GPU with the most samples (single-GPU inference)
+    gpu = tensor["gpu"].mode().iloc[0]
+    t, y = _on(tensor, gpu)
+    out["tensor_active_avg_pct"], out["samples"] = gm.window_mean(t, y, lo, hi)
+    out["sm_active_avg_pct"] = np.nan
+    if sm is not None:
+        ts, ys = _on(sm, gpu)
+        out["sm_active_avg_pct"] = gm.window_mean(ts, ys, lo, hi)[0]
+    return out
+
+
+def by_kernel(k, tensor):
+    g = k.groupby("name", observed=True, sort=False)
+    out = g.agg(kernel_class=("kernel_class", "first"), precision=("precision", "first"),
+                instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"),
+                uses_tensor_cores=("uses_tensor_cores", "first")).reset_index()
+    out["source"] = "estimate"
+    out["tensor_active_avg_pct"] = np.nan
+    out["covered_ns"] = 0
+    if tensor is not None:
+        for dev, kd in k.groupby("device_id"):
+            t, y = _on(tensor, dev)
+            est = gm.per_kernel(kd[["name", "start_ns", "end_ns"]], t, y).set_index("name")
+            est = est[est["activity_pct"].notna()]
+            hit = out["name"].isin(est.index)
+            out.loc[hit, "tensor_active_avg_pct"] = out.loc[hit, "name"].map(est["activity_pct"])
+            out.loc[hit, "covered_ns"] = out.loc[hit, "name"].map(est["covered_ns"])
+            out.loc[hit, "source"] = "gpu_metrics"
+    for c in ("name", "kernel_class", "precision"):
+        out[c] = out[c].astype(str)
+    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
