@@ -1,8 +1,12 @@
-"""Summary statistics the way ``nsys stats`` computes them, for any grouping.
+"""Summary statistics the way ``nsys stats`` computes them, for any grouping, fast.
 
 NVIDIA's summaries report count, total, mean, median (the mean of the two middle values for
-an even count), min, max and the *sample* standard deviation (0 for a single instance); the
-recipes use this one function so that every summary rounds and agrees the same way.
+an even count), min, max and the *sample* standard deviation (0 for a single instance). The
+recipes use these functions so that every summary agrees the same way.
+
+pandas' groupby median over 8M rows costs ~1 s per column; here rows are ordered by group
+once (a stable integer sort) and each group's slice is summarized with NumPy, so several value
+columns cost little more than one.
 """
 from __future__ import annotations
 
@@ -12,23 +16,73 @@ import pandas as pd
 STATS = ("count", "total", "avg", "med", "min", "max", "stddev")
 
 
-def describe(df: pd.DataFrame, by: list[str], value: str, prefix: str = "",
-             suffix: str = "_ns") -> pd.DataFrame:
-    """Group ``df`` by ``by`` and summarize column ``value``.
+def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Dense group id per row for the key columns, and one row of key values per group
+    (groups in order of first appearance)."""
+    combined = np.zeros(len(keys), np.int64)
+    for c in keys.columns:
+        codes, uniques = pd.factorize(keys[c], use_na_sentinel=False)
+        combined = combined * (len(uniques) + 1) + codes
+    gid, uniques = pd.factorize(combined)
+    first = np.empty(len(uniques), np.int64)
+    first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)  # last write wins: the first row
+    return gid.astype(np.int64), keys.iloc[first].reset_index(drop=True)
 
-    Columns: the ``by`` keys, then ``{prefix}count`` and ``{prefix}{total,avg,med,min,max,
-    stddev}{suffix}``. Null values are left out of every statistic (NVIDIA's SQL aggregates
-    skip NULL too), so ``count`` is the number of non-null values.
+
+class Groups:
+    """Rows ordered by group once (radix sort for < 32k groups), reused for every column."""
+
+    def __init__(self, gid: np.ndarray, ngroups: int):
+        small = gid.astype(np.int16) if ngroups < 2**15 else gid
+        self.order = np.argsort(small, kind="stable")
+        self.bounds = np.concatenate([[0], np.cumsum(np.bincount(gid, minlength=ngroups))])
+        self.n = ngroups
+
+    def summarize(self, values: np.ndarray) -> dict[str, np.ndarray]:
+        """count/total/avg/med/min/max/stddev of ``values`` per group; NaN values are left
+        out (like SQL NULLs); groups with no values get NaN statistics and count 0."""
+        v = values[self.order]
+        out = {s: np.full(self.n, np.nan) for s in STATS}
+        out["count"] = np.zeros(self.n, np.int64)
+        floating = v.dtype.kind == "f"
+        for g in range(self.n):
+            seg = v[self.bounds[g]:self.bounds[g + 1]]
+            if floating:
+                seg = seg[~np.isnan(seg)]
+            n = len(seg)
+            out["count"][g] = n
+            if not n:
+                continue
+            total = seg.sum()
+            out["total"][g] = total
+            out["avg"][g] = total / n
+            out["med"][g] = np.median(seg)
+            out["min"][g] = seg.min()
+            out["max"][g] = seg.max()
+            out["stddev"][g] = seg.std(ddof=1) if n > 1 else 0.0
+        return out
+
+
+def describe(df: pd.DataFrame, by: list[str], value: str | list[str], prefix: str = "",
+             suffix: str = "_ns") -> pd.DataFrame:
+    """Group ``df`` by ``by`` and summarize ``value`` (one column or several).
+
+    Columns: the ``by`` keys, then per value column v: ``{p}count`` and
+    ``{p}{total,avg,med,min,max,stddev}{suffix}`` where p is ``prefix`` for a single value
+    column and ``{v}_`` for several. Totals, minima and maxima are integers when every
+    group has a value.
     """
-    g = df.groupby(by, observed=True, sort=False, dropna=False)[value]
-    out = g.agg(["count", "sum", "mean", "median", "min", "max", "std"]).reset_index()
-    out["std"] = out["std"].fillna(0.0)
-    names = {"count": f"{prefix}count", "sum": f"{prefix}total{suffix}",
-             "mean": f"{prefix}avg{suffix}", "median": f"{prefix}med{suffix}",
-             "min": f"{prefix}min{suffix}", "max": f"{prefix}max{suffix}",
-             "std": f"{prefix}stddev{suffix}"}
-    out = out.rename(columns=names)
-    for c in (f"{prefix}total{suffix}", f"{prefix}min{suffix}", f"{prefix}max{suffix}"):
-        if out[c].notna().all():
-            out[c] = out[c].astype(np.int64)
+    values = [value] if isinstance(value, str) else list(value)
+    gid, keys = group_ids(df[by])
+    groups = Groups(gid, len(keys))
+    out = keys
+    for v in values:
+        p = prefix if isinstance(value, str) else f"{v}_"
+        stats = groups.summarize(df[v].to_numpy())
+        out[f"{p}count"] = stats["count"]
+        for s in STATS[1:]:
+            col = stats[s]
+            if s in ("total", "min", "max") and not np.isnan(col).any():
+                col = col.astype(np.int64)
+            out[f"{p}{s}{suffix}"] = col
     return out

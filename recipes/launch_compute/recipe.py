@@ -5,7 +5,7 @@ import pandas as pd
 from nsightlab.launches import first_of_call, launches
 from nsightlab.projection import project
 from nsightlab.recipes import NoDataError
-from nsightlab.stats import describe
+from nsightlab.stats import STATS, Groups, group_ids
 from nsightlab.timeline import union
 
 
@@ -15,31 +15,27 @@ def run(report, params):
     if lk.empty:
         raise NoDataError(report.missing_hint("kernels") or report.missing_hint("cuda_api")
                           or f"{report.path.name}: no kernel launches")
-    return {"per_kernel": per_kernel(lk), "summary": summary(report, lk, params),
-            "by_range": by_range(report, lk, params)}
+    ranges = by_range(report, lk, params)
+    return {"per_kernel": per_kernel(lk), "summary": summary(lk, ranges, params),
+            "by_range": ranges}
 
 
 def per_kernel(lk):
-    api = (lk["api_end_ns"] - lk["api_start_ns"]).to_numpy()
-    queue = (lk["start_ns"] - lk["api_end_ns"]).to_numpy().astype(float)
+    gid, keys = group_ids(lk[["pid", "api_tid", "device_id", "api_name", "name"]])
+    out = keys.rename(columns={"api_tid": "tid", "device_id": "device"})
+    api_start, api_end = lk["api_start_ns"].to_numpy(), lk["api_end_ns"].to_numpy()
+    start, end = lk["start_ns"].to_numpy(), lk["end_ns"].to_numpy()
+    queue = (start - api_end).astype(float)
     queue[queue < 0] = np.nan  # a kernel that starts before its call returns has no queue time
-    frame = pd.DataFrame({
-        "pid": lk["pid"], "tid": lk["api_tid"], "device": lk["device_id"],
-        "api_name": lk["api_name"], "name": lk["name"], "api": api, "queue": queue,
-        "kernel": (lk["end_ns"] - lk["start_ns"]).to_numpy(),
-        "total": np.maximum(lk["api_end_ns"], lk["end_ns"]).to_numpy() - lk["api_start_ns"].to_numpy(),
-    })
-    keys = ["pid", "tid", "device", "api_name", "name"]
-    out = None
-    for metric in ("api", "queue", "kernel", "total"):
-        d = describe(frame, keys, metric, prefix=f"{metric}_")
-        if metric == "api":
-            d = d.rename(columns={"api_count": "count"})
-        elif metric == "queue":
-            d = d.rename(columns={"queue_count": "queue_count"})
-        else:
-            d = d.drop(columns=f"{metric}_count")
-        out = d if out is None else out.merge(d, on=keys, how="left")
+    metrics = {"api": api_end - api_start, "queue": queue, "kernel": end - start,
+               "total": np.maximum(api_end, end) - api_start}
+    groups = Groups(gid, len(keys))
+    for metric, values in metrics.items():
+        stats = groups.summarize(values)
+        if metric in ("api", "queue"):
+            out["count" if metric == "api" else "queue_count"] = stats["count"]
+        for st in STATS[1:]:
+            out[f"{metric}_{st}_ns"] = stats[st]
     for c in ("api_name", "name"):
         out[c] = out[c].astype(str)
     return out.sort_values("total_avg_ns", ascending=False, kind="stable").reset_index(drop=True)
@@ -80,9 +76,8 @@ def by_range(report, lk, params):
     return out
 
 
-def summary(report, lk, params):
+def summary(lk, ranges, params):
     rows = []
-    ranges = None
     for (pid, dev), g in lk.groupby(["pid", "device_id"], sort=True):
         s, e = union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
         span = int(g["end_ns"].max() - g["start_ns"].min())
@@ -95,8 +90,6 @@ def summary(report, lk, params):
         per_kernel_api = adur.sum() / len(g)
         v = verdict(busy_pct, kdur.mean(), per_kernel_api, params)
         ev = _evidence(busy_pct, kdur.mean(), per_kernel_api, len(g))
-        if ranges is None:
-            ranges = by_range(report, lk, params)
         top = ranges[(ranges["pid"] == pid) & (ranges["depth"] == 0)]
         if len(top):  # steady state: the outermost NVTX ranges, weighted by the GPU work in them
             weight = top.groupby("verdict")["kernel_time_ns"].sum()
