@@ -18,24 +18,38 @@ import pandas as pd
 from .report import Report
 
 
-def _keys(pid: pd.Series, corr: pd.Series) -> np.ndarray:
+def _keys(pid: pd.Series, corr: pd.Series, one_pid: bool) -> np.ndarray:
+    if one_pid:  # the usual case: the correlation id alone is the key (no 64-bit copy)
+        return corr.to_numpy()
     return (pid.to_numpy(np.int64) << 32) | corr.to_numpy(np.int64)
+
+
+def keys(a: pd.DataFrame, b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Join keys (process + correlation id) for two frames with pid and correlation_id."""
+    pa_, pb = a["pid"].to_numpy(), b["pid"].to_numpy()
+    one = len(pa_) > 0 and len(pb) > 0 and np.all(pa_ == pa_[0]) and np.all(pb == pa_[0])
+    return _keys(a["pid"], a["correlation_id"], one), _keys(b["pid"], b["correlation_id"], one)
 
 
 def match(op_keys: np.ndarray, api_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(op row, API row) index pairs with equal keys; ops without a match are left out."""
-    if np.all(api_keys[1:] >= api_keys[:-1]):
+    if len(api_keys) == 0 or len(op_keys) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    step = np.diff(api_keys.astype(np.int64)) if api_keys.dtype.kind == "u" else np.diff(api_keys)
+    if np.all(step >= 0):
         order, ordered = None, api_keys  # API rows are in call order almost always
     else:
         order = np.argsort(api_keys, kind="stable")
         ordered = api_keys[order]
+        step = np.diff(ordered.astype(np.int64))
     lo = np.searchsorted(ordered, op_keys, "left")
-    hi = np.searchsorted(ordered, op_keys, "right")
-    n = hi - lo
-    if n.max(initial=0) <= 1:
-        ops = np.flatnonzero(n)
+    if np.all(step > 0):  # one API row per key: a single search suffices
+        hit = ordered[np.minimum(lo, len(ordered) - 1)] == op_keys
+        ops = np.flatnonzero(hit)
         pos = lo[ops]
     else:
+        hi = np.searchsorted(ordered, op_keys, "right")
+        n = hi - lo
         ops = np.repeat(np.arange(len(op_keys)), n)
         first = np.repeat(lo, n)
         pos = first + np.arange(len(ops)) - np.repeat(np.cumsum(n) - n, n)
@@ -53,19 +67,24 @@ def launches(report: Report, table: str = "kernels",
     ``api_name``) and ``api_row`` (the call's row in ``cuda_api``: one ``cudaGraphLaunch``
     launches many kernels). Empty (same columns) when either table is missing.
     """
-    ops = report.table(table, ["pid", "correlation_id", *op_columns])
     cols = ["pid", "correlation_id", *op_columns, *(f"api_{c}" for c in api_columns), "api_row"]
-    if ops.empty or not report.has("cuda_api"):
+    if not report.has(table) or not report.has("cuda_api"):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    keys = report.cuda_api(["pid", "correlation_id"])
-    op_idx, api_idx = match(_keys(ops["pid"], ops["correlation_id"]),
-                            _keys(keys["pid"], keys["correlation_id"]))
-    del keys
-    out = ops.iloc[op_idx].reset_index(drop=True)
+    # API keys first: on a first read this builds the big API cache before the ops are held
+    api = report.cuda_api(["pid", "correlation_id"])
+    ops = report.table(table, ["pid", "correlation_id", *op_columns])
+    op_idx, api_idx = match(*keys(ops, api))
+    del api
+    if len(op_idx) == len(ops) and (len(ops) < 2 or np.all(op_idx[1:] > op_idx[:-1])):
+        out = ops  # every operation matched once, in order: no copy
+    else:
+        out = ops.iloc[op_idx].reset_index(drop=True)
+    del ops
     out["api_row"] = api_idx
-    for c in api_columns:  # one API column at a time: only matched rows are kept
-        col = report.cuda_api([c])[c]
-        out[f"api_{c}"] = col.iloc[api_idx].reset_index(drop=True)
+    picked = report.take("cuda_api", list(api_columns), api_idx)  # only the matched rows
+    for c in api_columns:
+        out[f"api_{c}"] = picked[c].to_numpy() if not isinstance(
+            picked[c].dtype, pd.CategoricalDtype) else picked[c]
     return out[cols]
 
 

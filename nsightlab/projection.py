@@ -52,17 +52,24 @@ def project(report: Report, launched: pd.DataFrame | None = None) -> pd.DataFram
         first = first_of_call(launched["api_row"].to_numpy())
         lp = launched["pid"].to_numpy()
         lt = launched["api_tid"].to_numpy()
+        l_api_start = launched["api_start_ns"].to_numpy(np.int64)
+        l_api_end = launched["api_end_ns"].to_numpy(np.int64)
+        l_start = launched["start_ns"].to_numpy(np.int64)
+        l_end = launched["end_ns"].to_numpy(np.int64)
+        single = len(np.unique(lt[:1000])) == 1 and np.all(lt == lt[0]) and np.all(lp == lp[0])
         for (pid, tid), rows in _groups(pids, np.where(push_pop, tids, -1)):
-            sel = np.flatnonzero((lp == pid) & ((lt == tid) if tid >= 0 else True))
-            if not len(sel):
-                continue
-            order = sel[np.argsort(launched["api_start_ns"].to_numpy()[sel], kind="stable")]
-            api_start = launched["api_start_ns"].to_numpy()[order]
-            k_start = launched["start_ns"].to_numpy(np.int64)[order]
-            k_end = launched["end_ns"].to_numpy(np.int64)[order]
-            once = first[order]
-            a_dur = np.where(once, launched["api_end_ns"].to_numpy(np.int64)[order]
-                             - launched["api_start_ns"].to_numpy(np.int64)[order], 0)
+            if single and pid == lp[0] and tid in (-1, lt[0]):
+                sel = None  # one launching thread (the usual case): use the columns as they are
+            else:
+                sel = np.flatnonzero((lp == pid) & ((lt == tid) if tid >= 0 else True))
+                if not len(sel):
+                    continue
+            take = _ordered(l_api_start, sel)
+            api_start = l_api_start if take is None else l_api_start[take]
+            k_start = l_start if take is None else l_start[take]
+            k_end = l_end if take is None else l_end[take]
+            once = first if take is None else first[take]
+            a_dur = np.where(once, (l_api_end if take is None else l_api_end[take]) - api_start, 0)
             lo = np.searchsorted(api_start, start[rows], "left")
             hi = np.searchsorted(api_start, end[rows], "right")
             count[rows] = hi - lo
@@ -82,6 +89,15 @@ def project(report: Report, launched: pd.DataFrame | None = None) -> pd.DataFram
     out.loc[~has, ["gpu_start_ns", "gpu_end_ns"]] = pd.NA
     out["gpu_span_ns"] = out["gpu_end_ns"] - out["gpu_start_ns"]
     return out
+
+
+def _ordered(api_start: np.ndarray, sel: np.ndarray | None) -> np.ndarray | None:
+    """Row indices putting the selected launches in call order (None: all rows, already)."""
+    if sel is None:
+        if np.all(api_start[1:] >= api_start[:-1]):
+            return None
+        return np.argsort(api_start, kind="stable")
+    return sel[np.argsort(api_start[sel], kind="stable")]
 
 
 def _slice_sum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

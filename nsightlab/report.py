@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -367,6 +368,43 @@ class Report:
             return self.cache.build(spec.name, lambda open_part: self._frame_from_sqlite(
                 spec, keep, open_part), spec.schema)
         return self._frame_from_sqlite(spec, keep, None)[1]
+
+    def take(self, name: str, columns: list[str], rows) -> pd.DataFrame:
+        """Rows at positions ``rows`` of ``columns`` of table ``name``, in the order given.
+
+        Reads the Parquet cache batch by batch and keeps only the wanted rows, so picking 8M of
+        a 16M-row table never holds the whole columns (without a cache: a full read).
+        """
+        spec = self._spec(name)
+        keep = self._columns(spec, columns)
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.cache is None or not spec.split or not frames.supported(spec, keep):
+            return self.table(name, keep).iloc[rows].reset_index(drop=True)
+        if self.cache.files(name) is None:
+            self.table(name, keep[:1])  # builds the cache
+        files = self.cache.files(name)
+        order = None if np.all(rows[1:] >= rows[:-1]) else np.argsort(rows, kind="stable")
+        wanted = rows if order is None else rows[order]
+        sizes = [pq.ParquetFile(f).metadata.num_rows for f in files]
+        bases = np.concatenate([[0], np.cumsum(sizes)])
+        builder = frames.FrameBuilder(spec, keep, len(rows))
+
+        def job(i: int) -> Callable[[], None]:
+            def run() -> None:
+                base = int(bases[i])
+                for b in pq.ParquetFile(files[i]).iter_batches(
+                        batch_size=BATCH_ROWS, columns=keep, use_threads=False):
+                    k0, k1 = np.searchsorted(wanted, [base, base + b.num_rows])
+                    if k1 > k0:
+                        builder.put(int(k0), b.take(pa.array(wanted[k0:k1] - base)))
+                    base += b.num_rows
+            return run
+
+        self.db.parallel([job(i) for i in range(len(files))])
+        df = builder.frame([(0, len(rows))])
+        if order is not None:
+            df = df.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+        return df
 
     def _frame_from_parquet(self, spec: TableSpec, keep: list[str], files: list[Path]
                             ) -> pd.DataFrame:

@@ -6,7 +6,7 @@ from nsightlab.launches import first_of_call, launches
 from nsightlab.projection import project
 from nsightlab.recipes import NoDataError
 from nsightlab.stats import STATS, Groups, group_ids
-from nsightlab.timeline import union
+from nsightlab.timeline import busy_time
 
 
 def run(report, params):
@@ -25,13 +25,16 @@ def per_kernel(lk):
     out = keys.rename(columns={"api_tid": "tid", "device_id": "device"})
     api_start, api_end = lk["api_start_ns"].to_numpy(), lk["api_end_ns"].to_numpy()
     start, end = lk["start_ns"].to_numpy(), lk["end_ns"].to_numpy()
-    queue = (start - api_end).astype(float)
-    queue[queue < 0] = np.nan  # a kernel that starts before its call returns has no queue time
-    metrics = {"api": api_end - api_start, "queue": queue, "kernel": end - start,
-               "total": np.maximum(api_end, end) - api_start}
+    def queue():
+        q = (start - api_end).astype(float)
+        q[q < 0] = np.nan  # a kernel that starts before its call returns has no queue time
+        return q
+
+    metrics = {"api": lambda: api_end - api_start, "queue": queue,
+               "kernel": lambda: end - start, "total": lambda: np.maximum(api_end, end) - api_start}
     groups = Groups(gid, len(keys))
-    for metric, values in metrics.items():
-        stats = groups.summarize(values)
+    for metric, values in metrics.items():  # one metric array alive at a time
+        stats = groups.summarize(values())
         if metric in ("api", "queue"):
             out["count" if metric == "api" else "queue_count"] = stats["count"]
         for st in STATS[1:]:
@@ -78,18 +81,23 @@ def by_range(report, lk, params):
 
 def summary(lk, ranges, params):
     rows = []
-    for (pid, dev), g in lk.groupby(["pid", "device_id"], sort=True):
-        s, e = union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+    groups = lk.groupby(["pid", "device_id"], sort=True).indices
+    cols = {c: lk[c].to_numpy() for c in ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "api_row")}
+    for (pid, dev), idx in groups.items():
+        whole = len(idx) == len(lk)  # one process on one GPU: no copies
+        g = cols if whole else {c: v[idx] for c, v in cols.items()}
         span = int(g["end_ns"].max() - g["start_ns"].min())
-        busy_ns = int((e - s).sum())
-        kdur = (g["end_ns"] - g["start_ns"]).to_numpy()
-        once = first_of_call(g["api_row"].to_numpy())
-        adur = (g["api_end_ns"] - g["api_start_ns"]).to_numpy()[once]
-        queue = (g["start_ns"] - g["api_end_ns"]).to_numpy()
+        busy_ns = busy_time(g["start_ns"], g["end_ns"])
+        once = first_of_call(g["api_row"])
+        adur = (g["api_end_ns"] - g["api_start_ns"])[once]
+        queue = g["start_ns"] - g["api_end_ns"]
+        queue_med = float(np.median(queue[queue >= 0])) if (queue >= 0).any() else np.nan
+        del queue  # one 8M-row temporary at a time
+        kdur = g["end_ns"] - g["start_ns"]
         busy_pct = 100.0 * busy_ns / max(span, 1)
-        per_kernel_api = adur.sum() / len(g)
+        per_kernel_api = adur.sum() / len(kdur)
         v = verdict(busy_pct, kdur.mean(), per_kernel_api, params)
-        ev = _evidence(busy_pct, kdur.mean(), per_kernel_api, len(g))
+        ev = _evidence(busy_pct, kdur.mean(), per_kernel_api, len(kdur))
         top = ranges[(ranges["pid"] == pid) & (ranges["depth"] == 0)]
         if len(top):  # steady state: the outermost NVTX ranges, weighted by the GPU work in them
             weight = top.groupby("verdict")["kernel_time_ns"].sum()
@@ -98,12 +106,12 @@ def summary(lk, ranges, params):
                   f"({100 * weight[v] / weight.sum():.0f}% of their kernel time) are {v}; "
                   "whole run: " + ev)
         rows.append({
-            "pid": pid, "device": dev, "kernel_count": len(g), "kernel_time_ns": int(kdur.sum()),
+            "pid": pid, "device": dev, "kernel_count": len(kdur), "kernel_time_ns": int(kdur.sum()),
             "gpu_span_ns": span, "gpu_busy_ns": busy_ns, "gpu_busy_pct": busy_pct,
             "launch_calls": int(once.sum()), "launch_api_ns": int(adur.sum()),
             "launch_api_avg_ns": float(adur.mean()),
             "kernel_avg_ns": float(kdur.mean()), "kernel_med_ns": float(np.median(kdur)),
-            "queue_med_ns": float(np.median(queue[queue >= 0])) if (queue >= 0).any() else np.nan,
+            "queue_med_ns": queue_med,
             "short_kernel_pct": 100.0 * float((kdur < params["short_kernel_us"] * 1e3).mean()),
             "verdict": v, "evidence": ev,
         })

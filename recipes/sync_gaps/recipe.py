@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from nsightlab.launches import match
+from nsightlab.launches import keys as join_keys, match
 from nsightlab.recipes import NoDataError
 from nsightlab.timeline import gaps as idle_gaps
 
@@ -40,7 +40,7 @@ def run(report, params):
 def gpu_ops(report):
     """Kernels, memcpys and memsets: the GPU operations a gap lies between."""
     cols = ["pid", "device_id", "context_id", "start_ns", "end_ns", "correlation_id"]
-    frames = [report.table(t, cols).assign(op=t) for t in OPS if report.has(t)]
+    frames = [report.table(t, cols) for t in OPS if report.has(t)]
     frames = [f for f in frames if len(f)]
     if not frames:
         raise NoDataError(report.missing_hint("kernels") or f"{report.path.name}: no GPU activity")
@@ -48,13 +48,11 @@ def gpu_ops(report):
 
 
 def all_gaps(ops):
-    rows = []
-    for (pid, dev, ctx), g in ops.groupby(["pid", "device_id", "context_id"], sort=True):
-        s, e = idle_gaps(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-        rows.append(pd.DataFrame({"pid": pid, "device_id": dev, "context_id": ctx,
-                                  "start_ns": s, "end_ns": e}))
-    out = pd.concat(rows, ignore_index=True)
-    out["duration_ns"] = out["end_ns"] - out["start_ns"]
+    """Every idle gap, as arrays per (pid, device, context): {key: (starts, ends)}. Arrays,
+    not a DataFrame: a launch-bound run of 8M kernels has 8M tiny gaps."""
+    out = {}
+    for key, idx in ops.groupby(["pid", "device_id", "context_id"], sort=True).indices.items():
+        out[key] = idle_gaps(ops["start_ns"].to_numpy()[idx], ops["end_ns"].to_numpy()[idx])
     return out
 
 
@@ -76,7 +74,7 @@ def sync_calls(report, raw_gaps):
     s["sync_type"] = pd.Series([None] * len(s), dtype=object)
     if report.has("syncs") and len(s):
         cu = report.syncs(["pid", "correlation_id", "stream_id", "sync_type"])
-        si, ci = match(_key(s), _key(cu))
+        si, ci = match(*join_keys(s, cu))
         s.loc[si, "stream_id"] = cu["stream_id"].to_numpy()[ci]
         s.loc[si, "sync_type"] = cu["sync_type"].astype(str).to_numpy()[ci]
     s["gpu_idle_after_ns"] = idle_after(s, raw_gaps)
@@ -88,27 +86,28 @@ def sync_calls(report, raw_gaps):
     return s[order].sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _key(df):
-    return (df["pid"].to_numpy(np.int64) << 32) | df["correlation_id"].to_numpy(np.int64)
-
-
 def idle_after(s, raw_gaps):
     """GPU idle from each call's return to the end of the gap it returned into (per process;
     the longest over the process's devices)."""
     out = np.zeros(len(s), np.int64)
-    for pid, g in raw_gaps.groupby("pid"):
-        g = g.sort_values("start_ns")
-        gs, ge = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
-        mine = np.flatnonzero(s["pid"].to_numpy() == pid)
-        t = s["end_ns"].to_numpy()[mine]
+    pids, ends = s["pid"].to_numpy(), s["end_ns"].to_numpy()
+    for (pid, _dev, _ctx), (gs, ge) in raw_gaps.items():
+        mine = np.flatnonzero(pids == pid)
+        t = ends[mine]
         i = np.searchsorted(gs, t, "right") - 1
         inside = (i >= 0) & (t <= ge[np.maximum(i, 0)])
-        out[mine] = np.where(inside, ge[np.maximum(i, 0)] - t, 0)
+        out[mine] = np.maximum(out[mine], np.where(inside, ge[np.maximum(i, 0)] - t, 0))
     return out
 
 
 def reported_gaps(report, ops, raw_gaps, syncs, min_gap_ns):
-    gaps = raw_gaps[raw_gaps["duration_ns"] >= min_gap_ns].reset_index(drop=True)
+    frames = []
+    for (pid, dev, ctx), (gs, ge) in raw_gaps.items():
+        keep = (ge - gs) >= min_gap_ns
+        frames.append(pd.DataFrame({"pid": pid, "device_id": dev, "context_id": ctx,
+                                    "start_ns": gs[keep], "end_ns": ge[keep]}))
+    gaps = pd.concat(frames, ignore_index=True)
+    gaps["duration_ns"] = gaps["end_ns"] - gaps["start_ns"]
     n = len(gaps)
     cause = np.array(["host"] * n, dtype=object)
     follows = np.array([None] * n, dtype=object)
@@ -117,20 +116,21 @@ def reported_gaps(report, ops, raw_gaps, syncs, min_gap_ns):
     next_start = np.full(n, -1, np.int64)
     if n:
         ending = ending_ops(ops, gaps)
-        keys = report.cuda_api(["pid", "correlation_id"])
-        gi, ai = match(_key(ending), _key(keys))
-        del keys
-        col = lambda c: report.cuda_api([c])[c].to_numpy()  # noqa: E731  (one column at a time)
-        names, starts, ends, tids = col("name"), col("start_ns"), col("end_ns"), col("tid")
-        next_api[gi] = names[ai].astype(str)
-        next_start[gi] = starts[ai]
-        cause[gi[next_start[gi] <= gaps["start_ns"].to_numpy()[gi]]] = "launch"
-        # host activity: the launching thread's previous CUDA call
-        prev = previous_on_thread(tids, ai)
+        api = report.cuda_api(["pid", "correlation_id"])
+        gi, ai = match(*join_keys(ending, api))
+        del api
+        tids = report.cuda_api(["tid"])["tid"].to_numpy()
+        prev = previous_on_thread(tids, ai)  # host activity: the thread's previous CUDA call
+        del tids
         has = prev >= 0
-        follows[gi[has]] = names[prev[has]].astype(str)
-        follows_end[gi[has]] = ends[prev[has]]
-        del names, starts, ends, tids
+        rows = np.concatenate([ai, prev[has]])  # only these API rows are looked at
+        pick = {c: _take(report, c, rows) for c in ("name", "start_ns", "end_ns")}
+        n_ai = len(ai)
+        next_api[gi] = pick["name"][:n_ai]
+        next_start[gi] = pick["start_ns"][:n_ai]
+        cause[gi[next_start[gi] <= gaps["start_ns"].to_numpy()[gi]]] = "launch"
+        follows[gi[has]] = pick["name"][n_ai:]
+        follows_end[gi[has]] = pick["end_ns"][n_ai:]
         # a sync that returned during the gap: the host was blocked, then re-issued work
         for pid, idx in gaps.groupby("pid").indices.items():
             sp = syncs[syncs["pid"] == pid].sort_values("end_ns")
@@ -152,17 +152,28 @@ def reported_gaps(report, ops, raw_gaps, syncs, min_gap_ns):
     return out.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def _take(report, column, rows):
+    """Values of one cuda_api column at ``rows`` (names as str), reading only those rows."""
+    col = report.take("cuda_api", [column], rows)[column]
+    return col.astype(str).to_numpy(dtype=object) if isinstance(col.dtype, pd.CategoricalDtype) \
+        else col.to_numpy()
+
+
 def ending_ops(ops, gaps):
     """The GPU operation that starts at each gap's end (pid, correlation_id)."""
     pid = np.zeros(len(gaps), np.int64)
     corr = np.zeros(len(gaps), np.int64)
-    for (p, dev, ctx), idx in gaps.groupby(["pid", "device_id", "context_id"]).indices.items():
-        o = ops[(ops["pid"] == p) & (ops["device_id"] == dev) & (ops["context_id"] == ctx)]
-        o = o.sort_values("start_ns", kind="stable")
-        j = np.searchsorted(o["start_ns"].to_numpy(), gaps["end_ns"].to_numpy()[idx], "left")
-        j = np.minimum(j, len(o) - 1)
-        pid[idx] = p
-        corr[idx] = o["correlation_id"].to_numpy()[j]
+    groups = ops.groupby(["pid", "device_id", "context_id"]).indices
+    starts, corrs = ops["start_ns"].to_numpy(), ops["correlation_id"].to_numpy()
+    for key, idx in gaps.groupby(["pid", "device_id", "context_id"]).indices.items():
+        rows = groups[key]
+        st = starts[rows]
+        if not np.all(st[1:] >= st[:-1]):
+            rows = rows[np.argsort(st, kind="stable")]
+            st = starts[rows]
+        j = np.minimum(np.searchsorted(st, gaps["end_ns"].to_numpy()[idx], "left"), len(rows) - 1)
+        pid[idx] = key[0]
+        corr[idx] = corrs[rows[j]]
     return pd.DataFrame({"pid": pid, "correlation_id": corr})
 
 
