@@ -35,15 +35,13 @@ def match(op_keys: np.ndarray, api_keys: np.ndarray) -> tuple[np.ndarray, np.nda
     """(op row, API row) index pairs with equal keys; ops without a match are left out."""
     if len(api_keys) == 0 or len(op_keys) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    step = np.diff(api_keys.astype(np.int64)) if api_keys.dtype.kind == "u" else np.diff(api_keys)
-    if np.all(step >= 0):
+    if np.all(api_keys[1:] >= api_keys[:-1]):  # comparisons only: no 64-bit copies
         order, ordered = None, api_keys  # API rows are in call order almost always
     else:
         order = np.argsort(api_keys, kind="stable")
         ordered = api_keys[order]
-        step = np.diff(ordered.astype(np.int64))
     lo = np.searchsorted(ordered, op_keys, "left")
-    if np.all(step > 0):  # one API row per key: a single search suffices
+    if np.all(ordered[1:] > ordered[:-1]):  # one API row per key: a single search suffices
         hit = ordered[np.minimum(lo, len(ordered) - 1)] == op_keys
         ops = np.flatnonzero(hit)
         pos = lo[ops]
@@ -62,17 +60,18 @@ def launches(report: Report, table: str = "kernels",
              ) -> pd.DataFrame:
     """Rows of ``table`` (kernels, memcpy or memset) joined to the API call that issued them.
 
-    Columns: ``pid``, ``correlation_id``, the ``op_columns`` as they are, the
+    Columns: ``pid``, the ``op_columns`` as they are (add ``correlation_id`` there if you
+    need it), the
     ``api_columns`` prefixed ``api_`` (``api_start_ns``, ``api_end_ns``, ``api_tid``,
     ``api_name``) and ``api_row`` (the call's row in ``cuda_api``: one ``cudaGraphLaunch``
     launches many kernels). Empty (same columns) when either table is missing.
     """
-    cols = ["pid", "correlation_id", *op_columns, *(f"api_{c}" for c in api_columns), "api_row"]
+    cols = ["pid", *op_columns, *(f"api_{c}" for c in api_columns), "api_row"]
     if not report.has(table) or not report.has("cuda_api"):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
     # API keys first: on a first read this builds the big API cache before the ops are held
     api = report.cuda_api(["pid", "correlation_id"])
-    ops = report.table(table, ["pid", "correlation_id", *op_columns])
+    ops = report.table(table, list(dict.fromkeys(["pid", "correlation_id", *op_columns])))
     op_idx, api_idx = match(*keys(ops, api))
     del api
     if len(op_idx) == len(ops) and (len(ops) < 2 or np.all(op_idx[1:] > op_idx[:-1])):
@@ -80,7 +79,9 @@ def launches(report: Report, table: str = "kernels",
     else:
         out = ops.iloc[op_idx].reset_index(drop=True)
     del ops
-    out["api_row"] = api_idx
+    if "correlation_id" not in op_columns:
+        out = out.drop(columns="correlation_id")
+    out["api_row"] = api_idx.astype(np.int32) if len(api_idx) and api_idx.max() < 2**31 else api_idx
     picked = report.take("cuda_api", list(api_columns), api_idx)  # only the matched rows
     for c in api_columns:
         out[f"api_{c}"] = picked[c].to_numpy() if not isinstance(

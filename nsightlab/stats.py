@@ -26,7 +26,8 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     gid, uniques = pd.factorize(combined)
     first = np.empty(len(uniques), np.int64)
     first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)  # last write wins: the first row
-    return gid.astype(np.int64), keys.iloc[first].reset_index(drop=True)
+    gid = gid.astype(np.int32) if len(uniques) < 2**31 else gid
+    return gid, keys.iloc[first].reset_index(drop=True)
 
 
 class Groups:

@@ -71,8 +71,10 @@ def gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     operation that had started had finished, so the device was idle until that start."""
     if len(starts) < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    s = np.sort(starts.astype(np.int64), kind="stable")  # nearly sorted: fast
-    e = np.sort(ends.astype(np.int64), kind="stable")
+    s = starts.astype(np.int64)  # one copy each, sorted in place (nearly sorted: fast)
+    s.sort(kind="stable")
+    e = ends.astype(np.int64)
+    e.sort(kind="stable")
     idle = e[:-1] < s[1:]
     return e[:-1][idle], s[1:][idle]
 

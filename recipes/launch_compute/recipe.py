@@ -89,15 +89,27 @@ def summary(lk, ranges, params):
         span = int(g["end_ns"].max() - g["start_ns"].min())
         busy_ns = busy_time(g["start_ns"], g["end_ns"])
         once = first_of_call(g["api_row"])
-        adur = (g["api_end_ns"] - g["api_start_ns"])[once]
+        adur = g["api_end_ns"] - g["api_start_ns"]
+        if not once.all():
+            adur = adur[once]
+        launch_sum, launch_avg, n_calls = int(adur.sum()), float(adur.mean()), len(adur)
+        del adur
+        # 8M-row temporaries one at a time, medians by in-place sorts of our own copies
         queue = g["start_ns"] - g["api_end_ns"]
-        queue_med = float(np.median(queue[queue >= 0])) if (queue >= 0).any() else np.nan
-        del queue  # one 8M-row temporary at a time
+        queue.sort()
+        queued = queue[np.searchsorted(queue, 0):]
+        queue_med = float(np.median(queued)) if len(queued) else np.nan
+        del queue, queued
         kdur = g["end_ns"] - g["start_ns"]
+        k_sum, k_mean, n_k = int(kdur.sum()), float(kdur.mean()), len(kdur)
+        short = 100.0 * float((kdur < params["short_kernel_us"] * 1e3).mean())
+        kdur.sort()
+        k_med = float(kdur[(n_k - 1) // 2] + kdur[n_k // 2]) / 2
+        del kdur
         busy_pct = 100.0 * busy_ns / max(span, 1)
-        per_kernel_api = adur.sum() / len(kdur)
-        v = verdict(busy_pct, kdur.mean(), per_kernel_api, params)
-        ev = _evidence(busy_pct, kdur.mean(), per_kernel_api, len(kdur))
+        per_kernel_api = launch_sum / n_k
+        v = verdict(busy_pct, k_mean, per_kernel_api, params)
+        ev = _evidence(busy_pct, k_mean, per_kernel_api, n_k)
         top = ranges[(ranges["pid"] == pid) & (ranges["depth"] == 0)]
         if len(top):  # steady state: the outermost NVTX ranges, weighted by the GPU work in them
             weight = top.groupby("verdict")["kernel_time_ns"].sum()
@@ -106,13 +118,11 @@ def summary(lk, ranges, params):
                   f"({100 * weight[v] / weight.sum():.0f}% of their kernel time) are {v}; "
                   "whole run: " + ev)
         rows.append({
-            "pid": pid, "device": dev, "kernel_count": len(kdur), "kernel_time_ns": int(kdur.sum()),
+            "pid": pid, "device": dev, "kernel_count": n_k, "kernel_time_ns": k_sum,
             "gpu_span_ns": span, "gpu_busy_ns": busy_ns, "gpu_busy_pct": busy_pct,
-            "launch_calls": int(once.sum()), "launch_api_ns": int(adur.sum()),
-            "launch_api_avg_ns": float(adur.mean()),
-            "kernel_avg_ns": float(kdur.mean()), "kernel_med_ns": float(np.median(kdur)),
-            "queue_med_ns": queue_med,
-            "short_kernel_pct": 100.0 * float((kdur < params["short_kernel_us"] * 1e3).mean()),
+            "launch_calls": n_calls, "launch_api_ns": launch_sum, "launch_api_avg_ns": launch_avg,
+            "kernel_avg_ns": k_mean, "kernel_med_ns": k_med, "queue_med_ns": queue_med,
+            "short_kernel_pct": short,
             "verdict": v, "evidence": ev,
         })
     return pd.DataFrame(rows)

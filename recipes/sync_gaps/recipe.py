@@ -44,16 +44,31 @@ def gpu_ops(report):
     frames = [f for f in frames if len(f)]
     if not frames:
         raise NoDataError(report.missing_hint("kernels") or f"{report.path.name}: no GPU activity")
-    return pd.concat(frames, ignore_index=True)
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+GROUP = ["pid", "device_id", "context_id"]
+
+
+def groups(df):
+    """{(pid, device, context): row indices, or None for "all rows"} without a groupby
+    when there is only one group (the usual single-process, single-GPU run)."""
+    first = df.iloc[0]
+    if all(np.all(df[c].to_numpy() == first[c]) for c in GROUP):
+        return {tuple(int(first[c]) for c in GROUP): None}
+    return df.groupby(GROUP, sort=True).indices
+
+
+def _rows(a, idx):
+    return a if idx is None else a[idx]
 
 
 def all_gaps(ops):
     """Every idle gap, as arrays per (pid, device, context): {key: (starts, ends)}. Arrays,
     not a DataFrame: a launch-bound run of 8M kernels has 8M tiny gaps."""
-    out = {}
-    for key, idx in ops.groupby(["pid", "device_id", "context_id"], sort=True).indices.items():
-        out[key] = idle_gaps(ops["start_ns"].to_numpy()[idx], ops["end_ns"].to_numpy()[idx])
-    return out
+    starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    return {key: idle_gaps(_rows(starts, idx), _rows(ends, idx))
+            for key, idx in groups(ops).items()}
 
 
 def sync_calls(report, raw_gaps):
@@ -163,17 +178,18 @@ def ending_ops(ops, gaps):
     """The GPU operation that starts at each gap's end (pid, correlation_id)."""
     pid = np.zeros(len(gaps), np.int64)
     corr = np.zeros(len(gaps), np.int64)
-    groups = ops.groupby(["pid", "device_id", "context_id"]).indices
+    op_groups = groups(ops)
     starts, corrs = ops["start_ns"].to_numpy(), ops["correlation_id"].to_numpy()
-    for key, idx in gaps.groupby(["pid", "device_id", "context_id"]).indices.items():
-        rows = groups[key]
-        st = starts[rows]
+    for key, idx in gaps.groupby(GROUP).indices.items():
+        rows = op_groups[key]
+        st = _rows(starts, rows)
         if not np.all(st[1:] >= st[:-1]):
-            rows = rows[np.argsort(st, kind="stable")]
+            order = np.argsort(st, kind="stable")
+            rows = order if rows is None else rows[order]
             st = starts[rows]
-        j = np.minimum(np.searchsorted(st, gaps["end_ns"].to_numpy()[idx], "left"), len(rows) - 1)
+        j = np.minimum(np.searchsorted(st, gaps["end_ns"].to_numpy()[idx], "left"), len(st) - 1)
         pid[idx] = key[0]
-        corr[idx] = corrs[rows[j]]
+        corr[idx] = corrs[j] if rows is None else corrs[rows[j]]
     return pd.DataFrame({"pid": pid, "correlation_id": corr})
 
 
