@@ -15,15 +15,11 @@ tables, warm <= 0.5 s for (start_ns, end_ns, name) of all kernels.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent.parent / "shared"
+from common import DEFAULT_SOURCE, DEFAULT_WORK, in_fresh_process, scaled_report
 
 CHILD = r"""
 import json, resource, sys, time
@@ -48,24 +44,16 @@ print(json.dumps({"seconds": dt, "peak_rss_mb": peak, "rows": rows}))
 
 
 def measure(path: Path, cache_dir: Path, no_cache: bool, what: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(cache_dir),
-                          "1" if no_cache else "0", what],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return in_fresh_process(CHILD, path, cache_dir, "1" if no_cache else "0", what)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", type=int, default=100)
-    ap.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "nsightlab-bench")
-    ap.add_argument("--source", type=Path, default=SHARED / "fixtures/nsys/h200-launchbound.sqlite.xz")
+    ap.add_argument("--work", type=Path, default=DEFAULT_WORK)
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    report = args.work / f"launchbound-x{args.copies}.sqlite"
-    if not report.exists():
-        print(f"building {report} ({args.copies} copies of {args.source.name}) ...", file=sys.stderr)
-        subprocess.run([sys.executable, str(SHARED / "bench/make_scaled_report.py"),
-                        str(args.source), str(report), str(args.copies)], check=True)
+    report = scaled_report(args.work, args.copies, args.source)
     cache = args.work / "cache"
     rows = []
 

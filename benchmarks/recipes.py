@@ -1,0 +1,117 @@
+"""Benchmark: kernel_sum + launch_compute + sync_gaps on the 8M-kernel report, against nsys.
+
+Each case runs in a fresh Python process (time from nsightlab.open to the three results;
+peak RSS of that process):
+
+  cold         no cache at all: tables are read from SQLite (and cached), then analysed
+  tables warm  the Parquet table cache exists, recipe results do not: the analysis cost
+  warm         everything cached: what a repeated `nsightlab recipe run` costs
+
+If `nsys` is on PATH, its equivalents run on the same file (`nsys stats` gpukernsum /
+kernexecsum or cuda_gpu_kern_sum / cuda_kern_exec_sum, `nsys analyze` GPU gaps and sync
+APIs), each timed with its peak RSS, and the ratio is printed.
+
+usage: python benchmarks/recipes.py [--copies N] [--work DIR] [--no-nsys]
+Targets (issue #3, 2-core machine): <= 18 s cold, <= 1.5 s warm, <= 1 GB peak RSS.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from common import DEFAULT_WORK, in_fresh_process, scaled_report
+
+RECIPES = ("kernel_sum", "launch_compute", "sync_gaps")
+
+CHILD = r"""
+import json, resource, sys, time
+import nsightlab, nsightlab.recipes as R
+path, cache_dir = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+r = nsightlab.open(path, cache_dir=cache_dir)
+seconds = {}
+for name in sys.argv[3:]:
+    t = time.perf_counter(); R.run(name, r); seconds[name] = time.perf_counter() - t
+print(json.dumps({"seconds": time.perf_counter() - t0, "each": seconds,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+TIMED = r"""
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(json.dumps({"seconds": time.perf_counter() - t, "rc": p.returncode,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "tail": (p.stdout + p.stderr)[-300:]}))
+"""
+
+
+def nsys_commands(report: Path, out: Path) -> list[tuple[str, list[str]]]:
+    """nsys's equivalents of the three recipes, with this nsys's report names."""
+    nsys = shutil.which("nsys")
+    reports = subprocess.run([nsys, "stats", "--help-reports"], capture_output=True,
+                             text=True).stdout
+    new = "cuda_gpu_kern_sum" in reports
+    ksum, kexec = ("cuda_gpu_kern_sum", "cuda_kern_exec_sum") if new else ("gpukernsum", "kernexecsum")
+    rules = subprocess.run([nsys, "analyze", "--help-rules"], capture_output=True, text=True).stdout
+    gaps = "gpu_gaps" if "gpu_gaps" in rules else "gpu-starv"
+    sync = "cuda_api_sync" if "cuda_api_sync" in rules else "cuda-sync-api"
+    common = ["--format", "csv", "--force-export", "false"]
+    return [
+        (ksum, [nsys, "stats", "--report", ksum, *common, "-o", str(out / "k"), str(report)]),
+        (kexec, [nsys, "stats", "--report", kexec, *common, "-o", str(out / "x"), str(report)]),
+        (gaps, [nsys, "analyze", "--rule", gaps, "--format", "csv", "-o", str(out / "g"), str(report)]),
+        (sync, [nsys, "analyze", "--rule", sync, "--format", "csv", "-o", str(out / "s"), str(report)]),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--copies", type=int, default=100)
+    ap.add_argument("--work", type=Path, default=DEFAULT_WORK)
+    ap.add_argument("--no-nsys", action="store_true", help="skip the nsys comparison")
+    args = ap.parse_args()
+    report = scaled_report(args.work, args.copies)
+    cache = args.work / "recipe-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    rows = []
+    cold = in_fresh_process(CHILD, report, cache, *RECIPES)
+    rows.append(("cold (no cache)", cold))
+    for d in cache.glob("*/recipes"):
+        shutil.rmtree(d)
+    rows.append(("tables warm", in_fresh_process(CHILD, report, cache, *RECIPES)))
+    rows.append(("warm", in_fresh_process(CHILD, report, cache, *RECIPES)))
+
+    print(f"\nreport: {report} ({report.stat().st_size / 2**30:.2f} GiB)")
+    print(f"{'nsightlab':<18} {'time_s':>7} {'peak_rss_mb':>12}  " + "  ".join(f"{r}_s" for r in RECIPES))
+    for label, m in rows:
+        each = "  ".join(f"{m['each'][r]:>{len(r) + 2}.2f}" for r in RECIPES)
+        print(f"{label:<18} {m['seconds']:7.2f} {m['peak_rss_mb']:12.0f}  {each}")
+
+    if args.no_nsys or not shutil.which("nsys"):
+        print("\n(nsys not on PATH: no comparison)" if not args.no_nsys else "")
+        return
+    version = re.search(r"\d{4}\.\d+\.\d+", subprocess.run(["nsys", "--version"], capture_output=True,
+                                                            text=True).stdout)
+    out = args.work / "nsys-out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    print(f"\nnsys {version.group(0) if version else '?'} on the same file:")
+    total = 0.0
+    peak = 0.0
+    for label, cmd in nsys_commands(report, out):
+        m = in_fresh_process(TIMED, *cmd)
+        ok = "" if m["rc"] == 0 else f"  (exit {m['rc']}: {m['tail'].strip().splitlines()[-1][:80]})"
+        print(f"  {label:<22} {m['seconds']:7.2f} s {m['peak_rss_mb']:8.0f} MB{ok}")
+        total += m["seconds"]
+        peak = max(peak, m["peak_rss_mb"])
+    print(f"  {'total':<22} {total:7.2f} s {peak:8.0f} MB (max)")
+    print(f"\nnsightlab cold is {total / cold['seconds']:.1f}x faster than nsys on this file")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
