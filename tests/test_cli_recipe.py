@@ -1,0 +1,130 @@
+"""`nsightlab recipe list|show|run` and the recipe framework around the recipes."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import nsightlab.recipes as R
+from nsightlab.cli import cli
+import nsightlab.cli.recipe  # noqa: F401
+
+BUILTIN = ["api_sum", "gpu_util", "kernel_sum", "launch_compute", "nvtx_gpu", "sync_gaps",
+           "tensor_core"]
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(cli, ["recipe", *args], env=env)
+
+
+def test_list_and_show():
+    res = invoke("list")
+    assert res.exit_code == 0
+    assert [line.split()[0] for line in res.output.splitlines()] == BUILTIN
+    res = invoke("show", "sync_gaps")
+    assert res.exit_code == 0 and "min_gap_ms (float [ms], default 0.1)" in res.output
+    assert "gaps:" in res.output and "gpu_idle_after_ns" in res.output
+    res = invoke("show", "nope")
+    assert res.exit_code == 1 and "no recipe named 'nope'" in res.output
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_outputs_match_their_metadata(name, sqlite_of, cache_dir):
+    stem = "h200-vit-fp16-gpumetrics" if name == "tensor_core" else "h200-vit-fp16-syncy"
+    recipe = R.get(name)
+    out = recipe.run(sqlite_of(stem))
+    assert set(out) <= set(recipe.tables)
+    for table, df in out.items():
+        documented = set(recipe.tables[table]["columns"])
+        assert set(df.columns) <= documented | {"precision_confidence"}, (table, set(df.columns) - documented)
+
+
+def test_run_json_and_outdir(sqlite_of, cache_dir, tmp_path):
+    path = str(sqlite_of("h200-vit-fp16"))
+    res = invoke("run", "kernel_sum", path, "--format", "json")
+    assert res.exit_code == 0
+    payload = json.loads(res.stdout)
+    assert list(payload) == ["kernel_sum"] and payload["kernel_sum"][0]["instances"] == 1104
+    out = tmp_path / "out"
+    res = invoke("run", "launch_compute", path, "-o", str(out), "--format", "csv")
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["by_range.csv", "by_range.parquet", "manifest.json", "per_kernel.csv",
+                            "per_kernel.parquet", "summary.csv", "summary.parquet"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["recipe"] == "launch_compute" and manifest["inputs"][0]["status"] == "ok"
+    assert manifest["inputs"][0]["nsys_version"] == "2025.3.2.0"
+    assert manifest["params"]["busy_high_pct"] == 80.0
+    assert pd.read_parquet(out / "summary.parquet").iloc[0]["verdict"] == "compute-bound"
+    # an existing output folder is kept unless --force
+    res = invoke("run", "launch_compute", path, "-o", str(out))
+    assert res.exit_code == 2 and "--force" in res.output
+    assert invoke("run", "launch_compute", path, "-o", str(out), "--force").exit_code == 0
+
+
+def test_params_are_typed_and_checked(sqlite_of, cache_dir):
+    path = str(sqlite_of("h200-vit-fp16-syncy"))
+    res = invoke("run", "sync_gaps", path, "-p", "min_gap_ms=5", "--format", "json")
+    gaps = json.loads(res.stdout)["gaps"]
+    assert gaps and min(g["duration_ns"] for g in gaps) >= 5_000_000
+    res = invoke("run", "sync_gaps", path, "-p", "min_gap_ms=lots")
+    assert res.exit_code == 1 and "not a float" in res.output
+    res = invoke("run", "sync_gaps", path, "-p", "bogus=1")
+    assert res.exit_code == 1 and "no parameter bogus" in res.output
+
+
+def test_many_reports_in_parallel_with_no_data_and_errors(sqlite_of, cache_dir, tmp_path):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for stem in ("h200-vit-fp16", "pub-pipit-saxpy-a100", "pub-centerformer-trt-nvtx"):
+        shutil.copyfile(sqlite_of(stem), folder / f"{stem}.sqlite")
+    (folder / "broken.sqlite").write_text("not a database")
+    out = tmp_path / "out"
+    res = invoke("run", "kernel_sum", str(folder), "-o", str(out), "--jobs", "2")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    status = {i["input"].split("/")[-1]: i["status"] for i in manifest["inputs"]}
+    assert status == {"broken.sqlite": "error", "h200-vit-fp16.sqlite": "ok",
+                      "pub-centerformer-trt-nvtx.sqlite": "no data", "pub-pipit-saxpy-a100.sqlite": "ok"}
+    ks = pd.read_parquet(out / "kernel_sum.parquet")
+    assert list(ks["report"].unique()) == ["h200-vit-fp16", "pub-pipit-saxpy-a100"]  # input order
+    res = invoke("run", "kernel_sum", str(folder), "--strict", "--format", "csv")
+    assert res.exit_code == 1
+
+
+def test_single_report_errors_are_one_line(tmp_path, cache_dir):
+    bad = tmp_path / "x.sqlite"
+    bad.write_text("nope")
+    res = invoke("run", "kernel_sum", str(bad))
+    assert res.exit_code == 1 and res.output.strip().startswith("Error: ")
+    assert "Traceback" not in res.output
+
+
+def test_recipe_path_adds_recipes(tmp_path, sqlite_of, cache_dir, monkeypatch):
+    d = tmp_path / "mine" / "kernel_count"
+    d.mkdir(parents=True)
+    (d / "metadata.json").write_text(json.dumps({
+        "name": "kernel_count", "description": "How many kernels?", "params": [],
+        "tables": {"count": {"columns": {"kernels": "number of kernels"}}}}))
+    (d / "recipe.py").write_text(
+        "import pandas as pd\n"
+        "def run(report, params):\n"
+        "    return {'count': pd.DataFrame({'kernels': [len(report.kernels(['name']))]})}\n")
+    monkeypatch.setenv("NSIGHTLAB_RECIPE_PATH", str(tmp_path / "mine"))
+    assert "kernel_count" in R.available()
+    assert R.run("kernel_count", sqlite_of("h200-vit-fp16"))["count"].iloc[0, 0] == 3120
+
+
+def test_results_are_cached_and_invalidated_by_params(sqlite_of, cache_dir, monkeypatch):
+    path = sqlite_of("h200-vit-fp16-syncy")
+    first = R.run("sync_gaps", path, min_gap_ms=1)
+    calls = []
+    store = R._store_result
+    monkeypatch.setattr(R, "_store_result", lambda *a: calls.append(1) or store(*a))
+    again = R.run("sync_gaps", path, min_gap_ms=1)
+    assert not calls and again["gaps"].equals(first["gaps"])
+    other = R.run("sync_gaps", path, min_gap_ms=2)
+    assert calls and len(other["gaps"]) <= len(first["gaps"])
