@@ -334,3 +334,29 @@ def write_outputs(result: RunResult, outdir: str | os.PathLike, formats: tuple[s
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return [outdir / f for f in files] + [outdir / "manifest.json"]
+
+
+def recipes_markdown() -> str:
+    """The built-in recipes as Markdown (docs/recipes.md is this text; a test keeps it current)."""
+    out = ["# nsightlab recipes", "",
+           "Generated from each recipe's `metadata.json` "
+           "(`python -c 'import nsightlab.recipes as R; print(R.recipes_markdown(), end=\"\")' > docs/recipes.md`).",
+           "Run one with `nsightlab recipe run NAME REPORT...` or `nsightlab.recipes.run(NAME, report)`.", ""]
+    from . import _recipes
+
+    builtin = Path(_recipes.__file__).parent
+    for name, r in available().items():
+        if r.path.parent != builtin:
+            continue
+        out += [f"## `{name}`", "", r.description, ""]
+        if r.params:
+            out += ["| parameter | type | unit | default | meaning |", "|---|---|---|---|---|"]
+            out += [f"| `{p.name}` | {p.type} | {p.unit} | `{p.default!r}` | {p.help} |"
+                    for p in r.params.values()]
+            out.append("")
+        for table, spec in r.tables.items():
+            out += [f"### table `{table}`", "", spec.get("doc", ""), "",
+                    "| column | meaning |", "|---|---|"]
+            out += [f"| `{c}` | {d} |" for c, d in spec.get("columns", {}).items()]
+            out.append("")
+    return "\n".join(out)

@@ -128,3 +128,10 @@ def test_results_are_cached_and_invalidated_by_params(sqlite_of, cache_dir, monk
     assert not calls and again["gaps"].equals(first["gaps"])
     other = R.run("sync_gaps", path, min_gap_ms=2)
     assert calls and len(other["gaps"]) <= len(first["gaps"])
+
+
+def test_docs_recipes_md_is_current():
+    from pathlib import Path
+
+    doc = Path(__file__).parent.parent / "docs" / "recipes.md"
+    assert doc.read_text() == R.recipes_markdown(), "regenerate docs/recipes.md (see its header)"
