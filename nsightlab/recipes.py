@@ -181,11 +181,19 @@ def _store_result(report: Report, name: str, key: str, tables: dict[str, pd.Data
 
 
 # ---- discovery -------------------------------------------------------------------------------
+def builtin_dir() -> Path:
+    """The built-in recipes: installed as ``nsightlab._recipes``; in a source checkout run
+    without installing (``python -m pytest`` from the repository), the top-level recipes/."""
+    try:
+        from . import _recipes
+    except ImportError:
+        return Path(__file__).resolve().parent.parent / "recipes"
+    return Path(_recipes.__file__).parent
+
+
 def search_path() -> list[Path]:
     """Built-in recipes first, then NSIGHTLAB_RECIPE_PATH folders (later ones win)."""
-    from . import _recipes
-
-    paths = [Path(_recipes.__file__).parent]
+    paths = [builtin_dir()]
     for p in os.environ.get("NSIGHTLAB_RECIPE_PATH", "").split(os.pathsep):
         if p:
             paths.append(Path(p))
@@ -342,9 +350,7 @@ def recipes_markdown() -> str:
            "Generated from each recipe's `metadata.json` "
            "(`python -c 'import nsightlab.recipes as R; print(R.recipes_markdown(), end=\"\")' > docs/recipes.md`).",
            "Run one with `nsightlab recipe run NAME REPORT...` or `nsightlab.recipes.run(NAME, report)`.", ""]
-    from . import _recipes
-
-    builtin = Path(_recipes.__file__).parent
+    builtin = builtin_dir()
     for name, r in available().items():
         if r.path.parent != builtin:
             continue
