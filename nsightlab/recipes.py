@@ -347,8 +347,8 @@ def write_outputs(result: RunResult, outdir: str | os.PathLike, formats: tuple[s
 def recipes_markdown() -> str:
     """The built-in recipes as Markdown (docs/recipes.md is this text; a test keeps it current)."""
     out = ["# nsightlab recipes", "",
-           "Generated from each recipe's `metadata.json` "
-           "(`python -c 'import nsightlab.recipes as R; print(R.recipes_markdown(), end=\"\")' > docs/recipes.md`).",
+           "Generated from each recipe's `metadata.json` (`python -c 'import nsightlab.recipes "
+           "as R; print(R.recipes_markdown(), end=\"\")' > docs/recipes.md`).",
            "Run one with `nsightlab recipe run NAME REPORT...` or `nsightlab.recipes.run(NAME, report)`.", ""]
     builtin = builtin_dir()
     for name, r in available().items():

@@ -1,7 +1,6 @@
 """Recipes on the real workloads: the answers a performance engineer expects from each."""
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 import nsightlab

@@ -38,7 +38,11 @@ def per_kernel(lk):
         if metric in ("api", "queue"):
             out["count" if metric == "api" else "queue_count"] = stats["count"]
         for st in STATS[1:]:
-            out[f"{metric}_{st}_ns"] = stats[st]
+            col = stats[st]
+            if st in ("total", "min", "max"):  # whole nanoseconds; NA where nothing queued
+                col = pd.array(np.where(np.isnan(col), 0, col).astype(np.int64), dtype="Int64")
+                col[np.isnan(stats[st])] = pd.NA
+            out[f"{metric}_{st}_ns"] = col
     for c in ("api_name", "name"):
         out[c] = out[c].astype(str)
     return out.sort_values("total_avg_ns", ascending=False, kind="stable").reset_index(drop=True)
