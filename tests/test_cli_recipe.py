@@ -135,3 +135,23 @@ def test_docs_recipes_md_is_current():
 
     doc = Path(__file__).parent.parent / "docs" / "recipes.md"
     assert doc.read_text() == R.recipes_markdown(), "regenerate docs/recipes.md (see its header)"
+
+
+def test_kernel_sum_over_the_whole_shared_fixture_folder(cache_dir, tmp_path):
+    from conftest import SHARED
+
+    folder = SHARED / "nsys"
+    if not folder.is_dir():
+        pytest.skip("../shared/fixtures is not present")
+    res = invoke("run", "kernel_sum", str(folder), "-o", str(tmp_path / "all"), "--jobs", "2")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "all" / "manifest.json").read_text())
+    status = {i["input"].split("/")[-1]: i["status"] for i in manifest["inputs"]}
+    # every export is read (.sqlite and .sqlite.xz); an .nsys-rep with its export beside it
+    # counts once; the report without kernels is "no data"
+    assert status["pub-centerformer-trt-nvtx.sqlite"] == "no data"
+    assert status["h200-launchbound.sqlite.xz"] == "ok" and "h200-launchbound.nsys-rep" not in status
+    exports = [k for k in status if ".sqlite" in k]
+    assert len(exports) == 11 and all(status[k] in ("ok", "no data") for k in exports)
+    ks = pd.read_parquet(tmp_path / "all" / "kernel_sum.parquet")
+    assert ks["report"].nunique() == 10
