@@ -46,40 +46,72 @@ def _module():
     return ncu_report
 
 
-def kernels(path: str | Path) -> pd.DataFrame:
-    """One row per profiled kernel: range, id, name, nvtx (the push/pop stack, outermost
-    first, joined with '/'), then the ``METRICS`` columns (NaN where a metric is absent)."""
-    ncu_report = _module()
-    path = Path(path)
-    if not path.is_file():
-        raise NotAReportError(f"{path}: no such file; give an Nsight Compute report (.ncu-rep)")
-    with tempfile.TemporaryDirectory() as tmp:
-        src = path
-        if path.name.endswith(".xz"):
-            src = Path(tmp) / path.name[:-3]
+class NcuReport:
+    """One .ncu-rep, loaded once: ``kernels()`` (wide: key metrics per kernel) and ``metrics()``
+    (long: every metric of every kernel). Use ``nsightlab.open_ncu(path)``."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        ncu_report = _module()
+        if not self.path.is_file():
+            raise NotAReportError(f"{self.path}: no such file; give an Nsight Compute report (.ncu-rep)")
+        self._tmp = tempfile.TemporaryDirectory()
+        src = self.path
+        if self.path.name.endswith(".xz"):
+            src = Path(self._tmp.name) / self.path.name[:-3]
             try:
-                with lzma.open(path) as fin, src.open("wb") as fout:
+                with lzma.open(self.path) as fin, src.open("wb") as fout:
                     shutil.copyfileobj(fin, fout, 1 << 20)
             except (lzma.LZMAError, EOFError) as e:
-                raise NotAReportError(f"{path}: not a complete xz file ({e})") from None
+                raise NotAReportError(f"{self.path}: not a complete xz file ({e})") from None
         try:
-            ctx = ncu_report.load_report(str(src))
+            self._ctx = ncu_report.load_report(str(src))
         except Exception as e:  # the wheel raises plain exceptions for unreadable files
-            raise NotAReportError(f"{path}: not a readable Nsight Compute report ({e}); "
+            raise NotAReportError(f"{self.path}: not a readable Nsight Compute report ({e}); "
                                   "give a .ncu-rep written by ncu") from None
-        rows = []
-        for ri in range(ctx.num_ranges()):
-            rng = ctx.range_by_idx(ri)
+        self._demangled = ncu_report.IAction.NameBase_DEMANGLED
+
+    def _actions(self):
+        for ri in range(self._ctx.num_ranges()):
+            rng = self._ctx.range_by_idx(ri)
             for ai in range(rng.num_actions()):
-                a = rng.action_by_idx(ai)
-                row = {"range": ri, "id": ai,
-                       "name": a.name(ncu_report.IAction.NameBase_DEMANGLED),
-                       "nvtx": _nvtx(a)}
-                for col, names in METRICS.items():
-                    row[col] = _first_value(a, names)
-                rows.append(row)
-    cols = ["range", "id", "name", "nvtx", *METRICS]
-    return pd.DataFrame(rows, columns=cols)
+                yield ri, ai, rng.action_by_idx(ai)
+
+    def kernels(self) -> pd.DataFrame:
+        """One row per profiled kernel: range, id, name, nvtx (push/pop stack, outermost first,
+        joined with '/'), then the ``METRICS`` columns (NaN where a metric is absent)."""
+        rows = []
+        for ri, ai, a in self._actions():
+            row = {"range": ri, "id": ai, "name": a.name(self._demangled), "nvtx": _nvtx(a)}
+            for col, names in METRICS.items():
+                row[col] = _first_value(a, names)
+            rows.append(row)
+        return pd.DataFrame(rows, columns=["range", "id", "name", "nvtx", *METRICS])
+
+    def metrics(self) -> pd.DataFrame:
+        """Every metric of every kernel, long form: range, id, name, nvtx, metric, value
+        (numeric, NaN for text), text (for string metrics), unit."""
+        rows = []
+        for ri, ai, a in self._actions():
+            name, nvtx = a.name(self._demangled), _nvtx(a)
+            for m in a.metric_names():
+                metric = a.metric_by_name(m)
+                v = metric.value()
+                num = float(v) if isinstance(v, (int, float)) else float("nan")
+                text = v if isinstance(v, str) else None
+                rows.append((ri, ai, name, nvtx, m, num, text, metric.unit()))
+        return pd.DataFrame(rows, columns=["range", "id", "name", "nvtx", "metric", "value",
+                                           "text", "unit"])
+
+
+def open_ncu(path: str | Path) -> NcuReport:
+    """Open an Nsight Compute report (``.ncu-rep`` or ``.ncu-rep.xz``)."""
+    return NcuReport(path)
+
+
+def kernels(path: str | Path) -> pd.DataFrame:
+    """Key metrics per kernel of the report at ``path`` (see ``NcuReport.kernels``)."""
+    return NcuReport(path).kernels()
 
 
 def _first_value(action, names: list[str]) -> float:

@@ -1,0 +1,50 @@
+"""ONNX Runtime's profiler JSON (``SessionOptions.enable_profiling``) as a DataFrame.
+
+The file is a Chrome trace: a list of events. Node executions are ``cat == "Node"`` events
+named ``<node>_kernel_time`` whose ``args`` carry op_name and provider (and, depending on the
+version, node_index, thread_scheduling_stats...). Durations are microseconds.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import NotAReportError
+
+COLUMNS = ["node", "op_type", "provider", "start_ns", "duration_ns", "thread", "pid"]
+
+
+def nodes(path: str | Path) -> pd.DataFrame:
+    """One row per node execution: node, op_type, provider, start_ns (from the profiler's
+    start), duration_ns, thread, pid."""
+    path = Path(path)
+    try:
+        events = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise NotAReportError(f"{path}: not a readable ONNX Runtime profile ({e})") from None
+    if isinstance(events, dict):
+        events = events.get("traceEvents", [])
+    if not isinstance(events, list):
+        raise NotAReportError(f"{path}: not an ONNX Runtime profile (expected a list of events)")
+    rows = []
+    for e in events:
+        if not isinstance(e, dict) or e.get("cat") != "Node":
+            continue
+        name = str(e.get("name", ""))
+        if not name.endswith("_kernel_time"):
+            continue
+        args = e.get("args") or {}
+        rows.append((name[: -len("_kernel_time")], args.get("op_name"), args.get("provider"),
+                     int(float(e.get("ts", 0)) * 1000), int(float(e.get("dur", 0)) * 1000),
+                     e.get("tid"), e.get("pid")))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Time per (op_type, provider): calls, total_ns, avg_ns, time_pct."""
+    g = df.groupby(["op_type", "provider"], dropna=False)["duration_ns"]
+    out = g.agg(calls="size", total_ns="sum", avg_ns="mean").reset_index()
+    out["time_pct"] = 100.0 * out["total_ns"] / max(out["total_ns"].sum(), 1)
+    return out.sort_values("total_ns", ascending=False).reset_index(drop=True)

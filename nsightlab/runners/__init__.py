@@ -1,0 +1,1 @@
+"""Workload runners nsightlab launches under the profilers (``python -m nsightlab.runners.ort``)."""

@@ -1,0 +1,132 @@
+"""Run an ONNX model with ONNX Runtime the way a profile wants it.
+
+    python -m nsightlab.runners.ort MODEL.onnx [--ep cpu|cuda|tensorrt] [--shape NAME=1x3x224x224]
+        [--iterations N] [--warmup N] [--profile OUT.json] [--report RUN.json]
+
+NVTX ranges mark the phases (``session_create``, ``warmup``, ``timed``) and every timed
+iteration (``iterN``), so a Nsight Systems capture can be cut per iteration. Inputs are
+synthesized from the model's input specs (symbolic dimensions from --shape, else 1). The
+requested execution provider is used when this onnxruntime build has it; otherwise the run says
+so on stderr and falls back to CPU, and --report records what was asked, what was available and
+what was used. --profile keeps ONNX Runtime's own profiler JSON (per-node times).
+
+NVTX needs the ``nvtx`` package (0.2.11 or older for nsys 2023.4 and older: newer ones emit
+ranges those versions drop); without it the run works and records ``nvtx: false``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+EPS = {"cpu": ["CPUExecutionProvider"],
+       "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+       "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]}
+DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+          "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8",
+          "tensor(uint8)": "uint8", "tensor(bool)": "bool", "tensor(bfloat16)": "float32"}
+
+
+def _nvtx():
+    try:
+        import nvtx
+
+        return lambda name: nvtx.annotate(name, domain="nsightlab")
+    except ImportError:
+        return None
+
+
+def parse_shapes(items: list[str]) -> dict[str, list[int]]:
+    out = {}
+    for item in items:
+        name, _, dims = item.partition("=")
+        if not dims:
+            raise SystemExit(f"--shape {item!r}: expected NAME=1x3x224x224")
+        out[name] = [int(d) for d in dims.lower().split("x")]
+    return out
+
+
+def synthesize(inputs, shapes: dict[str, list[int]]):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in inputs:
+        shape = shapes.get(i.name) or [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+        dtype = DTYPES.get(i.type, "float32")
+        if dtype.startswith("float"):
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == "bool":
+            feeds[i.name] = np.zeros(shape, bool)
+        else:
+            feeds[i.name] = np.zeros(shape, dtype)
+    return feeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nsightlab.runners.ort", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--ep", choices=list(EPS), default="cpu")
+    ap.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS")
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--profile", help="save ONNX Runtime's profiler JSON here")
+    ap.add_argument("--report", help="write what ran (providers, latencies) as JSON here")
+    args = ap.parse_args(argv)
+    import onnxruntime as ort
+
+    rng_of = _nvtx()
+    scope = rng_of or (lambda name: contextlib.nullcontext())
+    available = ort.get_available_providers()
+    wanted = EPS[args.ep]
+    providers = [p for p in wanted if p in available] or ["CPUExecutionProvider"]
+    fallback = wanted[0] not in available
+    if fallback:
+        print(f"nsightlab.runners.ort: {wanted[0]} is not available in this onnxruntime build "
+              f"(available: {', '.join(available)}); running on {providers[0]}", file=sys.stderr)
+    so = ort.SessionOptions()
+    if args.profile:
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.splitext(os.path.abspath(args.profile))[0] + "-ort"
+    with scope("session_create"):
+        sess = ort.InferenceSession(args.model, sess_options=so, providers=providers)
+    feeds = synthesize(sess.get_inputs(), parse_shapes(args.shape))
+    with scope("warmup"):
+        for _ in range(args.warmup):
+            sess.run(None, feeds)
+    latencies = []
+    with scope("timed"):
+        for i in range(args.iterations):
+            with scope(f"iter{i}"):
+                t = time.perf_counter()
+                sess.run(None, feeds)
+                latencies.append((time.perf_counter() - t) * 1e3)
+    if args.profile:
+        shutil.move(sess.end_profiling(), args.profile)
+    report = {
+        "model": os.path.abspath(args.model), "ep_requested": args.ep,
+        "providers_requested": wanted, "providers_available": available,
+        "providers_used": sess.get_providers(), "fallback": fallback,
+        "nvtx": rng_of is not None, "iterations": args.iterations, "warmup": args.warmup,
+        "inputs": {k: list(v.shape) for k, v in feeds.items()},
+        "latency_ms": latencies,
+        "latency_mean_ms": statistics.fmean(latencies) if latencies else None,
+        "latency_median_ms": statistics.median(latencies) if latencies else None,
+        "onnxruntime_version": ort.__version__,
+    }
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=1)
+    print(f"nsightlab.runners.ort: {args.iterations} iterations on {sess.get_providers()[0]}, "
+          f"median {report['latency_median_ms']:.3f} ms", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
