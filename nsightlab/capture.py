@@ -273,6 +273,8 @@ def capture(opts: Options, echo=None, progress=None) -> Path:
     tools = resolve_tools(opts, dry_run=False)
     say = progress or (lambda msg: None)
     store.mkdir(parents=True, exist_ok=True)
+    if opts.trtexec:
+        engine_path(opts).parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile_dir(store, opts.name))
     manifest: dict = {
         "name": opts.name, "nsightlab_version": __version__,

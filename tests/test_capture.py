@@ -1,0 +1,244 @@
+"""`nsightlab capture` / `captures` / `export`: argv plans, the capture store, real captures."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import nsightlab
+from nsightlab import capture as cap
+from nsightlab.cli import cli
+import nsightlab.cli.capture  # noqa: F401
+
+from conftest import SHARED
+
+HAS_NSYS = shutil.which("nsys") is not None
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def fake_tool(folder: Path, name: str, body: str) -> Path:
+    """A stand-in executable (tools that cannot be installed here), written as a script."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / name
+    exe.write_text(f"#!{sys.executable}\n{body}")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return exe
+
+
+@pytest.fixture
+def tiny_onnx(tmp_path) -> Path:
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("W", TensorProto.FLOAT, [64, 64],
+                           np.random.default_rng(0).random(64 * 64).astype("float32").tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 64])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "tiny.onnx"
+    onnx.save(model, path)
+    return path
+
+
+RECORDING_TRTEXEC = r"""
+import json, os, sys
+with open(os.environ["TRTEXEC_LOG"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\n")
+for a in sys.argv[1:]:
+    if a.startswith("--saveEngine="):
+        open(a.split("=", 1)[1], "w").write("engine")
+print("&&&& PASSED TensorRT.trtexec (stand-in)")
+"""
+
+
+def test_trtexec_preset_argv_with_a_recording_stand_in_trtexec(tmp_path, tiny_onnx, monkeypatch):
+    """Stand-in trtexec (TensorRT cannot be installed here) that records its arguments;
+    nsys is skipped (--no-nsys) so only the trtexec steps run."""
+    log = tmp_path / "argv.jsonl"
+    fake_tool(tmp_path / "bin", "trtexec", RECORDING_TRTEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TRTEXEC_LOG", str(log))
+    store = tmp_path / "store"
+    args = ["capture", "q", "--store", str(store), "--no-nsys", "--trtexec", str(tiny_onnx),
+            "--precision", "nvfp4", "--shapes", "x:8x64", "--iterations", "50", "--quiet"]
+    res = invoke(*args)
+    assert res.exit_code == 0, res.output
+    build, infer = [json.loads(line) for line in log.read_text().splitlines()]
+    assert f"--onnx={tiny_onnx}" in build and "--stronglyTyped" in build
+    assert "--skipInference" in build and any(a.startswith("--timingCacheFile=") for a in build)
+    engine = next(a for a in build if a.startswith("--saveEngine=")).split("=", 1)[1]
+    assert f"--loadEngine={engine}" in infer and "--profilingVerbosity=detailed" in infer
+    assert "--separateProfileRun" in infer and "--iterations=50" in infer
+    for flag in ("--exportProfile=", "--exportLayerInfo=", "--exportTimes="):
+        path = next(a for a in infer if a.startswith(flag)).split("=", 1)[1]
+        assert Path(path).parent.name.startswith(".q.tmp-")  # into the capture being built
+    assert "--useCudaGraph" not in infer
+    manifest = json.loads((store / "q" / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["preset"]["precision"] == "nvfp4"
+    # a second capture reuses the engine: no build step
+    res = invoke("capture", "q2", *args[2:])
+    assert res.exit_code == 0 and len(log.read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("precision,flag", [("fp16", "--fp16"), ("int8", "--int8"),
+                                            ("fp8", "--stronglyTyped"), ("best", "--best")])
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, precision, flag):
+    store = tmp_path / "store"
+    res = invoke("capture", "x", "--store", str(store), "--dry-run", "--trtexec", "m.onnx",
+                 "--precision", precision, "--cuda-graph", "--gpu-metrics")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].startswith("[build-engine] ") and flag in lines[0]
+    assert lines[1].startswith("[nsys] ") and "--cuda-graph-trace=node" in lines[1]
+    assert "--useCudaGraph" in lines[1] and "gpu-metrics-device" in lines[1]
+    assert "--trace=cuda,nvtx,osrt,cublas,cudnn" in lines[1] and "--sample=none" in lines[1]
+    assert not store.exists() or not any(store.iterdir())
+
+
+def test_usage_and_tool_errors(tmp_path, monkeypatch):
+    res = invoke("capture", "x", "--store", str(tmp_path))
+    assert res.exit_code == 2 and "exactly one workload" in res.output
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("NSIGHTLAB_NSYS", raising=False)
+    res = invoke("capture", "x", "--store", str(tmp_path / "s"), "--", "true")
+    assert res.exit_code == 1 and "nsys was found" not in res.output
+    assert "nsys was not found" in res.output and "NSIGHTLAB_NSYS" in res.output
+    res = invoke("capture", "x", "--store", str(tmp_path / "s"), "--no-nsys", "--ncu", "--", "true")
+    assert res.exit_code == 1 and "ncu was not found" in res.output
+    res = invoke("capture", "bad/name", "--store", str(tmp_path / "s"), "--no-nsys", "--", "true")
+    assert res.exit_code == 1 and "capture name" in res.output
+
+
+def test_store_refuses_existing_names_keeps_failures_and_cleans_up_interrupts(tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    ok = ["capture", "a", "--store", str(store), "--no-nsys", "--quiet", "--",
+          sys.executable, "-c", "print('hi')"]
+    assert invoke(*ok).exit_code == 0
+    res = invoke(*ok)
+    assert res.exit_code == 1 and "--force" in res.output
+    assert invoke(*ok[:2], *ok[2:4], "--force", *ok[4:]).exit_code == 0
+    # a failing workload: kept, status failed, exit code and log recorded
+    res = invoke("capture", "b", "--store", str(store), "--no-nsys", "--quiet", "--",
+                 sys.executable, "-c", "import sys; print('boom'); sys.exit(3)")
+    assert res.exit_code == 1 and "failed" in res.output
+    m = json.loads((store / "b" / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["exit_code"] == 3
+    assert "boom" in (store / "b" / "logs" / "run.log").read_text()
+    # Ctrl-C in the middle: nothing half-written stays in the store
+
+    def interrupted(step, logs, echo):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cap, "_run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cap.capture(cap.Options(name="c", store=store, use_nsys=False, command=["true"]))
+    assert sorted(p.name for p in store.iterdir()) == ["a", "b"]
+    res = invoke("captures", "--store", str(store))
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    assert lines[0].split() == ["name", "created", "preset", "gpu", "status", "size"]
+    assert [line.split()[0] for line in lines[2:]] == ["a", "b"] and "failed" in lines[3]
+
+
+def test_nsys_that_leaves_only_a_qdstrm_stand_in(tmp_path):
+    """Stand-in nsys that behaves like one whose importer is missing: it writes only .qdstrm."""
+    body = r"""
+import sys
+out = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--output="))
+if sys.argv[1] == "--version":
+    print("NVIDIA Nsight Systems version 2022.4.2.1-stand-in")
+else:
+    open(out + ".qdstrm", "w").write("raw")
+"""
+    body = body.replace('out = next', 'out = None if sys.argv[1] == "--version" else next')
+    nsys = fake_tool(tmp_path / "bin", "nsys", body)
+    with pytest.raises(nsightlab.NsightlabError, match="QdstrmImporter -i report.qdstrm"):
+        cap.capture(cap.Options(name="q", store=tmp_path / "s", nsys_path=str(nsys),
+                                command=["true"]))
+    m = json.loads((tmp_path / "s" / "q" / "manifest.json").read_text())
+    assert m["status"] == "failed"
+
+
+@pytest.mark.skipif(not HAS_NSYS, reason="nsys is not installed")
+def test_real_capture_of_the_ort_runner(tmp_path, tiny_onnx, cache_dir, monkeypatch):
+    """Real: nsys profiles nsightlab's ONNX Runtime runner (CPU EP) on a model built here."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("nvtx")
+    store = tmp_path / "store"
+    res = invoke("capture", "ort", "--store", str(store), "--ort", str(tiny_onnx), "--ep", "cuda",
+                 "--iterations", "6", "--warmup", "2", "--shape", "x=4x64", "--quiet")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((store / "ort" / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["tools"]["nsys"]["version"]
+    assert manifest["ort"]["fallback"] and manifest["ort"]["providers_used"] == ["CPUExecutionProvider"]
+    assert any("not available" in m for m in manifest["messages"])
+    assert {a["path"] for a in manifest["artifacts"]} >= {"report.nsys-rep", "report.sqlite",
+                                                          "ort_profile.json", "ort_run.json"}
+    monkeypatch.setenv("NSIGHTLAB_STORE", str(store))
+    n = nsightlab.open("ort").nvtx(["name", "depth"])  # opened by capture name
+    iters = n[n["name"].astype(str).str.fullmatch(r"nsightlab:iter\d+")]
+    assert len(iters) == 6 and (iters["depth"] == 1).all()
+    assert {"nsightlab:session_create", "nsightlab:warmup", "nsightlab:timed"} <= set(n["name"].astype(str))
+    nodes = pd.read_parquet(store / "ort" / "ort_profile.ort_nodes.parquet")
+    assert set(nodes["op_type"]) == {"MatMul", "Relu"} and len(nodes) == 2 * (6 + 2)
+    assert (nodes["provider"] == "CPUExecutionProvider").all()
+    assert (store / "ort" / "cache" / "nvtx" / "meta.json").is_file()
+
+
+def test_export_trtexec_fixtures_layer_times_add_up(tmp_path):
+    folder = SHARED / "trtexec"
+    if not folder.is_dir():
+        pytest.skip("../shared/fixtures/trtexec is not present")
+    res = invoke("export", *map(str, sorted(folder.glob("*.json"))), "-o", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    for stem in ("pub-fuzzylabs-resnet18_fp16", "pub-trex-resnet-a100-fp16", "pub-trex-resnet-a100-qat"):
+        layers = pd.read_parquet(tmp_path / f"{stem}.trt_layers.parquet")
+        assert abs(layers["time_pct"].sum() - 100) < 0.01
+        total = layers["total_ms"].sum()
+        count = layers["iterations"].iloc[0]
+        assert abs(layers["avg_ms"].sum() * count - total) <= 0.001 * total + 0.01
+        assert layers["layer_type"].notna().mean() > 0.9 and layers["precision"].notna().mean() > 0.9
+        times = pd.read_parquet(tmp_path / f"{stem}.timing.trt_times.parquet")
+        assert len(times) > 100 and (times["compute_ms"] > 0).all() and "enqueue_ms" in times
+    qat = pd.read_parquet(tmp_path / "pub-trex-resnet-a100-qat.trt_layers.parquet")
+    assert (qat["precision"] == "int8").sum() > 10
+
+
+def test_export_every_ncu_fixture(tmp_path):
+    folder = SHARED / "ncu"
+    if not folder.is_dir():
+        pytest.skip("../shared/fixtures/ncu is not present")
+    pytest.importorskip("ncu_report")
+    res = invoke("export", *map(str, sorted(folder.glob("*.ncu-rep*"))), "-o", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    counts = {p.name.split(".")[0]: len(pd.read_parquet(p)) for p in tmp_path.glob("*.ncu_kernels.parquet")}
+    assert counts == {"h200-gemm-fp16": 1, "h200-gemm-fp8": 1, "h200-vit-fp16-block3": 40,
+                      "h200-vit-fp8-block3": 40, "pub-esmm-a10g": 4}
+    gemm = pd.read_parquet(tmp_path / "h200-gemm-fp16.ncu_kernels.parquet").iloc[0]
+    assert 93 < gemm["tensor_active_pct"] < 98
+    long = pd.read_parquet(tmp_path / "h200-gemm-fp16.ncu_metrics.parquet")
+    assert len(long) > 2000 and {"metric", "value", "unit"} <= set(long.columns)
+    k = nsightlab.open_ncu(folder / "h200-vit-fp16-block3.ncu-rep.xz").kernels()
+    assert len(k) == 40
+
+
+def test_export_errors(tmp_path):
+    (tmp_path / "x.txt").write_text("hello")
+    res = invoke("export", str(tmp_path / "x.txt"), "-o", str(tmp_path / "o"))
+    assert res.exit_code == 1 and "does not export this kind of file" in res.output
+    res = invoke("export", str(tmp_path / "missing.ncu-rep"))
+    assert res.exit_code == 1 and "no such file" in res.output
