@@ -365,12 +365,25 @@ def _collect(opts: Options, work: Path, tools: dict, manifest: dict, say) -> Non
             manifest["nsys_rep"], manifest["sqlite"] = "report.nsys-rep", "report.sqlite"
         except NsightlabError as e:
             problems.append(str(e))
-    for src in sorted(work.glob("*.json")) + sorted(work.glob("*.ncu-rep")):
+    for src in sorted(work.glob("*.json")):
         try:
             for out in exporters.export_file(src, work):
                 manifest.setdefault("tables", []).append(out.name)
         except NsightlabError as e:
             problems.append(str(e))
+    for src in sorted(work.glob("*.ncu-rep")):
+        # NVIDIA's report library runs in a child process: if it crashes, the capture survives
+        say(f"export: {src.name} -> Parquet")
+        proc = subprocess.run([sys.executable, "-m", "nsightlab", "export", str(src), "-o", str(work)],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            manifest.setdefault("tables", []).extend(Path(p).name for p in proc.stdout.split())
+        else:
+            why = (proc.stdout + proc.stderr).strip().splitlines()
+            manifest["messages"].append(
+                f"{src.name} was captured but could not be exported to Parquet "
+                f"({why[-1] if why else f'exit code {proc.returncode}'}); read it with "
+                "nsightlab.open_ncu or export it again with nsightlab export")
     if (work / "report.ncu-rep").is_file():
         manifest["ncu_rep"] = "report.ncu-rep"
     if (work / "ort_run.json").is_file():
