@@ -74,8 +74,9 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     capture = None
     if p.is_dir():
         capture, p = p, _capture_sqlite(p)
-    if p.name.endswith(".sqlite.xz"):
-        p = _decompressed(p, root, progress)
+    if p.name.endswith(".sqlite.xz"):  # (a capture keeps the export in its own cache folder)
+        p = _decompressed(p, capture / "cache" if capture is not None else keyed_dir(root, p),
+                          progress)
     if p.suffix in nsys_cli.REPORT_SUFFIXES or _is_nsys_rep(p):
         p = _exported(p, capture, root, nsys, progress)
     if capture is not None:
@@ -96,7 +97,7 @@ def _is_nsys_rep(p: Path) -> bool:
 
 def _capture_sqlite(d: Path) -> Path:
     """The report inside a capture directory: manifest.json's ``sqlite`` (or ``nsys_rep``)
-    artifact, else the only ``*.sqlite`` (or ``*.nsys-rep``) in it."""
+    artifact (or its ``.xz``), else the only ``*.sqlite`` (``.sqlite.xz``, ``.nsys-rep``) in it."""
     manifest = d / "manifest.json"
     if manifest.is_file():
         try:
@@ -104,9 +105,11 @@ def _capture_sqlite(d: Path) -> Path:
         except ValueError:
             raise CorruptReportError(f"{manifest}: not valid JSON; repair it or capture again") from None
         for key in ("sqlite", "nsys_rep"):
-            if isinstance(m.get(key), str) and (d / m[key]).is_file():
-                return d / m[key]
-    for pattern in ("*.sqlite", "*.nsys-rep", "*.qdrep"):
+            if isinstance(m.get(key), str):
+                for name in (m[key], m[key] + ".xz"):  # shared captures may compress the export
+                    if (d / name).is_file():
+                        return d / name
+    for pattern in ("*.sqlite", "*.sqlite.xz", "*.nsys-rep", "*.qdrep"):
         found = sorted(d.glob(pattern))
         if len(found) == 1:
             return found[0]
@@ -134,9 +137,9 @@ def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLi
     return nsys_cli.export_sqlite(rep, out, exe)
 
 
-def _decompressed(xz: Path, root: Path, progress: Callable[[str], None] | None) -> Path:
-    """An xz-compressed export, decompressed once into the cache folder (never beside it)."""
-    out = keyed_dir(root, xz) / xz.name[: -len(".xz")]
+def _decompressed(xz: Path, folder: Path, progress: Callable[[str], None] | None) -> Path:
+    """An xz-compressed export, decompressed once into ``folder`` (a cache, never beside it)."""
+    out = folder / xz.name[: -len(".xz")]
     if not out.is_file():
         if progress is not None:
             progress(f"decompressing {xz.name} ...")

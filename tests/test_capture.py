@@ -99,13 +99,18 @@ def test_trtexec_preset_argv_with_a_recording_stand_in_trtexec(tmp_path, tiny_on
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, precision, flag):
     store = tmp_path / "store"
     res = invoke("capture", "x", "--store", str(store), "--dry-run", "--trtexec", "m.onnx",
-                 "--precision", precision, "--cuda-graph", "--gpu-metrics")
+                 "--precision", precision, "--cuda-graph", "--gpu-metrics",
+                 "--nsys-args", "--delay=2 --duration=30", "--ncu", "--ncu-kernels", "gemm",
+                 "--ncu-args", "--replay-mode application")
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0].startswith("[build-engine] ") and flag in lines[0]
     assert lines[1].startswith("[nsys] ") and "--cuda-graph-trace=node" in lines[1]
     assert "--useCudaGraph" in lines[1] and "gpu-metrics-device" in lines[1]
     assert "--trace=cuda,nvtx,osrt,cublas,cudnn" in lines[1] and "--sample=none" in lines[1]
+    assert "--delay=2 --duration=30 trtexec" in lines[1]  # pass-through flags before the workload
+    assert lines[2].startswith("[ncu] ") and "--kernel-name regex:gemm" in lines[2]
+    assert "--replay-mode application trtexec" in lines[2]
     assert not store.exists() or not any(store.iterdir())
 
 
@@ -242,3 +247,21 @@ def test_export_errors(tmp_path):
     assert res.exit_code == 1 and "does not export this kind of file" in res.output
     res = invoke("export", str(tmp_path / "missing.ncu-rep"))
     assert res.exit_code == 1 and "no such file" in res.output
+
+
+def test_bundled_example_captures(tmp_path, monkeypatch):
+    """captures/examples: real nsightlab captures from the H200 (compressed for the repository)."""
+    examples = Path(__file__).parent.parent / "captures" / "examples"
+    rows = {r["name"]: r for r in cap.list_captures(examples)}
+    assert set(rows) == {"vit-fp16", "vit-fp8"} and all(r["status"] == "ok" for r in rows.values())
+    for name, kernels in (("vit-fp16", 3120), ("vit-fp8", 12288)):
+        copy = tmp_path / name
+        shutil.copytree(examples / name, copy, ignore=shutil.ignore_patterns("cache"))
+        r = nsightlab.open(copy)
+        assert len(r.kernels(["name"])) == kernels and r.gpus.loc[0, "name"] == "NVIDIA H200"
+        assert r.has("gpu_metrics")
+        manifest = json.loads((copy / "manifest.json").read_text())
+        assert manifest["tools"]["nsys"]["version"].startswith("2025.3")
+        assert [s["name"] for s in manifest["steps"]] == ["nsys", "ncu"]
+        ncu_kernels = pd.read_parquet(copy / "report.ncu_kernels.parquet")
+        assert len(ncu_kernels) == 40 and ncu_kernels["nvtx"].str.endswith("block3").all()
