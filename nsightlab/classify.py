@@ -126,3 +126,24 @@ def annotate(df: pd.DataFrame, column: str = "name") -> pd.DataFrame:
         new = np.where(codes >= 0, inverse[np.maximum(codes, 0)] if len(inverse) else -1, -1)
         out[col] = pd.Categorical.from_codes(new, categories=labels)
     return out
+
+
+# synchronizing CUDA API calls by kind; memcpy/memset without "Async" block the host too
+SYNC_KINDS = [
+    ("device", r"^(cudaDeviceSynchronize|cuCtxSynchronize|cudaThreadSynchronize)"),
+    ("stream", r"^(cudaStreamSynchronize|cuStreamSynchronize)"),
+    ("event", r"^(cudaEventSynchronize|cuEventSynchronize)"),
+    ("stream_wait", r"^(cudaStreamWaitEvent|cuStreamWaitEvent)"),
+    ("memcpy", r"^(cudaMemcpy(?!.*Async)|cuMemcpy(?!.*Async))"),
+    ("memset", r"^(cudaMemset(?!.*Async)|cuMemset(?!.*Async))"),
+]
+_SYNC_RES = [(k, re.compile(r)) for k, r in SYNC_KINDS]
+
+
+def sync_kind(api_name: str) -> str | None:
+    """How a CUDA API call makes the host wait (device, stream, event, stream_wait, memcpy,
+    memset), or None for calls that do not."""
+    for kind, rx in _SYNC_RES:
+        if rx.match(api_name):
+            return kind
+    return None

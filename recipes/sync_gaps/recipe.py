@@ -1,30 +1,13 @@
 """sync_gaps: host waits on the GPU, GPU idle gaps, and which wait each gap follows."""
-import re
-
 import numpy as np
 import pandas as pd
 
+from nsightlab.classify import sync_kind
 from nsightlab.launches import keys as join_keys, match
 from nsightlab.recipes import NoDataError
 from nsightlab.timeline import gaps as idle_gaps
 
-# synchronizing CUDA calls by kind; memcpy/memset without "Async" block the host too
-SYNC_KINDS = [
-    ("device", r"^(cudaDeviceSynchronize|cuCtxSynchronize|cudaThreadSynchronize)"),
-    ("stream", r"^(cudaStreamSynchronize|cuStreamSynchronize)"),
-    ("event", r"^(cudaEventSynchronize|cuEventSynchronize)"),
-    ("stream_wait", r"^(cudaStreamWaitEvent|cuStreamWaitEvent)"),
-    ("memcpy", r"^(cudaMemcpy(?!.*Async)|cuMemcpy(?!.*Async))"),
-    ("memset", r"^(cudaMemset(?!.*Async)|cuMemset(?!.*Async))"),
-]
 OPS = ("kernels", "memcpy", "memset")
-
-
-def sync_kind(name):
-    for kind, rx in SYNC_KINDS:
-        if re.match(rx, name):
-            return kind
-    return None
 
 
 def run(report, params):
