@@ -19,10 +19,11 @@ if "ARROW_DEFAULT_MEMORY_POOL" not in _os.environ:
     except (NotImplementedError, AttributeError):  # a pyarrow built without jemalloc
         pass
 
+from .diff import diff
 from .errors import NsightlabError
 from .ncu import open_ncu
 from .report import Report, open
 from .tables import TABLES
 
 __version__ = "0.1.0"
-__all__ = ["NsightlabError", "Report", "TABLES", "open", "open_ncu", "__version__"]
+__all__ = ["NsightlabError", "Report", "TABLES", "diff", "open", "open_ncu", "__version__"]

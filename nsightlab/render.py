@@ -42,7 +42,8 @@ def table_text(df: pd.DataFrame, max_width: int = 60) -> str:
 
     def cell(v) -> str:
         if isinstance(v, float) and not pd.isna(v):
-            return f"{v:.1f}"  # nsys prints times and percentages to 0.1
+            # nsys prints ns times and percentages to 0.1; small values (ms) keep 3 decimals
+            return f"{v:.1f}" if abs(v) >= 100 or v == int(v) else f"{v:.3f}"
         s = "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
         return s if len(s) <= max_width else s[: max_width // 2 - 1] + "…" + s[-(max_width // 2):]
 

@@ -46,6 +46,6 @@ def cli() -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    from . import capture, info, recipe, table  # noqa: F401  (registers the commands)
+    from . import capture, compare, info, recipe, table  # noqa: F401  (registers the commands)
 
     cli(prog_name="nsightlab")
