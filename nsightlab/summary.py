@@ -75,7 +75,10 @@ def findings(p: RunProfile, ks, lc, sg, tc) -> list[str]:
     if conv > 0.05 * it:
         out.append(f"quantize/cast kernels take {_ms(conv)} per iteration "
                    f"({100 * conv / it:.0f}%): precision conversion is not free")
-    if len(tc):
+    if p.tensor_core.get("source") == "gpu_metrics":
+        out.append(f"Tensor Active {p.tensor_core['tensor_active_pct']:.0f}% on average inside the "
+                   f"iterations ({tc.iloc[0]['tensor_active_avg_pct']:.0f}% over all GPU activity)")
+    elif len(tc):
         t = tc.iloc[0]
         if t["source"] == "gpu_metrics":
             out.append(f"Tensor Active {t['tensor_active_avg_pct']:.0f}% on average over the run "
