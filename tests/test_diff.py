@@ -1,0 +1,140 @@
+"""`nsightlab diff` / `nsightlab report` on the real fixtures, and their HTML in a real browser."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import nsightlab
+from nsightlab.cli import cli
+import nsightlab.cli.compare  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def fp16_vs_fp8(sqlite_of, tmp_path_factory):
+    import os
+
+    os.environ["NSIGHTLAB_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    return nsightlab.diff(sqlite_of("h200-vit-fp16"), sqlite_of("h200-vit-fp8"))
+
+
+def test_fp8_regression_is_explained_by_conversion_overhead(fp16_vs_fp8):
+    h = fp16_vs_fp8.headline
+    assert 6.2e6 < h["a_iteration_ns"] < 6.6e6 and 13.5e6 < h["b_iteration_ns"] < 14.1e6
+    assert 2.1 < 1 / h["speedup"] < 2.3  # B 2.2x slower
+    assert -33 < h["gemm_change_pct"] < -25  # GEMMs ~29% faster in FP8
+    assert 7.3e6 < h["conversion_overhead_ns"] < 8.2e6  # ~7.8 ms of casts/amax/divide per iteration
+    assert h["conversion_overhead_ns"] > h["b_iteration_ns"] - h["a_iteration_ns"]
+    assert "slower" in h["verdict"] and "more than the whole regression" in h["verdict"]
+    assert h["verdict"].count(".") >= 1 and "\n" not in h["verdict"]
+
+
+def test_fp8_diff_sections(fp16_vs_fp8):
+    d = fp16_vs_fp8
+    blocks = d.by_layer[d.by_layer["layer"].str.fullmatch(r"block\d+")]
+    assert len(blocks) == 12 and (blocks["status"] == "matched").all()
+    assert blocks["gemm_precision_changed"].all()
+    assert (blocks["a_gemm_precision"] == "fp16").all() and (blocks["b_gemm_precision"] == "fp8").all()
+    # class times add up to the kernel time per iteration, in both runs
+    assert abs(d.by_class["a_ns"].sum() - d.headline["a_kernel_ns"]) < 1
+    assert abs(d.by_class["b_ns"].sum() - d.headline["b_kernel_ns"]) < 1
+    gemms = d.kernels[(d.kernels["kernel_class"] == "gemm") & (d.kernels["status"] == "matched")]
+    paired = gemms[gemms["a_name"].str.startswith("nvjet_sm90_hsh") & gemms["b_name"].str.startswith("nvjet_sm90_qqhsh")]
+    assert len(paired) >= 36  # 3 GEMMs of each block line up with the FP8 GEMM that replaced them
+    prec = d.by_precision.set_index(["precision", "kernel_class"])
+    assert prec.loc[("fp8", "gemm"), "b_ns"] > 2e6 and prec.loc[("fp8", "gemm"), "a_ns"] == 0
+    names = " ".join(d.conversion["b_name"])
+    for token in ("DivFunctor", "float8_copy", "MaxNanFunctor", "AbsFunctor", "direct_copy"):
+        assert token in names, token
+    assert set(d.to_json()) == {"headline", "by_class", "by_precision", "by_layer", "kernels",
+                                "conversion", "overheads", "tensor_core"}
+
+
+def test_cuda_graph_diff_same_kernels_less_launch_overhead(sqlite_of, cache_dir):
+    d = nsightlab.diff(sqlite_of("h200-vit-fp16"), sqlite_of("h200-vit-fp16-cudagraph"))
+    assert (d.kernels["status"] == "matched").all() and len(d.kernels) == 129
+    ov = d.overheads.set_index("overhead")
+    for k in ("launch_overhead_ns", "api_ns"):
+        assert ov.loc[k, "b"] < 0.4 * ov.loc[k, "a"], k
+    assert 0.97 < d.headline["speedup"] < 1.05
+    assert "launch overhead per iteration fell" in d.headline["verdict"]
+
+
+def test_diff_cli_outputs(sqlite_of, cache_dir, tmp_path):
+    a, b = str(sqlite_of("h200-vit-fp16")), str(sqlite_of("h200-vit-fp8"))
+    res = CliRunner().invoke(cli, ["diff", a, b, "--json"])
+    assert res.exit_code == 0, res.output
+    j = json.loads(res.stdout)
+    assert {"a_iteration_ns", "b_iteration_ns", "speedup", "conversion_overhead_ns", "verdict"} <= set(j["headline"])
+    assert {"kernel_class", "a_ns", "b_ns", "delta_ns"} <= set(j["by_class"][0])
+    out = tmp_path / "d"
+    res = CliRunner().invoke(cli, ["diff", a, b, "-o", str(out), "--png", str(tmp_path / "png"),
+                                   "--html", str(tmp_path / "d.html")])
+    assert res.exit_code == 0, res.output
+    assert "2.17x slower" in res.stdout
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["by_class.parquet", "by_layer.parquet", "by_precision.parquet", "conversion.parquet",
+         "headline.parquet", "kernels.parquet", "manifest.json", "overheads.parquet", "tensor_core.parquet"])
+    assert pd.read_parquet(out / "headline.parquet").iloc[0]["b_kernels"] == 513
+    pngs = sorted((tmp_path / "png").glob("*.png"))
+    assert [p.name for p in pngs] == ["classes.png", "kernels.png", "layers.png"]
+    assert all(p.stat().st_size > 10_000 for p in pngs)
+    page = (tmp_path / "d.html").read_text()
+    assert "http://" not in page.split("<body>")[0][:2000] and "cdn.jsdelivr" not in page
+
+
+def test_report_finds_the_sync_problem(sqlite_of, cache_dir, tmp_path):
+    res = CliRunner().invoke(cli, ["report", str(sqlite_of("h200-vit-fp16-syncy")),
+                                   "--html", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    assert "host syncs: 12 per iteration" in res.stdout
+    assert (tmp_path / "r.html").stat().st_size > 100_000
+    res = CliRunner().invoke(cli, ["report", str(sqlite_of("h200-launchbound"))])
+    assert res.exit_code == 0 and "launch-bound:" in res.stdout and "CUDA graphs" in res.stdout
+
+
+def test_diff_without_kernels_is_a_clear_error(sqlite_of, cache_dir):
+    res = CliRunner().invoke(cli, ["diff", str(sqlite_of("pub-centerformer-trt-nvtx")),
+                                   str(sqlite_of("h200-vit-fp16"))])
+    assert res.exit_code == 1 and res.output.startswith("Error: ") and "--trace=cuda" in res.output
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         # the network is off: every host name fails to resolve
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=10000"]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_html_report_renders_offline_in_headless_chromium(fp16_vs_fp8, tmp_path):
+    from PIL import Image
+
+    from nsightlab.charts import diff_page
+
+    page = tmp_path / "diff.html"
+    page.write_text(diff_page(fp16_vs_fp8))
+    profile = ["--user-data-dir=" + str(tmp_path / "profile")]
+    dom = subprocess.run([CHROMIUM, *FLAGS, *profile, "--enable-logging=stderr", "--v=0",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    drawn = re.search(r'<(svg|canvas)[^>]*class="marks"[^>]*>', dom.stdout)
+    assert drawn, "vega drew nothing"
+    assert int(re.search(r'height="(\d+)"', drawn.group(0)).group(1)) > 800  # three charts
+    for part in ("concat_0_marks", "concat_1_marks", "concat_2_layer_1_marks"):
+        assert part in dom.stdout, part  # class bars, layer bars, kernel scatter
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
+    assert not [line for line in console if "rror" in line], console
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *FLAGS, *profile, "--window-size=1200,4000",
+                    f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
+    img = Image.open(shot).convert("L")
+    w, h = img.size
+    charts = img.crop((0, h // 2, w, h))  # the lower half holds tables and charts
+    dark = sum(1 for px in charts.getdata() if px < 200)
+    assert dark > 0.01 * charts.size[0] * charts.size[1]
