@@ -27,6 +27,21 @@ META = "meta.json"
 T = TypeVar("T")
 
 
+def code_fingerprint() -> str:
+    """Changes whenever nsightlab's code (or its table version) changes: derived results
+    cached under it (recipe outputs, run profiles) are recomputed after an upgrade or edit."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        h = hashlib.sha1(str(TABLE_VERSION).encode())
+        for f in sorted(Path(__file__).parent.rglob("*.py")):
+            h.update(f.read_bytes())
+        _FINGERPRINT = h.hexdigest()[:16]
+    return _FINGERPRINT
+
+
+_FINGERPRINT: str | None = None
+
+
 def default_root() -> Path:
     """``NSIGHTLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/nsightlab``, else ``~/.cache/nsightlab``."""
     env = os.environ.get("NSIGHTLAB_CACHE_DIR")

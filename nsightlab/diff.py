@@ -199,8 +199,11 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, overheads) -> dict:
         parts.append(f"launch overhead per iteration fell from {_ms(la)} to {_ms(lb)}")
     if len(parts) == 1 and len(cls):
         top = cls["delta_ns"].abs().idxmax()
-        parts.append(f"the biggest change is {top} ({_ms(cls.loc[top, 'a_ns'])} -> "
-                     f"{_ms(cls.loc[top, 'b_ns'])})")
+        if abs(cls.loc[top, "delta_ns"]) < 0.02 * max(pa.iteration_ns, 1):
+            parts.append("no kernel class changes by more than 2% of an iteration")
+        else:
+            parts.append(f"the biggest change is {top} ({_ms(cls.loc[top, 'a_ns'])} -> "
+                         f"{_ms(cls.loc[top, 'b_ns'])})")
     verdict = parts[0] + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "") + "."
     return {
         "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,

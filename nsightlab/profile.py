@@ -11,6 +11,7 @@ Without iteration ranges the whole span of GPU activity counts as one iteration,
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -18,10 +19,11 @@ import numpy as np
 import pandas as pd
 
 from . import gpu_metrics as gm
+from .cache import code_fingerprint
 from .classify import annotate, sync_kind
 from .launches import first_of_call, launches
 from .report import Report
-from .timeline import covered, union
+from .timeline import busy_time
 
 ITERATION = re.compile(r"(?i)^(iter|iteration|step|batch)[ _-]?\d+$")
 OUTSIDE = "(outside layers)"
@@ -59,11 +61,38 @@ class RunProfile:
     tensor_core: dict = field(default_factory=dict)
 
 
+FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
+
+
 def profile(report: Report, label: str | None = None) -> RunProfile:
-    """Summarize ``report`` per iteration."""
+    """Summarize ``report`` per iteration (cached beside the report's tables)."""
     label = label or report.source.name
+    folder = None if report.cache is None else report.cache.root / f"profile-{code_fingerprint()}"
+    if folder is not None and (folder / "profile.json").is_file():
+        try:
+            meta = json.loads((folder / "profile.json").read_text())
+            if meta.pop("source") == report.cache.ident:
+                frames = {f: pd.read_parquet(folder / f"{f}.parquet") for f in FRAMES}
+                return RunProfile(**{**meta, **frames, "label": label})
+        except (OSError, ValueError, TypeError, KeyError):
+            pass  # damaged: recompute
+    p = _compute(report, label)
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for f in FRAMES:
+                getattr(p, f).to_parquet(folder / f"{f}.parquet", index=False)
+            meta = {k: v for k, v in p.__dict__.items() if k not in FRAMES}
+            meta["source"] = report.cache.ident
+            (folder / "profile.json").write_text(json.dumps(meta, default=float))
+        except OSError:
+            pass  # a read-only cache is not an error
+    return p
+
+
+def _compute(report: Report, label: str) -> RunProfile:
     lk = launches(report, op_columns=("start_ns", "end_ns", "name"),
-                  api_columns=("start_ns", "end_ns", "tid"))
+                  api_columns=("start_ns", "end_ns")).drop(columns="pid")
     if lk.empty:
         from .errors import NsightlabError
 
@@ -78,31 +107,35 @@ def profile(report: Report, label: str | None = None) -> RunProfile:
     api_start = lk["api_start_ns"].to_numpy()
     if len(iters) >= 1:
         it = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start)
+        if (it < 0).any():  # drop launches outside the iterations before adding columns
+            keep = np.flatnonzero(it >= 0)
+            lk, it, api_start = lk.iloc[keep].reset_index(drop=True), it[keep], api_start[keep]
         source = f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}...)"
         depth = int(iters["depth"].min()) + 1
         layers = ranges[(ranges["depth"] == depth)].sort_values("start_ns")
         lay = _containing(layers["start_ns"].to_numpy(), layers["end_ns"].to_numpy(), api_start)
-        layer_names = layers["name"].astype(str).map(layer_key).to_numpy()
-        lk["layer"] = np.where(lay >= 0, layer_names[np.maximum(lay, 0)] if len(layers) else OUTSIDE,
-                               OUTSIDE)
-        lk["iter"] = it
-        lk = lk[lk["iter"] >= 0].reset_index(drop=True)
+        # layer of each launch as a categorical built from codes (no 8M-string arrays)
+        codes, names_u = pd.factorize(layers["name"].astype(str).map(layer_key))
+        cats = [*map(str, names_u), OUTSIDE]
+        lk["layer"] = pd.Categorical.from_codes(
+            np.where(lay >= 0, codes[np.maximum(lay, 0)] if len(codes) else 0, len(cats) - 1),
+            categories=cats)
+        lk["iter"] = it.astype(np.int32)
         n = len(iters)
+        del it, lay, codes
     else:
         source = "no NVTX iteration ranges: all GPU activity as one iteration"
-        lk["layer"] = OUTSIDE
-        lk["iter"] = 0
+        lk["layer"] = pd.Categorical.from_codes(np.zeros(len(lk), np.int8), categories=[OUTSIDE])
+        lk["iter"] = np.zeros(len(lk), np.int32)
         n = 1
-    lk["layer"] = lk["layer"].astype("category")
-    lk = annotate(lk)
+    del api_start
+    lk = annotate(lk, copy=False).drop(columns=["precision_confidence"])
     dur = (lk["end_ns"] - lk["start_ns"]).to_numpy()
     lk["dur"] = dur
     # GPU span per iteration, and the time inside it with a kernel running
     spans = lk.groupby("iter", sort=True).agg(s=("start_ns", "min"), e=("end_ns", "max"))
     span_ns = float((spans["e"] - spans["s"]).mean()) if len(spans) else 0.0
-    ms, me = union(lk["start_ns"].to_numpy(), lk["end_ns"].to_numpy())
-    busy_i = covered(ms, me, spans["s"].to_numpy(), spans["e"].to_numpy())
-    del ms, me
+    busy_i = _busy_per_iteration(lk)
     busy = float(busy_i.mean()) if len(busy_i) else 0.0
     by_class = (lk.groupby("kernel_class", observed=True)["dur"].agg(["sum", "size"])
                 .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
@@ -113,12 +146,12 @@ def profile(report: Report, label: str | None = None) -> RunProfile:
     by_layer = (lk.groupby("layer", observed=True)["dur"].agg(["sum", "size"])
                 .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
     by_layer["layer"] = by_layer["layer"].astype(str)
-    gemm = lk[lk["kernel_class"].astype(str) == "gemm"]
+    gemm = lk[lk["kernel_class"] == "gemm"]
     gp = gemm.groupby("layer", observed=True)["precision"].agg(
         lambda s: ",".join(sorted(set(map(str, s)))))
     by_layer["gemm_precision"] = by_layer["layer"].map(gp).fillna("")
     slots = _slots(lk, n)
-    flat_slots = _slots(lk.assign(layer=pd.Categorical([ITERATION_LAYER] * len(lk))), n)
+    flat_slots = _slots(lk, n, by_layer=False)
     return RunProfile(
         label=label, iterations=n, iteration_source=source, iteration_ns=span_ns,
         kernel_ns=float(dur.sum()) / n, kernels=len(lk) / n,
@@ -127,6 +160,19 @@ def profile(report: Report, label: str | None = None) -> RunProfile:
         flat_slots=flat_slots,
         overheads=_overheads(report, lk, iters, n, spans, busy_i),
         tensor_core=_tensor_core(report, lk, spans))
+
+
+def _busy_per_iteration(lk: pd.DataFrame) -> np.ndarray:
+    """Time with at least one of an iteration's kernels running, per iteration (in iteration
+    order); one small union per iteration instead of one over millions of kernels."""
+    it = lk["iter"].to_numpy()
+    order = None if np.all(it[1:] >= it[:-1]) else np.argsort(it, kind="stable")
+    it_sorted = it if order is None else it[order]
+    starts = lk["start_ns"].to_numpy() if order is None else lk["start_ns"].to_numpy()[order]
+    ends = lk["end_ns"].to_numpy() if order is None else lk["end_ns"].to_numpy()[order]
+    edges = np.searchsorted(it_sorted, np.arange(it_sorted.max() + 2 if len(it) else 1))
+    return np.array([busy_time(starts[a:b], ends[a:b]) for a, b in zip(edges[:-1], edges[1:])
+                     if b > a], dtype=float)
 
 
 def _containing(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -138,18 +184,52 @@ def _containing(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarr
     return np.where(inside, i, -1)
 
 
-def _slots(lk: pd.DataFrame, n: int) -> pd.DataFrame:
+def _slots(lk: pd.DataFrame, n: int, by_layer: bool = True) -> pd.DataFrame:
     """Mean time of the k-th kernel of each class in each layer (k counted in launch order
-    within one iteration), with the name and precision it had most often."""
-    keys = ["iter", "layer", "kernel_class"]
-    lk = lk.assign(slot=lk.groupby(keys, observed=True, sort=False).cumcount())
-    g = lk.groupby(["layer", "kernel_class", "slot"], observed=True, sort=False)
-    out = g.agg(time_ns=("dur", "sum"), seen=("dur", "size"),
-                name=("name", "first"), precision=("precision", "first")).reset_index()
-    out["time_ns"] = out["time_ns"] / n
-    for c in ("layer", "kernel_class", "name", "precision"):
-        out[c] = out[c].astype(str)
+    within one iteration), with the name and precision it had first. ``by_layer=False``
+    counts within the whole iteration (layer ``(iteration)``). Integer keys throughout:
+    8M kernels take one hash pass, not a three-column groupby."""
+    cls = lk["kernel_class"].cat.codes.to_numpy().astype(np.int64)
+    lay = lk["layer"].cat.codes.to_numpy().astype(np.int64) if by_layer else np.zeros(len(lk), np.int64)
+    group = lay * 64 + cls  # (layer, class); fewer than 64 classes
+    it = lk["iter"].to_numpy()
+    slot = _occurrence(group, it)
+    key = group * (int(slot.max(initial=0)) + 1) + slot
+    codes, uniq = pd.factorize(key)
+    del key
+    first = np.empty(len(uniq), np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # first row of each slot
+
+    def at_first(col: str) -> np.ndarray:
+        c = lk[col]
+        return np.asarray(c.cat.categories.astype(str))[c.cat.codes.to_numpy()[first]]
+
+    out = pd.DataFrame({
+        "layer": at_first("layer") if by_layer else ITERATION_LAYER,
+        "kernel_class": at_first("kernel_class"), "slot": slot[first],
+        "time_ns": np.bincount(codes, weights=lk["dur"].to_numpy(), minlength=len(uniq)) / n,
+        "seen": np.bincount(codes, minlength=len(uniq)),
+        "name": at_first("name"), "precision": at_first("precision")})
     return out
+
+
+def _occurrence(group: np.ndarray, it: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows of the same iteration have the same group (rows in
+    launch order, iterations non-decreasing)."""
+    slot = np.empty(len(group), np.int64)
+    groups = np.unique(group)
+    if len(groups) <= 64:  # few groups: one pass each, no sort of millions of keys
+        for g in groups:
+            idx = np.flatnonzero(group == g)
+            its = it[idx]
+            slot[idx] = np.arange(len(idx)) - np.searchsorted(its, its, "left")
+        return slot
+    within = it.astype(np.int64) * (int(group.max()) + 1) + group
+    order = np.argsort(within, kind="stable")
+    w = within[order]
+    starts = np.searchsorted(w, w, "left")
+    slot[order] = np.arange(len(w)) - starts
+    return slot
 
 
 def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
@@ -164,15 +244,22 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
     api_ns = sync_ns = memcpy_ns = syncs = np.zeros(n)
     if len(iters):
         lo, hi = iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy()
-        api = report.cuda_api(["name", "start_ns", "duration_ns"])
-        where = _containing(lo, hi, api["start_ns"].to_numpy())
+        # the API table is the biggest: one column at a time
+        starts = report.cuda_api(["start_ns"])["start_ns"].to_numpy()
+        where = np.empty(len(starts), np.int32)
+        for a in range(0, len(starts), 1 << 21):  # chunks: small temporaries
+            where[a:a + (1 << 21)] = _containing(lo, hi, starts[a:a + (1 << 21)])
+        del starts
         inside = where >= 0
-        dur = api["duration_ns"].to_numpy()
+        dur = report.cuda_api(["duration_ns"])["duration_ns"].to_numpy()
         api_ns = per(where[inside], dur[inside])
-        kinds = {c: sync_kind(str(c)) for c in api["name"].cat.categories}
-        is_sync = api["name"].map(kinds).notna().to_numpy() & inside
+        names = report.cuda_api(["name"])["name"]
+        sync_codes = [i for i, c in enumerate(names.cat.categories) if sync_kind(str(c))]
+        is_sync = np.isin(names.cat.codes.to_numpy(), sync_codes) & inside
+        del names
         sync_ns = per(where[is_sync], dur[is_sync])
         syncs = np.bincount(where[is_sync], minlength=n).astype(float)
+        del dur, where, inside
         if report.has("memcpy"):
             mc = report.memcpy(["start_ns", "duration_ns"])
             m_in = _containing(spans["s"].to_numpy(), spans["e"].to_numpy(), mc["start_ns"].to_numpy())
@@ -184,8 +271,8 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
 
 
 def _tensor_core(report: Report, lk: pd.DataFrame, spans: pd.DataFrame) -> dict:
-    tc_time = lk.loc[lk["kernel_class"].astype(str).isin(MATH)
-                     & ~lk["precision"].astype(str).isin(["fp32", "fp64", "unknown"]), "dur"].sum()
+    tc_time = lk.loc[lk["kernel_class"].isin(MATH)
+                     & ~lk["precision"].isin(["fp32", "fp64", "unknown"]), "dur"].sum()
     out = {"source": "estimate", "tensor_kernel_time_pct": 100.0 * tc_time / max(lk["dur"].sum(), 1),
            "tensor_active_pct": float("nan")}
     samples = gm.samples(report, ("Tensor Active",))

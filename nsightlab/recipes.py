@@ -32,7 +32,7 @@ import pandas as pd
 
 from .errors import NsightlabError
 from .report import Report, open as open_report
-from .tables import TABLE_VERSION
+from .cache import code_fingerprint
 
 TYPES = {"int": int, "float": float, "str": str, "bool": lambda v: str(v).lower() in
          ("1", "true", "yes", "on")}
@@ -94,15 +94,10 @@ class Recipe:
     @cached_property
     def fingerprint(self) -> str:
         """Changes whenever the recipe's code or metadata, or nsightlab, changes."""
-        from . import __version__
-
-        h = hashlib.sha1(f"{__version__}/{TABLE_VERSION}".encode())
+        h = hashlib.sha1(code_fingerprint().encode())
         for f in sorted(self.path.glob("*")):
             if f.suffix in (".py", ".json"):
                 h.update(f.read_bytes())
-        lib = Path(__file__).parent
-        for f in sorted(lib.glob("*.py")):
-            h.update(f.read_bytes())
         return h.hexdigest()[:16]
 
     def parse_params(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
