@@ -149,7 +149,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     gemm = lk[lk["kernel_class"] == "gemm"]
     gp = gemm.groupby("layer", observed=True)["precision"].agg(
         lambda s: ",".join(sorted(set(map(str, s)))))
-    by_layer["gemm_precision"] = by_layer["layer"].map(gp).fillna("")
+    by_layer["gemm_precision"] = by_layer["layer"].map(gp).astype(object).fillna("")
     slots = _slots(lk, n)
     flat_slots = _slots(lk, n, by_layer=False)
     return RunProfile(

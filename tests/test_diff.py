@@ -138,3 +138,17 @@ def test_html_report_renders_offline_in_headless_chromium(fp16_vs_fp8, tmp_path)
     charts = img.crop((0, h // 2, w, h))  # the lower half holds tables and charts
     dark = sum(1 for px in charts.getdata() if px < 200)
     assert dark > 0.01 * charts.size[0] * charts.size[1]
+
+
+@pytest.mark.parametrize("stem", [s for s in __import__("conftest").STEMS if s != "pub-centerformer-trt-nvtx"])
+def test_diff_and_report_run_on_every_fixture_and_add_up(stem, sqlite_of, cache_dir):
+    path = sqlite_of(stem)
+    d = nsightlab.diff(path, path)
+    h = d.headline
+    assert abs(d.by_class["a_ns"].sum() - h["a_kernel_ns"]) < 1
+    assert abs(d.by_class["b_ns"].sum() - h["b_kernel_ns"]) < 1
+    assert abs(d.by_layer["a_ns"].sum() - h["a_kernel_ns"]) < 1
+    assert abs(h["speedup"] - 1) < 1e-9 and h["conversion_overhead_ns"] == 0
+    assert (d.kernels["status"] == "matched").all()
+    res = CliRunner().invoke(cli, ["report", str(path)])
+    assert res.exit_code == 0, res.output
