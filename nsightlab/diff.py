@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .profile import MATH, OUTSIDE, RunProfile, profile
+from .profile import OUTSIDE, RunProfile, profile
 from .report import Report, open as open_report
 
 CONVERSION_CLASSES = {"quantize", "elementwise", "reduce", "reformat/copy"}

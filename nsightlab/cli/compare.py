@@ -65,11 +65,12 @@ def diff(a, b, as_json, outdir, html_file, png_dir, opener) -> None:
         if len(d.conversion):
             click.echo("precision-conversion kernels (only in B):")
             click.echo(_ms_table(d.conversion.head(8), ["kernel_class", "b_name", "time_ns"]))
-        click.echo("overheads (median per iteration):")
+        click.echo("overheads (median per iteration; times in ms):")
         ov = d.overheads.copy()
-        click.echo(table_text(ov.assign(a=[v / 1e6 if k.endswith("_ns") else v for k, v in zip(ov.overhead, ov.a)],
-                                        b=[v / 1e6 if k.endswith("_ns") else v for k, v in zip(ov.overhead, ov.b)])
-                              [["overhead", "a", "b"]]))
+        scale = [1e6 if k.endswith("_ns") else 1 for k in ov["overhead"]]
+        ov["a"], ov["b"] = ov["a"] / scale, ov["b"] / scale
+        ov["overhead"] = ov["overhead"].str.replace("_ns", "", regex=False)
+        click.echo(table_text(ov[["overhead", "a", "b"]]))
     if outdir:
         out = Path(outdir)
         out.mkdir(parents=True, exist_ok=True)
