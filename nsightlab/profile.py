@@ -99,7 +99,9 @@ def _compute(report: Report, label: str) -> RunProfile:
         raise NsightlabError(f"{report.path}: no kernel launches to compare "
                              f"({report.missing_hint('kernels') or 'profile with --trace=cuda'})")
     nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
-    ranges = nvtx[nvtx["kind"] != "mark"]
+    ranges = nvtx[nvtx["kind"] != "mark"].copy()
+    # a range never closed (the app exited inside it) runs to the end of the recording
+    ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
     names = ranges["name"].astype(str).map(base_name)
     iters = ranges[names.str.match(ITERATION)].sort_values("start_ns")
     if not lk["api_start_ns"].is_monotonic_increasing:

@@ -152,3 +152,22 @@ def test_diff_and_report_run_on_every_fixture_and_add_up(stem, sqlite_of, cache_
     assert (d.kernels["status"] == "matched").all()
     res = CliRunner().invoke(cli, ["report", str(path)])
     assert res.exit_code == 0, res.output
+
+
+def test_unclosed_ranges_and_no_iteration_ranges_synthetic_from_real(sqlite_of, cache_dir, tmp_path):
+    """Synthetic edits of a real export: the last iteration never closed, and (second copy)
+    no iteration ranges at all."""
+    import sqlite3
+
+    src = sqlite_of("h200-vit-fp16").read_bytes()
+    unclosed, flat = tmp_path / "unclosed.sqlite", tmp_path / "flat.sqlite"
+    unclosed.write_bytes(src)
+    flat.write_bytes(src)
+    with sqlite3.connect(unclosed) as c:
+        c.execute("UPDATE NVTX_EVENTS SET [end] = NULL WHERE text = 'iter19'")
+    with sqlite3.connect(flat) as c:
+        c.execute("DELETE FROM NVTX_EVENTS WHERE text LIKE 'iter%'")
+    d = nsightlab.diff(unclosed, flat)
+    assert d.headline["a_iterations"] == 20 and d.headline["b_iterations"] == 1
+    assert "no NVTX iteration ranges" in d.headline["b_iteration_source"]
+    assert abs(d.by_class["b_ns"].sum() - d.headline["b_kernel_ns"]) < 1
