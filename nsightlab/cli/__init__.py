@@ -31,14 +31,20 @@ class Group(click.Group):
 @click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="nsightlab")
 def cli() -> None:
-    """Turn NVIDIA Nsight Systems profiles of GPU inference into answers.
+    """Turn NVIDIA Nsight profiles of GPU inference into answers.
 
-    Every command takes reports as PATH: an nsys SQLite export (.sqlite), a .nsys-rep
-    (exported with nsys when it is installed), a capture directory, or a capture name
-    in the store (./captures, or NSIGHTLAB_STORE).
+    Capture a run (capture), look inside it (info, table), answer one question about it
+    (recipe run), compare two runs (diff) or summarize one (report). Reports are given as
+    an nsys SQLite export (.sqlite or .sqlite.xz), a .nsys-rep (exported with nsys when it
+    is installed), a capture directory, or a capture name in the store (./captures, or
+    NSIGHTLAB_STORE).
 
     \b
     Examples:
+      nsightlab capture fp16 --trtexec vit_fp16.onnx --precision fp16
+      nsightlab diff captures/examples/vit-fp16 captures/examples/vit-fp8 --html diff.html
+      nsightlab report captures/examples/vit-fp16
+      nsightlab recipe run launch_compute report.sqlite
       nsightlab info captures/examples/*/
       nsightlab table kernels report.sqlite --columns name,duration_ns --limit 10
     """
