@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from .db import ExportDB
 
-TABLE_VERSION = 5
+TABLE_VERSION = 6
 
 I32, I64, U32, F64, STR = pa.int32(), pa.int64(), pa.uint32(), pa.float64(), pa.string()
 DICT = pa.dictionary(pa.int32(), pa.string())
@@ -352,8 +352,9 @@ def _nvtx_convert(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
     # "text" while start/end ranges are ":text" (its nvtx_sum joins coalesce(domain, ''))
     start_end = pc.is_in(b.column("eventType"), pa.array([60, 71], I64))
     prefix = pc.if_else(pc.and_(pc.is_null(domain), start_end), "", domain)
-    name = pc.if_else(pc.is_null(prefix), text,
-                      pc.binary_join_element_wise(prefix, pc.fill_null(text, ""), ":"))
+    text_or_empty = pc.fill_null(text, "")  # payload-only ranges have no text: name them ""
+    name = pc.if_else(pc.is_null(prefix), text_or_empty,
+                      pc.binary_join_element_wise(prefix, text_or_empty, ":"))
     end = b.column("end")
     gt = b.column("globalTid")
     endgt = b.column("endGlobalTid")
