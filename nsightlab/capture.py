@@ -21,6 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,8 +326,6 @@ def capture(opts: Options, echo=None, progress=None) -> Path:
 
 
 def tempfile_dir(store: Path, name: str) -> str:
-    import tempfile
-
     return tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=store)
 
 

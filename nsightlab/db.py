@@ -113,18 +113,6 @@ class ExportDB:
             return 0
         return self.query(f'SELECT count(*) FROM "{table}"')[0][0]
 
-    def check_integrity(self) -> None:
-        """Touch the last page of the file cheaply: a truncated export fails here, not mid-analysis."""
-        try:
-            for t in sorted(self.tables):
-                if not t.startswith("sqlite_"):
-                    self.conn.execute(f'SELECT max(rowid) FROM "{t}"').fetchall()
-            self.conn.execute("PRAGMA quick_check(1)").fetchall()
-        except sqlite3.DatabaseError as e:
-            raise CorruptReportError(
-                f"{self.path}: the SQLite file is damaged or truncated ({e}); export the report "
-                "again with nsys export --type sqlite") from None
-
     # ---- string and enum dictionaries ---------------------------------------------------
     @property
     def strings(self) -> "StringTable":

@@ -22,7 +22,7 @@ from .db import ExportDB
 
 TABLE_VERSION = 6
 
-I32, I64, U32, F64, STR = pa.int32(), pa.int64(), pa.uint32(), pa.float64(), pa.string()
+I32, I64, U32, STR = pa.int32(), pa.int64(), pa.uint32(), pa.string()
 DICT = pa.dictionary(pa.int32(), pa.string())
 
 # Fallback labels for exports without ENUM_* tables (values from NVIDIA's schema docs / CUPTI).
