@@ -533,14 +533,20 @@ class Report:
         have = set(self.db.columns("CUDA_CALLCHAINS"))
         if not {"id", "symbol", "stackDepth"} <= have:
             return {}
-        marks = ",".join("?" * len(wanted))
+        # exports number the API rows' callchainId from 0 and CUDA_CALLCHAINS.id from 1 (seen
+        # in a 2.9.1 export: chain 4 is the stack of the call with callchainId 3)
+        first_ref = self.db.query("SELECT min(callchainId) FROM CUPTI_ACTIVITY_KIND_RUNTIME")[0][0]
+        first_id = self.db.query("SELECT min(id) FROM CUDA_CALLCHAINS")[0][0]
+        offset = 1 if first_ref == 0 and first_id == 1 else 0
+        ids = [i + offset for i in wanted]
+        marks = ",".join("?" * len(ids))
         rows = self.db.query(
             "SELECT c.id, COALESCE(s.value, '?') FROM CUDA_CALLCHAINS c "
             f"LEFT JOIN StringIds s ON s.id = c.symbol WHERE c.id IN ({marks}) "
-            "ORDER BY c.id, c.stackDepth", tuple(wanted)) if len(wanted) < 30000 else []
+            "ORDER BY c.id, c.stackDepth", tuple(ids)) if len(ids) < 30000 else []
         out: dict[int, list[str]] = {}
         for i, sym in rows:
-            out.setdefault(int(i), []).append(str(sym))
+            out.setdefault(int(i) - offset, []).append(str(sym))
         return {i: " < ".join(frames) for i, frames in out.items()}
 
     def close(self) -> None:

@@ -132,3 +132,12 @@ def test_gpu_util_bins_add_up_to_busy_time(sqlite_of, cache_dir):
     assert dev["busy_pct"].between(0, 100).all() and dev["busy_pct"].mean() < 50
     assert dev["ops"].sum() == len(k)
     assert out["stream"]["busy_ns"].sum() == dev["busy_ns"].sum()
+
+
+def test_sync_calls_carry_their_call_stacks(sqlite_of, cache_dir):
+    """pub-pipit-saxpy-a100 recorded CUDA backtraces: each synchronous cudaMemcpy's stack
+    goes through cudaMemcpy and main (not a neighbour's stack: the ids are offset by one)."""
+    syncs = R.run("sync_gaps", sqlite_of("pub-pipit-saxpy-a100"))["syncs"]
+    stacks = syncs.loc[(syncs["api_name"] == "cudaMemcpy") & syncs["call_stack"].notna(), "call_stack"]
+    assert len(stacks) == 15
+    assert all(" < cudaMemcpy < " in s and " < main < " in s for s in stacks)
