@@ -37,8 +37,8 @@ def layer_chart(d: Diff) -> alt.Chart:
         x=alt.X("delta_ms:Q", title="ms per iteration"),
         y=alt.Y("layer:N", sort="-x", title=None),
         color=alt.condition("datum.delta_ms > 0", alt.value("#d62728"), alt.value("#2ca02c")),
-        tooltip=["layer", "status", alt.Tooltip("delta_ms:Q", format=".3f"), "a_gemm_precision",
-                 "b_gemm_precision"],
+        tooltip=["layer", "status", alt.Tooltip("delta_ms:Q", format=".3f"), "a_math_precision",
+                 "b_math_precision"],
     ).properties(width=WIDTH)
 
 
@@ -125,7 +125,7 @@ def diff_page(d: Diff) -> str:
         ("By kernel class (per iteration)", table_html(d.by_class)),
         ("By precision (per iteration)", table_html(d.by_precision)),
         ("By layer (per iteration)", table_html(d.by_layer)),
-        ("Precision-conversion kernels (only in B, in layers whose GEMMs changed precision)",
+        ("Precision-conversion kernels (only in B, in layers whose math changed precision)",
          table_html(d.conversion)),
         ("Overheads (median per iteration)", table_html(d.overheads)),
         ("Tensor Core activity", table_html(d.tensor_core)),

@@ -1,8 +1,8 @@
 """``nsightlab.diff(a, b)``: where two runs differ, per iteration, and why.
 
 Runs are lined up per iteration, kernel class, precision, layer and kernel slot (see
-``nsightlab.profile``). Kernels that exist only in B and sit in a layer whose GEMMs changed
-precision are precision-conversion work (amax/abs reductions, divide-by-scale, casts to and from
+``nsightlab.profile``). Kernels that exist only in B and sit in a layer whose math (GEMM, conv,
+attention) changed precision are precision-conversion work (amax/abs reductions, divide-by-scale, casts to and from
 FP8/FP4, Q/DQ, reformats): names alone cannot tell a divide-by-scale from any other divide, the
 context can. Every time is in ns per iteration; sections are DataFrames (``headline`` a dict).
 """
@@ -81,7 +81,7 @@ def compare(pa: RunProfile, pb: RunProfile) -> Diff:
         kernels = _match_slots(pa.slots, pb.slots)
     else:  # no layers in common (e.g. a CUDA graph replay has no per-layer ranges): per iteration
         kernels = _match_slots(pa.flat_slots, pb.flat_slots)
-    changed = set(by_layer.loc[by_layer["gemm_precision_changed"], "layer"])
+    changed = set(by_layer.loc[by_layer["math_precision_changed"], "layer"])
     conv = kernels[(kernels["status"] == "new") & kernels["kernel_class"].isin(CONVERSION_CLASSES)
                    & kernels["layer"].isin(changed)]
     conversion = (conv.groupby(["kernel_class", "b_name"], sort=False)["b_ns"].sum()
@@ -115,14 +115,14 @@ def _layers(pa: RunProfile, pb: RunProfile) -> pd.DataFrame:
     rows = []
     for n in names:
         ina, inb = n in la.index, n in lb.index
-        ga = la.loc[n, "gemm_precision"] if ina else ""
-        gb = lb.loc[n, "gemm_precision"] if inb else ""
+        ga = la.loc[n, "math_precision"] if ina else ""
+        gb = lb.loc[n, "math_precision"] if inb else ""
         rows.append({"layer": n, "a_ns": la.loc[n, "time_ns"] if ina else 0.0,
                      "b_ns": lb.loc[n, "time_ns"] if inb else 0.0,
                      "a_count": la.loc[n, "count"] if ina else 0.0,
                      "b_count": lb.loc[n, "count"] if inb else 0.0,
-                     "a_gemm_precision": ga, "b_gemm_precision": gb,
-                     "gemm_precision_changed": bool(ina and inb and ga and gb and ga != gb),
+                     "a_math_precision": ga, "b_math_precision": gb,
+                     "math_precision_changed": bool(ina and inb and ga and gb and ga != gb),
                      "status": "matched" if ina and inb else ("only_a" if ina else "only_b")})
     out = pd.DataFrame(rows)
     out["delta_ns"] = out["b_ns"] - out["a_ns"]

@@ -1,7 +1,8 @@
 """One run, summarized per iteration: the common ground on which two runs are compared.
 
 FP16 and FP8/NVFP4 engines run *different* kernels, so runs are lined up where they agree:
-per iteration (NVTX ranges named ``iterN`` / ``iteration N`` / ``stepN``, in any domain), per
+per iteration (NVTX ranges named ``iterN`` / ``iteration N`` / ``stepN``, in any domain, or
+TensorRT's ``ExecutionContext::enqueue``/``execute*`` range around each inference), per
 layer (the NVTX ranges one level inside an iteration: TensorRT layers, ``blockN``), per kernel
 class and precision, and per kernel *slot*: the k-th kernel of a class inside a layer. A slot's
 kernel may change name between runs (an FP16 GEMM becomes an FP8 one); the slot stays.
@@ -25,7 +26,9 @@ from .launches import first_of_call, launches
 from .report import Report
 from .timeline import busy_time
 
-ITERATION = re.compile(r"(?i)^(iter|iteration|step|batch)[ _-]?\d+$")
+# iteration ranges: iterN / iteration N / stepN / batchN (any domain), or TensorRT's own
+# per-inference range (ExecutionContext::enqueue/execute[V2/V3]) whose children are its layers
+ITERATION = re.compile(r"(?i)^((iter|iteration|step|batch)[ _-]?\d+|ExecutionContext::(enqueue|execute)\w*)$")
 OUTSIDE = "(outside layers)"
 ITERATION_LAYER = "(iteration)"
 MATH = {"gemm", "attention", "conv"}
@@ -54,7 +57,7 @@ class RunProfile:
     busy_pct: float
     by_class: pd.DataFrame       # kernel_class, time_ns, count
     by_precision: pd.DataFrame   # precision, kernel_class, time_ns
-    by_layer: pd.DataFrame       # layer, time_ns, count, gemm_precision
+    by_layer: pd.DataFrame       # layer, time_ns, count, math_precision
     slots: pd.DataFrame          # layer, kernel_class, slot, name, precision, time_ns
     flat_slots: pd.DataFrame     # the same with layers ignored (layer = "(iteration)")
     overheads: dict = field(default_factory=dict)
@@ -148,10 +151,11 @@ def _compute(report: Report, label: str) -> RunProfile:
     by_layer = (lk.groupby("layer", observed=True)["dur"].agg(["sum", "size"])
                 .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
     by_layer["layer"] = by_layer["layer"].astype(str)
-    gemm = lk[lk["kernel_class"] == "gemm"]
-    gp = gemm.groupby("layer", observed=True)["precision"].agg(
-        lambda s: ",".join(sorted(set(map(str, s)))))
-    by_layer["gemm_precision"] = by_layer["layer"].map(gp).astype(object).fillna("")
+    # the precision a layer computes in: that of its GEMM / conv / attention kernels
+    math = lk[lk["kernel_class"].isin(MATH)]
+    gp = math.groupby("layer", observed=True)["precision"].agg(
+        lambda s: ",".join(sorted(set(map(str, s)) - {"unknown"})))
+    by_layer["math_precision"] = by_layer["layer"].map(gp).astype(object).fillna("")
     slots = _slots(lk, n)
     flat_slots = _slots(lk, n, by_layer=False)
     return RunProfile(

@@ -61,7 +61,7 @@ def diff(a, b, as_json, outdir, html_file, png_dir, opener) -> None:
         if (d.by_layer["layer"] != "(outside layers)").any():
             click.echo("by layer (largest changes):")
             click.echo(_ms_table(d.by_layer.head(12), ["layer", "a_ns", "b_ns", "delta_ns",
-                                                       "a_gemm_precision", "b_gemm_precision"]))
+                                                       "a_math_precision", "b_math_precision"]))
         if len(d.conversion):
             click.echo("precision-conversion kernels (only in B):")
             click.echo(_ms_table(d.conversion.head(8), ["kernel_class", "b_name", "time_ns"]))
