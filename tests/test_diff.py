@@ -172,3 +172,15 @@ def test_unclosed_ranges_and_no_iteration_ranges_synthetic_from_real(sqlite_of, 
     assert d.headline["a_iterations"] == 20 and d.headline["b_iterations"] == 1
     assert "no NVTX iteration ranges" in d.headline["b_iteration_source"]
     assert abs(d.by_class["b_ns"].sum() - d.headline["b_kernel_ns"]) < 1
+
+
+def test_tensorrt_inferences_are_iterations_and_its_layers_are_layers(sqlite_of, cache_dir):
+    """pub-realcugan-trt10 (TensorRT 10): one ExecutionContext::enqueue range per inference,
+    with a range per engine layer inside it."""
+    from nsightlab.profile import profile
+
+    p = profile(nsightlab.open(sqlite_of("pub-realcugan-trt10")))
+    assert p.iterations == 137 and "ExecutionContext::enqueue" in p.iteration_source
+    assert len(p.by_layer) > 50 and p.by_layer["layer"].str.contains("/conv").any()
+    assert abs(p.by_layer["time_ns"].sum() - p.kernel_ns) < 1
+    assert (p.by_layer.loc[p.by_layer["layer"].str.contains("conv"), "math_precision"] == "fp16").mean() > 0.5
