@@ -162,6 +162,7 @@ def _store_result(report: Report, name: str, key: str, tables: dict[str, pd.Data
     d = _result_dir(report, name, key)
     if d is None:
         return
+    tmp = None
     try:
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=d.parent))
@@ -171,8 +172,9 @@ def _store_result(report: Report, name: str, key: str, tables: dict[str, pd.Data
                                                    "source": report.cache.ident}))
         shutil.rmtree(d, ignore_errors=True)
         os.replace(tmp, d)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # a read-only cache is not an error
+    except OSError:  # a read-only cache is not an error
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- discovery -------------------------------------------------------------------------------
