@@ -338,8 +338,12 @@ class Report:
         for attempt in (0, 1):
             files = self.cache.files(name)
             if files is None:  # first read: stream into the cache, keep what was asked for
-                return self.cache.build(
-                    name, lambda open_part: self._collect(spec, open_part, keep), spec.schema)
+                try:
+                    return self.cache.build(
+                        name, lambda open_part: self._collect(spec, open_part, keep), spec.schema)
+                except OSError as e:
+                    self._cache_unusable(e)
+                    return self._collect(spec, None, keep)[1]
             try:
                 return pq.read_table(files, columns=keep, schema=spec.schema)
             except (OSError, pa.ArrowException):
@@ -368,9 +372,20 @@ class Report:
                     return self._frame_from_parquet(spec, keep, files)
                 except (OSError, pa.ArrowException):
                     self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
-            return self.cache.build(spec.name, lambda open_part: self._frame_from_sqlite(
-                spec, keep, open_part), spec.schema)
+            try:
+                return self.cache.build(spec.name, lambda open_part: self._frame_from_sqlite(
+                    spec, keep, open_part), spec.schema)
+            except OSError as e:
+                self._cache_unusable(e)
         return self._frame_from_sqlite(spec, keep, None)[1]
+
+    def _cache_unusable(self, error: OSError) -> None:
+        """A cache folder that cannot be written (read-only, full disk) is not fatal: read
+        SQLite directly from now on, and say so once."""
+        if self.progress is not None:
+            self.progress(f"cannot write the cache in {self.cache.root} ({error.strerror}); "
+                          "reading without it (set NSIGHTLAB_CACHE_DIR to a writable folder)")
+        self.cache = None
 
     def take(self, name: str, columns: list[str], rows) -> pd.DataFrame:
         """Rows at positions ``rows`` of ``columns`` of table ``name``, in the order given.

@@ -79,3 +79,13 @@ def test_damaged_entry_is_rebuilt_not_trusted(sqlite_of, cache_dir, damage):
     assert nsightlab.open(path).kernels().equals(good)
     # and the rebuilt entry is valid again
     assert nsightlab.open(path).cache.files("kernels") is not None
+
+
+def test_unwritable_cache_folder_falls_back_to_direct_reads(sqlite_of, tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("NSIGHTLAB_CACHE_DIR", str(blocker / "cache"))
+    notes = []
+    r = nsightlab.open(sqlite_of("h200-vit-fp16"), progress=notes.append)
+    assert len(r.kernels()) == 3120 and len(r.nvtx()) == 297
+    assert r.cache is None and any("cannot write the cache" in n for n in notes)

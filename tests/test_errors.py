@@ -123,3 +123,13 @@ def test_invalid_utf8_in_nvtx_text_synthetic_from_real(sqlite_of, tmp_path, cach
                   "WHERE rowid = (SELECT min(rowid) FROM NVTX_EVENTS WHERE text = 'block0')")
     n = nsightlab.open(f).nvtx()
     assert "block\ufffd0" in set(n["text"].dropna()) and len(n) == 297
+
+
+def test_unwritable_output_is_one_line(sqlite_of, tmp_path, cache_dir):
+    import nsightlab.cli.table  # noqa: F401
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = CliRunner().invoke(cli, ["table", "kernels", str(sqlite_of("h200-vit-fp16")), "--format",
+                                   "csv", "-o", str(blocker / "out.csv")])
+    assert_one_line_error(res, "out.csv", "check the path")

@@ -23,6 +23,10 @@ class Group(click.Group):
             return super().invoke(ctx)
         except NsightlabError as e:
             raise click.ClickException(str(e)) from None
+        except OSError as e:  # an output folder that cannot be written, a full disk...
+            where = f"{e.filename}: " if e.filename else ""
+            raise click.ClickException(f"{where}{e.strerror or e}; check the path and its "
+                                       "permissions") from None
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             sys.exit(130)
