@@ -2,9 +2,9 @@
 
 Runs are lined up per iteration, kernel class, precision, layer and kernel slot (see
 ``nsightlab.profile``). Kernels that exist only in B and sit in a layer whose math (GEMM, conv,
-attention) changed precision are precision-conversion work (amax/abs reductions, divide-by-scale, casts to and from
-FP8/FP4, Q/DQ, reformats): names alone cannot tell a divide-by-scale from any other divide, the
-context can. Every time is in ns per iteration; sections are DataFrames (``headline`` a dict).
+attention) changed precision are precision-conversion work (amax/abs reductions,
+divide-by-scale, casts to and from FP8/FP4, Q/DQ, reformats): names alone cannot tell a
+divide-by-scale from any other divide, the context can. Every time is in ns per iteration; sections are DataFrames (``headline`` a dict).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .profile import OUTSIDE, RunProfile, profile
+from .render import fmt_ms as _ms
 from .report import Report, open as open_report
 
 CONVERSION_CLASSES = {"quantize", "elementwise", "reduce", "reformat/copy"}
@@ -163,10 +164,6 @@ def _match_slots(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out["delta_ns"] = out["b_ns"] - out["a_ns"]
     return out.sort_values("delta_ns", key=abs, ascending=False, kind="stable").reset_index(drop=True)
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms"
 
 
 def _headline(pa, pb, by_class, conversion_ns, by_layer, overheads) -> dict:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from .launches import first_of_call, launches
 from .report import Report
+from .tables import nullable_int64
 from .timeline import slice_reduce
 
 NVTX_COLUMNS = ["name", "text", "domain", "kind", "pid", "tid", "depth", "start_ns", "end_ns",
@@ -84,9 +85,8 @@ def project(report: Report, launched: pd.DataFrame | None = None) -> pd.DataFram
     out["launch_calls"] = calls
     out["launch_api_ns"] = api
     has = count > 0
-    out["gpu_start_ns"] = pd.array(np.where(has, gstart, 0), dtype="Int64")
-    out["gpu_end_ns"] = pd.array(np.where(has, gend, 0), dtype="Int64")
-    out.loc[~has, ["gpu_start_ns", "gpu_end_ns"]] = pd.NA
+    out["gpu_start_ns"] = nullable_int64(gstart, ~has)
+    out["gpu_end_ns"] = nullable_int64(gend, ~has)
     out["gpu_span_ns"] = out["gpu_end_ns"] - out["gpu_start_ns"]
     return out
 

@@ -35,6 +35,11 @@ def render(df: pd.DataFrame, fmt: str, out: str | Path | None = None) -> None:
         Path(out).write_text(text)
 
 
+def fmt_ms(ns: float) -> str:
+    """Nanoseconds as '12.34 ms' (for verdicts and findings)."""
+    return f"{ns / 1e6:.2f} ms"
+
+
 def table_text(df: pd.DataFrame, max_width: int = 60) -> str:
     """Aligned plain-text table; long cells are shortened in the middle so rows stay readable."""
     if df.empty:

@@ -16,7 +16,7 @@ from . import recipes
 from .charts import WIDTH, page, table_html
 from .profile import RunProfile, profile
 from .report import Report, open as open_report
-from .render import table_text
+from .render import fmt_ms as _ms, table_text
 
 
 @dataclass
@@ -38,10 +38,6 @@ def build(report: Report | str) -> RunReport:
     sg = recipes.run("sync_gaps", r)
     tc = recipes.run("tensor_core", r)["summary"]
     return RunReport(p, findings(p, ks, lc, sg, tc), ks.head(15), lc, sg["by_api"], sg["gaps"].head(15), tc)
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms"
 
 
 def findings(p: RunProfile, ks, lc, sg, tc) -> list[str]:

@@ -144,6 +144,12 @@ def to_pandas(table: pa.Table, spec: TableSpec | None = None) -> pd.DataFrame:
     return df
 
 
+def nullable_int64(values, missing) -> pd.arrays.IntegerArray:
+    """Whole nanoseconds (or ids) as a pandas Int64 array, NA where ``missing`` is True."""
+    missing = np.asarray(missing, bool)
+    return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), missing)
+
+
 def _nullable_int(t: pa.DataType):
     return {I32: pd.Int32Dtype(), I64: pd.Int64Dtype(), U32: pd.UInt32Dtype()}.get(t)
 

@@ -6,6 +6,7 @@ from nsightlab.launches import first_of_call, launches
 from nsightlab.projection import project
 from nsightlab.recipes import NoDataError
 from nsightlab.stats import STATS, Groups, group_ids
+from nsightlab.tables import nullable_int64
 from nsightlab.timeline import busy_time
 
 
@@ -40,8 +41,7 @@ def per_kernel(lk):
         for st in STATS[1:]:
             col = stats[st]
             if st in ("total", "min", "max"):  # whole nanoseconds; NA where nothing queued
-                col = pd.array(np.where(np.isnan(col), 0, col).astype(np.int64), dtype="Int64")
-                col[np.isnan(stats[st])] = pd.NA
+                col = nullable_int64(col, np.isnan(col))
             out[f"{metric}_{st}_ns"] = col
     for c in ("api_name", "name"):
         out[c] = out[c].astype(str)

@@ -5,6 +5,7 @@ import pandas as pd
 from nsightlab.classify import sync_kind
 from nsightlab.launches import keys as join_keys, match
 from nsightlab.recipes import NoDataError
+from nsightlab.tables import nullable_int64
 from nsightlab.timeline import gaps as idle_gaps
 
 OPS = ("kernels", "memcpy", "memset")
@@ -193,9 +194,7 @@ def previous_on_thread(tids, rows, max_back=256):
 
 
 def _nullable(values):
-    out = pd.array(np.where(values >= 0, values, 0), dtype="Int64")
-    out[values < 0] = pd.NA
-    return out
+    return nullable_int64(values, values < 0)  # -1 marks "none"
 
 
 def by_api(syncs, gaps):
