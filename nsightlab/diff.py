@@ -4,7 +4,8 @@ Runs are lined up per iteration, kernel class, precision, layer and kernel slot 
 ``nsightlab.profile``). Kernels that exist only in B and sit in a layer whose math (GEMM, conv,
 attention) changed precision are precision-conversion work (amax/abs reductions,
 divide-by-scale, casts to and from FP8/FP4, Q/DQ, reformats): names alone cannot tell a
-divide-by-scale from any other divide, the context can. Every time is in ns per iteration; sections are DataFrames (``headline`` a dict).
+divide-by-scale from any other divide, the context can. Every time is in ns per iteration;
+sections are DataFrames (``headline`` a dict).
 """
 from __future__ import annotations
 
