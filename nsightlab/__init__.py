@@ -3,27 +3,30 @@
     >>> import nsightlab
     >>> r = nsightlab.open("report.sqlite")        # or a .nsys-rep, or a capture name
     >>> r.kernels()[["name", "duration_ns"]]      # every table is a DataFrame
+    >>> nsightlab.diff("fp16", "nvfp4").headline["verdict"]
+
+The names below are imported on first use, so ``import nsightlab`` (and the ``nsightlab``
+command's ``--help``) stays fast: pandas and pyarrow load when a report is opened.
 """
-import os as _os
+from __future__ import annotations
 
-import pyarrow as _pa
+import importlib
 
-if "ARROW_DEFAULT_MEMORY_POOL" not in _os.environ:
-    # Big reads allocate and free hundreds of MB of transient Arrow buffers (SQLite batches,
-    # Parquet row groups). Arrow's default allocator keeps freed memory mapped, so peak RSS
-    # grew to ~2.5x the final DataFrame; jemalloc with immediate decay returns it to the OS.
-    # Set ARROW_DEFAULT_MEMORY_POOL to choose another allocator.
-    try:
-        _pa.set_memory_pool(_pa.jemalloc_memory_pool())
-        _pa.jemalloc_set_decay_ms(0)
-    except (NotImplementedError, AttributeError):  # a pyarrow built without jemalloc
-        pass
-
-from .diff import diff
 from .errors import NsightlabError
-from .ncu import open_ncu
-from .report import Report, open
-from .tables import TABLES
 
 __version__ = "0.1.0"
-__all__ = ["NsightlabError", "Report", "TABLES", "diff", "open", "open_ncu", "__version__"]
+
+#: public name -> module that defines it
+_LAZY = {"open": "report", "Report": "report", "TABLES": "tables", "diff": "comparison",
+         "open_ncu": "ncu"}
+__all__ = ["NsightlabError", "Report", "TABLES", "diff", "open", "open_ncu",
+           "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'nsightlab' has no attribute {name!r}")

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import nsys as nsys_cli
-from .errors import NsightlabError
-from .report import default_store
+from .errors import NsightlabError, UsageError
+from .paths import default_store
 
 DEFAULT_TRACE = "cuda,nvtx,osrt,cublas,cudnn"
 PRECISION_FLAGS = {"fp16": ["--fp16"], "bf16": ["--bf16"], "int8": ["--int8"], "best": ["--best"],
@@ -79,12 +79,44 @@ class Options:
     ort_shapes: list[str] = field(default_factory=list)
     warmup: int = 5
 
+    def __post_init__(self) -> None:
+        """Accept what a command line gives: tuples, flag strings, a store as text."""
+        self.command = list(self.command)
+        self.ort_shapes = list(self.ort_shapes)
+        for name in ("nsys_args", "ncu_args"):
+            value = getattr(self, name)
+            setattr(self, name, shlex.split(value) if isinstance(value, str) else list(value))
+        self.store = Path(self.store) if self.store else None
+
+    def validate(self, check_files: bool = True) -> None:
+        """NsightlabError for options that cannot make a capture: a bad name, not exactly
+        one workload (a command, ``trtexec`` or ``ort``), a missing model file."""
+        _validate_name(self.name)
+        given = [w for w, on in (("-- COMMAND", self.command), ("--trtexec", self.trtexec),
+                                 ("--ort", self.ort)) if on]
+        if len(given) != 1:
+            raise UsageError(
+                "give exactly one workload: -- COMMAND..., --trtexec MODEL.onnx or --ort "
+                f"MODEL.onnx ({'got ' + ' and '.join(given) if given else 'none given'})")
+        for model in (self.trtexec, self.ort):
+            if check_files and model and not Path(model).is_file():
+                raise NsightlabError(f"{model}: no such model file")
+        if self.ncu_count is not None and self.ncu_count < 1:
+            raise NsightlabError(f"--ncu-count {self.ncu_count}: give a positive number of kernels")
+
 
 @dataclass
 class Step:
+    """One step of a capture: its name, exact argv and kind (build, workload or export)."""
+
     name: str
     argv: list[str]
-    workload: bool = False  # its exit code is the workload's
+    kind: str = "build"
+
+    @property
+    def workload(self) -> bool:
+        """Its exit code is the workload's."""
+        return self.kind == "workload"
 
     def __str__(self) -> str:
         return f"[{self.name}] {shlex.join(self.argv)}"
@@ -152,7 +184,8 @@ def engine_path(opts: Options) -> Path:
 
 
 def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Step]:
-    """The steps of a capture, in order, with their exact argv."""
+    """The steps of a capture, in order, with their exact argv: building a TensorRT engine
+    (once), the workload under nsys and/or ncu (or alone), and the SQLite export."""
     steps: list[Step] = []
     if opts.trtexec:
         trt = tools.get("trtexec") or "trtexec"
@@ -191,7 +224,7 @@ def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Ste
             tools.get("nsys") or "nsys", "profile", f"--trace={opts.trace}",
             *(["--cuda-graph-trace=node"] if "cuda" in opts.trace.split(",") else []),
             *sampling, *gpu, "--force-overwrite=true", f"--output={workdir / 'report'}",
-            *opts.nsys_args, *workload], workload=True))
+            *opts.nsys_args, *workload], kind="workload"))
     if opts.use_ncu:
         selection = []
         if opts.ncu_kernels:
@@ -202,9 +235,13 @@ def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Ste
             selection += ["--launch-count", str(opts.ncu_count)]
         steps.append(Step("ncu", [
             tools.get("ncu") or "ncu", "--set", opts.ncu_set, *selection, "--force-overwrite",
-            "--export", str(workdir / "report"), *opts.ncu_args, *workload], workload=True))
+            "--export", str(workdir / "report"), *opts.ncu_args, *workload], kind="workload"))
     if not opts.use_nsys and not opts.use_ncu:
-        steps.append(Step("run", workload, workload=True))
+        steps.append(Step("run", workload, kind="workload"))
+    if opts.use_nsys:
+        steps.append(Step("export", nsys_cli.export_argv(
+            tools.get("nsys") or "nsys", workdir / "report.nsys-rep", workdir / "report.sqlite"),
+            kind="export"))
     return steps
 
 
@@ -262,15 +299,12 @@ def capture(opts: Options, echo=None, progress=None) -> Path:
     """
     from . import __version__
 
-    _validate_name(opts.name)
+    opts.validate()
     store = store_dir(opts)
     final = store / opts.name
     if final.exists() and not opts.force:
         raise NsightlabError(f"{final}: a capture named {opts.name!r} exists; choose another name "
                              "or pass --force to replace it")
-    for model in (opts.trtexec, opts.ort):
-        if model and not Path(model).is_file():
-            raise NsightlabError(f"{model}: no such model file")
     tools = resolve_tools(opts, dry_run=False)
     say = progress or (lambda msg: None)
     store.mkdir(parents=True, exist_ok=True)
@@ -283,31 +317,47 @@ def capture(opts: Options, echo=None, progress=None) -> Path:
         "preset": _preset(opts), "command": None, "steps": [], "status": "running",
         "tools": {k: {"path": v, "version": tool_version(v) if k != "trtexec" else None}
                   for k, v in tools.items() if v},
-        "messages": [],
+        "messages": [], "problems": [],
     }
     try:
         steps = plan(opts, work, tools)
         manifest["command"] = next((s.argv for s in steps if s.workload), None)
-        exit_code = 0
+        manifest["exit_code"] = _run_steps([s for s in steps if s.kind != "export"], work,
+                                           manifest, echo, say)
         for step in steps:
-            say(f"{step.name}: {shlex.join(step.argv)}")
-            t0 = time.perf_counter()
-            rc = _run(step, work / "logs", echo)
-            manifest["steps"].append({"name": step.name, "argv": step.argv, "exit_code": rc,
-                                      "seconds": round(time.perf_counter() - t0, 3)})
-            if rc != 0:
-                exit_code = rc
-                manifest["messages"].append(f"{step.name} exited with code {rc}; see logs/{step.name}.log")
-                break
-        _collect(opts, work, tools, manifest, say)
-        manifest["exit_code"] = exit_code
-        manifest["status"] = "ok" if exit_code == 0 and not manifest.get("problems") else "failed"
-    except KeyboardInterrupt:
-        shutil.rmtree(work, ignore_errors=True)  # nothing half-written stays behind
-        raise
-    except BaseException:
+            if step.kind == "export":
+                _export(work, tools, manifest, say)
+        _collect(work, manifest, say)
+    except BaseException:  # Ctrl-C included: nothing half-written stays behind
         shutil.rmtree(work, ignore_errors=True)
         raise
+    _finish(work, final, manifest)
+    if manifest["status"] != "ok":
+        why = "; ".join(manifest["messages"]) or "see its logs"
+        raise NsightlabError(f"capture {opts.name!r} failed: {why}; the partial capture is kept "
+                             f"in {final} (status: failed)")
+    return final
+
+
+def _run_steps(steps: list[Step], work: Path, manifest: dict, echo, say) -> int:
+    """Run the steps in order until one fails; returns the exit code that ends the run."""
+    for step in steps:
+        say(f"{step.name}: {shlex.join(step.argv)}")
+        t0 = time.perf_counter()
+        rc = _run(step, work / "logs", echo)
+        manifest["steps"].append({"name": step.name, "argv": step.argv, "exit_code": rc,
+                                  "seconds": round(time.perf_counter() - t0, 3)})
+        if rc != 0:
+            manifest["messages"].append(f"{step.name} exited with code {rc}; see logs/{step.name}.log")
+            return rc
+    return 0
+
+
+def _finish(work: Path, final: Path, manifest: dict) -> None:
+    """Status, artifacts with sha256 and manifest.json, then the rename into place."""
+    problems = manifest.pop("problems")
+    manifest["messages"] += problems
+    manifest["status"] = "ok" if manifest["exit_code"] == 0 and not problems else "failed"
     manifest["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest["artifacts"] = [
         {"path": str(p.relative_to(work)), "bytes": p.stat().st_size, "sha256": _sha256(p)}
@@ -318,11 +368,6 @@ def capture(opts: Options, echo=None, progress=None) -> Path:
     if final.exists():
         shutil.rmtree(final)
     os.replace(work, final)
-    if manifest["status"] != "ok":
-        why = "; ".join(manifest["messages"]) or "see its logs"
-        raise NsightlabError(f"capture {opts.name!r} failed: {why}; the partial capture is kept "
-                             f"in {final} (status: failed)")
-    return final
 
 
 def tempfile_dir(store: Path, name: str) -> str:
@@ -341,14 +386,11 @@ def _preset(opts: Options) -> dict | None:
     return None
 
 
-def _collect(opts: Options, work: Path, tools: dict, manifest: dict, say) -> None:
-    """After the steps: export, parse the artifacts, fill the manifest, build the cache."""
-    from . import exporters
-    from .report import Report
-
+def _export(work: Path, tools: dict, manifest: dict, say) -> None:
+    """The export step: report.nsys-rep -> report.sqlite, or why there is nothing to export."""
     rep, qdstrm = work / "report.nsys-rep", work / "report.qdstrm"
-    problems = manifest.setdefault("problems", [])
-    if opts.use_nsys and not rep.is_file():
+    problems = manifest["problems"]
+    if not rep.is_file():
         if qdstrm.is_file():
             importer = Path(tools["nsys"] or "nsys").resolve().parent
             problems.append(
@@ -357,13 +399,20 @@ def _collect(opts: Options, work: Path, tools: dict, manifest: dict, say) -> Non
                 "host-linux-x64/), then nsys export --type sqlite report.nsys-rep")
         else:
             problems.append("nsys wrote no report; see logs/nsys.log")
-    if rep.is_file():
-        say("export: report.nsys-rep -> report.sqlite")
-        try:
-            nsys_cli.export_sqlite(rep, work / "report.sqlite", Path(tools["nsys"]))
-            manifest["nsys_rep"], manifest["sqlite"] = "report.nsys-rep", "report.sqlite"
-        except NsightlabError as e:
-            problems.append(str(e))
+        return
+    say("export: report.nsys-rep -> report.sqlite")
+    try:
+        nsys_cli.export_sqlite(rep, work / "report.sqlite", Path(tools["nsys"]))
+        manifest["nsys_rep"], manifest["sqlite"] = "report.nsys-rep", "report.sqlite"
+    except NsightlabError as e:
+        problems.append(str(e))
+
+
+def _collect(work: Path, manifest: dict, say) -> None:
+    """After the steps: parse the artifacts to Parquet, fill the manifest, build the cache."""
+    from . import exporters
+
+    problems = manifest["problems"]
     for src in sorted(work.glob("*.json")):
         try:
             for out in exporters.export_file(src, work):
@@ -371,18 +420,7 @@ def _collect(opts: Options, work: Path, tools: dict, manifest: dict, say) -> Non
         except NsightlabError as e:
             problems.append(str(e))
     for src in sorted(work.glob("*.ncu-rep")):
-        # NVIDIA's report library runs in a child process: if it crashes, the capture survives
-        say(f"export: {src.name} -> Parquet")
-        proc = subprocess.run([sys.executable, "-m", "nsightlab", "export", str(src), "-o", str(work)],
-                              capture_output=True, text=True)
-        if proc.returncode == 0:
-            manifest.setdefault("tables", []).extend(Path(p).name for p in proc.stdout.split())
-        else:
-            why = (proc.stdout + proc.stderr).strip().splitlines()
-            manifest["messages"].append(
-                f"{src.name} was captured but could not be exported to Parquet "
-                f"({why[-1] if why else f'exit code {proc.returncode}'}); read it with "
-                "nsightlab.open_ncu or export it again with nsightlab export")
+        _export_ncu(src, work, manifest, say)
     if (work / "report.ncu-rep").is_file():
         manifest["ncu_rep"] = "report.ncu-rep"
     if (work / "ort_run.json").is_file():
@@ -393,19 +431,31 @@ def _collect(opts: Options, work: Path, tools: dict, manifest: dict, say) -> Non
             manifest["messages"].append(
                 f"{run['providers_requested'][0]} was not available; ran on {run['providers_used'][0]}")
     if (work / "report.sqlite").is_file():
+        from .report import Report
+
         try:
-            report = Report(work / "report.sqlite", cache_root=work / "cache")
-            manifest["gpus"] = report.gpus.to_dict("records")
-            manifest["nsys_export_version"] = report.nsys_version
-            for table in ("kernels", "cuda_api", "nvtx", "memcpy", "memset", "syncs"):
-                if report.has(table):
-                    report.arrow(table, [report._spec(table).columns[0].name])
-            report.close()
+            with Report(work / "report.sqlite", cache_root=work / "cache") as report:
+                manifest["gpus"] = report.gpus.to_dict("records")
+                manifest["nsys_export_version"] = report.nsys_version
+                report.prefetch(["kernels", "cuda_api", "nvtx", "memcpy", "memset", "syncs"])
         except NsightlabError as e:
             problems.append(str(e))
-    manifest["messages"] += problems
-    if not problems:
-        manifest.pop("problems")
+
+
+def _export_ncu(src: Path, work: Path, manifest: dict, say) -> None:
+    """An .ncu-rep to Parquet in a child process: NVIDIA's report library has crashed on
+    real captures, and a crash must not take the capture with it."""
+    say(f"export: {src.name} -> Parquet")
+    proc = subprocess.run([sys.executable, "-m", "nsightlab", "export", str(src), "-o", str(work)],
+                          capture_output=True, text=True)
+    if proc.returncode == 0:
+        manifest.setdefault("tables", []).extend(Path(p).name for p in proc.stdout.split())
+        return
+    why = (proc.stdout + proc.stderr).strip().splitlines()
+    manifest["messages"].append(
+        f"{src.name} was captured but could not be exported to Parquet "
+        f"({why[-1] if why else f'exit code {proc.returncode}'}); read it with "
+        "nsightlab.open_ncu or export it again with nsightlab export")
 
 
 def list_captures(store: Path | None = None) -> list[dict]:
@@ -425,3 +475,14 @@ def list_captures(store: Path | None = None) -> list[dict]:
                      "gpu": ", ".join(sorted({g.get("name", "?") for g in gpus})) or man.get("gpu", ""),
                      "status": man.get("status", "?"), "size_bytes": size, "path": str(m.parent)})
     return rows
+
+
+def captures_table(store: Path | None = None):
+    """``list_captures`` as a DataFrame: name, created, preset, gpu, status, size_mib (a
+    capture's folder is the store's folder of that name)."""
+    import pandas as pd
+
+    df = pd.DataFrame(list_captures(store), columns=["name", "created", "preset", "gpu", "status",
+                                                     "size_bytes"])
+    df["size_mib"] = (df.pop("size_bytes") / 2**20).round(1)
+    return df

@@ -1,17 +1,19 @@
-"""Altair charts of the documented DataFrames, and self-contained HTML pages around them.
+"""Altair charts of the documented result tables (a diff, a run report).
 
-Analyses never plot; these functions take their outputs. HTML pages inline the Vega JavaScript
-(through vl-convert), so a report opens with the network off. PNGs are rendered the same way.
+Analyses never plot; these functions take their outputs. ``nsightlab.renderers.html`` puts
+them into self-contained pages; ``save_pngs`` renders them as PNG (both through vl-convert,
+no network).
 """
 from __future__ import annotations
 
-import html
+from functools import singledispatch
 from pathlib import Path
 
 import altair as alt
 import pandas as pd
 
-from .diff import Diff
+from .comparison import Diff
+from .summary import RunReport
 
 alt.data_transformers.disable_max_rows()
 WIDTH = 560
@@ -62,10 +64,37 @@ def kernel_scatter(d: Diff) -> alt.Chart:
 
 
 def diff_charts(d: Diff) -> dict[str, alt.Chart]:
+    """The diff's charts by name: classes, layers, kernels."""
     return {"classes": class_chart(d), "layers": layer_chart(d), "kernels": kernel_scatter(d)}
 
 
+def report_charts(rr: RunReport) -> dict[str, alt.Chart]:
+    """A run report's charts by name: time per iteration by kernel class and by layer."""
+    p = rr.profile
+    by_class = p.by_class.assign(ms=p.by_class["time_ns"] / 1e6)
+    classes = alt.Chart(by_class, title="GPU time per iteration by kernel class").mark_bar().encode(
+        x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("kernel_class:N", sort="-x", title=None),
+        color="kernel_class:N", tooltip=["kernel_class", alt.Tooltip("ms:Q", format=".3f"), "count"],
+    ).properties(width=WIDTH)
+    layers = p.by_layer.assign(ms=p.by_layer["time_ns"] / 1e6)
+    layer = alt.Chart(layers, title="GPU time per iteration by layer").mark_bar().encode(
+        x=alt.X("ms:Q"), y=alt.Y("layer:N", sort="-x", title=None), tooltip=["layer", "ms", "count"],
+    ).properties(width=WIDTH)
+    return {"classes": classes, "layers": layer}
+
+
+@singledispatch
+def charts_for(result) -> dict[str, alt.Chart]:
+    """The charts of any result that has some, by name."""
+    raise TypeError(f"no charts for {type(result).__name__}")
+
+
+charts_for.register(Diff, diff_charts)
+charts_for.register(RunReport, report_charts)
+
+
 def save_pngs(charts: dict[str, alt.Chart], folder: str | Path) -> list[Path]:
+    """Each chart as ``<folder>/<name>.png`` (2x scale)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     out = []
@@ -74,61 +103,3 @@ def save_pngs(charts: dict[str, alt.Chart], folder: str | Path) -> list[Path]:
         chart.save(str(path), format="png", scale_factor=2)
         out.append(path)
     return out
-
-
-def page(title: str, sections: list[tuple[str, str]], charts: list[alt.Chart]) -> str:
-    """One self-contained HTML page: a title, HTML sections (heading, body) and the charts."""
-    combined = alt.vconcat(*charts).resolve_scale(color="independent") if charts else None
-    body = [f"<h1>{html.escape(title)}</h1>"]
-    for heading, content in sections:
-        body.append(f"<h2>{html.escape(heading)}</h2>\n{content}")
-    style = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
-             "table{border-collapse:collapse;font-size:13px;margin:0.5em 0}"
-             "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
-             "th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}"
-             ".verdict{font-size:1.15em;background:#fff8e1;padding:0.8em;border-left:4px solid #f0a000}"
-             "</style>")
-    if combined is None:
-        return f"<!DOCTYPE html><html><head><meta charset='utf-8'>{style}</head><body>" \
-               + "\n".join(body) + "</body></html>"
-    doc = combined.to_html(inline=True)
-    doc = doc.replace("<head>", f"<head>\n<title>{html.escape(title)}</title>\n{style}", 1)
-    at = doc.rfind("<body>") + len("<body>")  # the last one: the inlined JS mentions "<body>" too
-    return doc[:at] + "\n" + "\n".join(body) + "\n<h2>Charts</h2>" + doc[at:]
-
-
-def table_html(df: pd.DataFrame, max_rows: int = 40) -> str:
-    """A DataFrame as a compact HTML table (times in ms, long names shortened)."""
-    show = df.head(max_rows).copy()
-    for c in show.columns:
-        if c.endswith("_ns"):
-            show[c.replace("_ns", "_ms")] = show.pop(c) / 1e6
-        elif show[c].dtype == object:
-            show[c] = show[c].map(lambda v: v if not isinstance(v, str) or len(v) < 90
-                                  else v[:44] + "…" + v[-44:])
-    return show.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="", border=0)
-
-
-def diff_page(d: Diff) -> str:
-    h = d.headline
-    summary = pd.DataFrame([
-        {"": "iteration (GPU span)", "A": h["a_iteration_ns"] / 1e6, "B": h["b_iteration_ns"] / 1e6},
-        {"": "kernel time", "A": h["a_kernel_ns"] / 1e6, "B": h["b_kernel_ns"] / 1e6},
-        {"": "kernels", "A": h["a_kernels"], "B": h["b_kernels"]},
-        {"": "GPU busy %", "A": h["a_busy_pct"], "B": h["b_busy_pct"]},
-    ])
-    sections = [
-        ("Verdict", f"<p class='verdict'>{html.escape(h['verdict'])}</p>"
-                    f"<p>A: {html.escape(str(h['a']))} ({html.escape(h['a_iteration_source'])})<br>"
-                    f"B: {html.escape(str(h['b']))} ({html.escape(h['b_iteration_source'])})</p>"
-                    + summary.to_html(index=False, float_format=lambda v: f"{v:.3f}", border=0)),
-        ("By kernel class (per iteration)", table_html(d.by_class)),
-        ("By precision (per iteration)", table_html(d.by_precision)),
-        ("By layer (per iteration)", table_html(d.by_layer)),
-        ("Precision-conversion kernels (only in B, in layers whose math changed precision)",
-         table_html(d.conversion)),
-        ("Overheads (median per iteration)", table_html(d.overheads)),
-        ("Tensor Core activity", table_html(d.tensor_core)),
-        ("Kernels (matched by layer, class and position)", table_html(d.kernels, 60)),
-    ]
-    return page(f"nsightlab diff: {h['a']} vs {h['b']}", sections, list(diff_charts(d).values()))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CorruptReportError, NotAReportError
+
+if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+    # Big reads allocate and free hundreds of MB of transient Arrow buffers (SQLite batches,
+    # Parquet row groups). Arrow's default allocator keeps freed memory mapped, so peak RSS
+    # grew to ~2.5x the final DataFrame; jemalloc with immediate decay returns it to the OS.
+    # Set ARROW_DEFAULT_MEMORY_POOL to choose another allocator.
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+        pa.jemalloc_set_decay_ms(0)
+    except (NotImplementedError, AttributeError):  # a pyarrow built without jemalloc
+        pass
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REP_MAGIC = b"NVIDIA Tegra Profiler Report"
@@ -39,6 +51,23 @@ def sqlite_uri(path: Path) -> str:
 
 def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
+
+
+def check_not_truncated(path: Path) -> None:
+    """SQLite's header records the page count; a file shorter than that was cut off."""
+    with path.open("rb") as f:
+        head = f.read(100)
+    if len(head) < 100:
+        raise CorruptReportError(f"{path}: truncated SQLite file ({len(head)} bytes); export "
+                                 "the report again with nsys export --type sqlite")
+    page_size = struct.unpack(">H", head[16:18])[0]
+    page_size = 65536 if page_size == 1 else page_size
+    change, pages, valid_for = (struct.unpack(">I", head[o:o + 4])[0] for o in (24, 28, 92))
+    size = path.stat().st_size
+    if change == valid_for and pages and size < pages * page_size:
+        raise CorruptReportError(
+            f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes); copy it "
+            "again or export the report again with nsys export --type sqlite")
 
 
 class ExportDB:
@@ -69,6 +98,7 @@ class ExportDB:
             raise NotAReportError(
                 f"{self.path}: not an SQLite file; give an nsys export (.sqlite), a .nsys-rep or a "
                 "capture directory")
+        check_not_truncated(self.path)
         self.uri = sqlite_uri(self.path)
         try:
             self.conn = sqlite3.connect(self.uri, uri=True, check_same_thread=False)

@@ -32,3 +32,11 @@ class NsysExportError(NsightlabError):
 
 class UnknownTableError(NsightlabError):
     """A table name that nsightlab does not define."""
+
+
+class UsageError(NsightlabError):
+    """Options that cannot go together or are missing (the CLI exits 2, as for bad flags)."""
+
+
+class OutputError(UsageError):
+    """An output that cannot be written as asked (e.g. Parquet without a destination)."""

@@ -45,6 +45,12 @@ def nsys_version(nsys: Path) -> str:
     return m.group(1) if m else out.strip() or "unknown"
 
 
+def export_argv(nsys: str | os.PathLike, report: Path, out: Path) -> list[str]:
+    """The ``nsys export`` command line that writes ``report`` as SQLite to ``out``."""
+    return [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true",
+            "--output", str(out), str(report)]
+
+
 def export_sqlite(report: Path, out: Path, nsys: Path | None) -> Path:
     """Export ``report`` (.nsys-rep/.qdrep) to ``out`` (.sqlite) with ``nsys export``."""
     if nsys is None:
@@ -54,8 +60,7 @@ def export_sqlite(report: Path, out: Path, nsys: Path | None) -> Path:
             f"nsys export --type sqlite -o {report.with_suffix('.sqlite').name} {report.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.sqlite")
-    cmd = [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true",
-           "--output", str(tmp), str(report)]
+    cmd = export_argv(nsys, report, tmp)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     except OSError as e:

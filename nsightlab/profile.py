@@ -12,7 +12,6 @@ Without iteration ranges the whole span of GPU activity counts as one iteration,
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
@@ -68,29 +67,21 @@ FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
 
 
 def profile(report: Report, label: str | None = None) -> RunProfile:
-    """Summarize ``report`` per iteration (cached beside the report's tables)."""
+    """Summarize ``report`` per iteration (kept in the report's result store)."""
     label = label or report.source.name
-    folder = None if report.cache is None else report.cache.root / f"profile-{code_fingerprint()}"
-    if folder is not None and (folder / "profile.json").is_file():
-        try:
-            meta = json.loads((folder / "profile.json").read_text())
-            if meta.pop("source") == report.cache.ident:
-                frames = {f: pd.read_parquet(folder / f"{f}.parquet") for f in FRAMES}
-                return RunProfile(**{**meta, **frames, "label": label})
-        except (OSError, ValueError, TypeError, KeyError):
-            pass  # damaged: recompute
-    p = _compute(report, label)
-    if folder is not None:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            for f in FRAMES:
-                getattr(p, f).to_parquet(folder / f"{f}.parquet", index=False)
-            meta = {k: v for k, v in p.__dict__.items() if k not in FRAMES}
-            meta["source"] = report.cache.ident
-            (folder / "profile.json").write_text(json.dumps(meta, default=float))
-        except OSError:
-            pass  # a read-only cache is not an error
-    return p
+    if report.results is None:
+        return _compute(report, label)
+    tables, attrs = report.results.get_or_compute(
+        "profile", {}, [report.path], code_fingerprint(),
+        lambda: _split(_compute(report, label)))
+    return RunProfile(**attrs, **tables, label=label)
+
+
+def _split(p: RunProfile) -> tuple[dict[str, pd.DataFrame], dict]:
+    """A profile as (frames, JSON attributes) for the result store (the label is not kept:
+    it is how the caller names the run)."""
+    attrs = {k: v for k, v in p.__dict__.items() if k not in FRAMES and k != "label"}
+    return {f: getattr(p, f) for f in FRAMES}, attrs
 
 
 def _compute(report: Report, label: str) -> RunProfile:
@@ -240,14 +231,16 @@ def _occurrence(group: np.ndarray, it: np.ndarray) -> np.ndarray:
 
 def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
                spans: pd.DataFrame, busy_i: np.ndarray) -> dict:
-    """Launch overhead, API time, sync waits (and count), GPU idle and memcpy time per
-    iteration: medians over the iterations, so a one-off (the first graph instantiation, a
-    lazy module load) does not stand for the steady state."""
+    """Launch overhead, API time, sync waits, GPU idle and memcpy time per iteration, with the
+    number of launch calls, API calls, syncs and copies: medians over the iterations, so a
+    one-off (the first graph instantiation, a lazy module load) does not stand for the
+    steady state."""
     once = first_of_call(lk["api_row"].to_numpy())
     it = lk["iter"].to_numpy()
     per = lambda idx, w: np.bincount(idx, weights=w, minlength=n)  # noqa: E731
     launch = per(it[once], (lk["api_end_ns"] - lk["api_start_ns"]).to_numpy()[once])
-    api_ns = sync_ns = memcpy_ns = syncs = np.zeros(n)
+    launch_calls = np.bincount(it[once], minlength=n)
+    api_ns = sync_ns = memcpy_ns = syncs = api_calls = memcpys = np.zeros(n)
     if len(iters):
         lo, hi = iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy()
         # the API table is the biggest: one column at a time
@@ -259,6 +252,7 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
         inside = where >= 0
         dur = report.cuda_api(["duration_ns"])["duration_ns"].to_numpy()
         api_ns = per(where[inside], dur[inside])
+        api_calls = np.bincount(where[inside], minlength=n)
         names = report.cuda_api(["name"])["name"]
         sync_codes = [i for i, c in enumerate(names.cat.categories) if sync_kind(str(c))]
         is_sync = np.isin(names.cat.codes.to_numpy(), sync_codes) & inside
@@ -270,10 +264,13 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
             mc = report.memcpy(["start_ns", "duration_ns"])
             m_in = _containing(spans["s"].to_numpy(), spans["e"].to_numpy(), mc["start_ns"].to_numpy())
             memcpy_ns = per(m_in[m_in >= 0], mc["duration_ns"].to_numpy()[m_in >= 0])
+            memcpys = np.bincount(m_in[m_in >= 0], minlength=n)
     idle = (spans["e"] - spans["s"]).to_numpy() - busy_i
     med = lambda a: float(np.median(a)) if len(a) else 0.0  # noqa: E731
-    return {"launch_overhead_ns": med(launch), "api_ns": med(api_ns), "sync_wait_ns": med(sync_ns),
-            "syncs": med(syncs), "gpu_idle_ns": med(idle), "memcpy_ns": med(memcpy_ns)}
+    return {"launch_overhead_ns": med(launch), "launch_calls": med(launch_calls),
+            "api_ns": med(api_ns), "api_calls": med(api_calls),
+            "sync_wait_ns": med(sync_ns), "syncs": med(syncs), "gpu_idle_ns": med(idle),
+            "memcpy_ns": med(memcpy_ns), "memcpys": med(memcpys)}
 
 
 def _tensor_core(report: Report, lk: pd.DataFrame, spans: pd.DataFrame) -> dict:

@@ -1,13 +1,23 @@
 """Recipes: one analysis question each, run on one report or fanned out over many.
 
-A recipe is a folder ``<name>/`` holding ``metadata.json`` (name, the question it answers,
-parameters with types, units and defaults, output tables and their columns) and ``recipe.py``
-with a pure ``run(report, params) -> dict[str, DataFrame]`` and, optionally,
-``reduce(results) -> dict[str, DataFrame]`` to combine the results of many reports. Everything
-else lives here, once: finding recipes (the built-in ``recipes/`` folder installed as
-``nsightlab._recipes``, then every folder of ``NSIGHTLAB_RECIPE_PATH``), parsing parameters,
-caching results beside the report's tables, fanning out over a process pool (results in input
-order), and writing ``<outdir>/<table>.parquet`` (+ CSV/JSON) and ``manifest.json``.
+A recipe is a folder ``<name>/`` holding ``metadata.json`` and ``recipe.py`` with a pure
+``run(report, params) -> dict[str, DataFrame]`` and, optionally,
+``reduce(results) -> dict[str, DataFrame]`` to combine the results of many reports.
+``metadata.json`` says:
+
+- ``name``, ``description`` (the question it answers);
+- ``params``: name, type (int, float, str, bool, or path: a file whose identity is part of
+  the cache key), unit, default, help;
+- ``requires``: the tables it reads, e.g. ``{"table": "kernels", "columns": [...]}`` or
+  ``{"any_of": ["kernels", "memcpy", "memset"]}``, optionally ``"unless": "<param>"`` (not
+  needed when that parameter is given). A report lacking one is "no data" with the
+  ``nsys profile`` option that records it, before the recipe runs;
+- ``tables``: every output table with its columns, in order: checked on every run.
+
+Everything else lives here, once: finding recipes (the built-in ``recipes/`` folder installed
+as ``nsightlab._recipes``, then every folder of ``NSIGHTLAB_RECIPE_PATH``), parsing parameters,
+checking inputs and outputs, turning category columns into plain text, caching results in the
+report's result store, fanning out over a process pool (results in input order) and saving.
 
     >>> import nsightlab.recipes
     >>> nsightlab.recipes.run("kernel_sum", "report.sqlite")["kernel_sum"].head()
@@ -18,8 +28,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -30,21 +38,32 @@ from typing import Any
 
 import pandas as pd
 
-from .errors import NsightlabError
-from .report import Report, open as open_report
 from .cache import code_fingerprint
+from .errors import NsightlabError
+from .paths import expand_inputs
+from .report import Report, as_report
+from .result import Result
+from .tables import TABLES
 
-TYPES = {"int": int, "float": float, "str": str, "bool": lambda v: str(v).lower() in
-         ("1", "true", "yes", "on")}
-REPORT_PATTERNS = ("*.sqlite", "*.sqlite.xz", "*.nsys-rep", "*.qdrep")
+TYPES = {"int": int, "float": float, "str": str, "path": str,
+         "bool": lambda v: str(v).lower() in ("1", "true", "yes", "on")}
+REPORT_SUFFIXES = (".sqlite.xz", ".sqlite", ".nsys-rep", ".qdrep")
+#: the dtype pandas gives a new column of text (``str`` in pandas 3, object in pandas 2)
+TEXT = pd.Series(["x"], dtype=object).astype(str).dtype
 
 
 class NoDataError(NsightlabError):
     """The report lacks what the recipe needs (e.g. no kernels): "no data", not a failure."""
 
 
+class RecipeError(NsightlabError):
+    """A recipe that breaks its own metadata (bad ``requires``, undeclared output columns)."""
+
+
 @dataclass(frozen=True)
 class Param:
+    """One recipe parameter as metadata.json declares it."""
+
     name: str
     type: str
     default: Any
@@ -68,20 +87,28 @@ class Recipe:
     description: str
     params: dict[str, Param]
     tables: dict[str, dict]
-    metadata: dict = field(repr=False)
+    requires: list[dict] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, path: Path) -> "Recipe":
+        """Read ``path/metadata.json`` (RecipeError if it is unreadable or inconsistent)."""
         meta_path = path / "metadata.json"
         try:
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError) as e:
-            raise NsightlabError(f"{meta_path}: unreadable recipe metadata ({e})") from None
+            raise RecipeError(f"{meta_path}: unreadable recipe metadata ({e})") from None
         params = {p["name"]: Param(p["name"], p.get("type", "str"), p.get("default"),
                                    p.get("unit", ""), p.get("help", ""))
                   for p in meta.get("params", [])}
+        bad = [p.name for p in params.values() if p.type not in TYPES]
+        if bad:
+            raise RecipeError(f"{meta_path}: parameter(s) {', '.join(bad)} have an unknown type; "
+                              f"use one of {', '.join(TYPES)}")
+        requires = meta.get("requires", [])
+        _check_requires(meta_path, requires, params)
         return cls(meta.get("name", path.name), path, meta.get("description", ""), params,
-                   meta.get("tables", {}), meta)
+                   meta.get("tables", {}), requires, meta)
 
     @cached_property
     def module(self) -> ModuleType:
@@ -111,19 +138,67 @@ class Recipe:
         return {n: p.parse(given[n]) if n in given else p.default
                 for n, p in self.params.items()}
 
-    def run(self, report: Report | str | os.PathLike, **params) -> dict[str, pd.DataFrame]:
-        """Run on one report; results are cached beside the report's table cache."""
-        if not isinstance(report, Report):
-            report = open_report(report)
+    def input_files(self, values: dict[str, Any]) -> list[Path]:
+        """Files given as ``path`` parameters (their identity is part of the cache key)."""
+        files = [Path(values[n]) for n, p in self.params.items() if p.type == "path" and values[n]]
+        for f in files:
+            if not f.is_file():
+                raise NsightlabError(f"{f}: no such file (a parameter of recipe {self.name})")
+        return files
+
+    def run(self, report: Report | str | os.PathLike, params: dict[str, Any] | None = None,
+            **open_options) -> dict[str, pd.DataFrame]:
+        """Run on one report (a Report, or anything ``nsightlab.open`` takes with
+        ``open_options``); results are kept in the report's result store.
+
+        Raises:
+            NoDataError: the report lacks a table the recipe requires.
+            RecipeError: the recipe's output does not match its metadata.
+        """
+        report = as_report(report, **open_options)
         values = self.parse_params(params)
-        key = hashlib.sha1(json.dumps([self.fingerprint, values], sort_keys=True,
-                                      default=str).encode()).hexdigest()[:16]
-        cached = _load_result(report, self.name, key)
-        if cached is not None:
-            return cached
-        out = self.module.run(report, values)
-        _store_result(report, self.name, key, out)
+        files = self.input_files(values)
+        if report.results is None:
+            return self._compute(report, values)
+        tables, _ = report.results.get_or_compute(
+            f"recipe-{self.name}", values, [report.path, *files], self.fingerprint,
+            lambda: (self._compute(report, values), {}))
+        return tables
+
+    def _compute(self, report: Report, values: dict[str, Any]) -> dict[str, pd.DataFrame]:
+        self.check_inputs(report, values)
+        out = {t: plain_text(df) for t, df in self.module.run(report, values).items()}
+        self.check_outputs(out)
         return out
+
+    def check_inputs(self, report: Report, values: dict[str, Any]) -> None:
+        """NoDataError unless every required table (or one of ``any_of``) has rows."""
+        for req in self.requires:
+            if req.get("unless") and values.get(req["unless"]):
+                continue
+            names = [req["table"]] if "table" in req else req["any_of"]
+            if not any(report.has_rows(t) for t in names):
+                hint = next((report.missing_hint(t) for t in names if not report.has(t)), None)
+                raise NoDataError(hint or f"{report.path.name} has no rows in "
+                                          f"{' or '.join(names)}")
+
+    def check_outputs(self, out: dict[str, pd.DataFrame], leading: tuple[str, ...] = ()) -> None:
+        """RecipeError unless every output table and its columns (in order, after the
+        ``leading`` columns a reduce adds) are the ones metadata.json declares."""
+        for t, df in out.items():
+            if t not in self.tables:
+                raise RecipeError(f"recipe {self.name} returned table {t!r}, which its "
+                                  f"metadata.json does not declare ({', '.join(self.tables)})")
+            want = [*leading, *self.tables[t].get("columns", {})]
+            got = [str(c) for c in df.columns]
+            if got != want:
+                extra = [c for c in got if c not in want]
+                missing = [c for c in want if c not in got]
+                why = (f"undeclared {extra}" if extra else "") + \
+                    (f"{'; ' if extra else ''}missing {missing}" if missing else "") or \
+                    f"order {got}"
+                raise RecipeError(f"recipe {self.name}, table {t}: columns differ from "
+                                  f"metadata.json ({why}); fix the recipe or its metadata")
 
     def reduce(self, results: list[tuple[str, dict[str, pd.DataFrame]]]
                ) -> dict[str, pd.DataFrame]:
@@ -139,42 +214,34 @@ class Recipe:
         return out
 
 
-# ---- result cache ----------------------------------------------------------------------------
-def _result_dir(report: Report, name: str, key: str) -> Path | None:
-    return None if report.cache is None else report.cache.root / "recipes" / f"{name}-{key}"
+def _check_requires(meta_path: Path, requires: list, params: dict[str, Param]) -> None:
+    """``requires`` names real tables, columns of their contract and real parameters."""
+    for req in requires if isinstance(requires, list) else [requires]:
+        names = [req.get("table")] if isinstance(req, dict) and "table" in req else \
+            (req.get("any_of") if isinstance(req, dict) else None)
+        if not names or any(n not in TABLES for n in names):
+            raise RecipeError(f"{meta_path}: requires entry {req!r} must name nsightlab tables "
+                              f"({', '.join(TABLES)}) as 'table' or 'any_of'")
+        for n in names:
+            bad = [c for c in req.get("columns", []) if c not in TABLES[n].schema.names]
+            if bad:
+                raise RecipeError(f"{meta_path}: table {n} has no column(s) {', '.join(bad)}")
+        if req.get("unless") and req["unless"] not in params:
+            raise RecipeError(f"{meta_path}: 'unless' names {req['unless']!r}, not a parameter")
 
 
-def _load_result(report: Report, name: str, key: str) -> dict[str, pd.DataFrame] | None:
-    d = _result_dir(report, name, key)
-    if d is None or not (d / "meta.json").is_file():
-        return None
-    try:
-        meta = json.loads((d / "meta.json").read_text())
-        if meta.get("source") != report.cache.ident:
-            raise ValueError("stale")
-        return {t: pd.read_parquet(d / f"{t}.parquet") for t in meta["tables"]}
-    except Exception:  # damaged or stale: recompute, never trust
-        shutil.rmtree(d, ignore_errors=True)
-        return None
-
-
-def _store_result(report: Report, name: str, key: str, tables: dict[str, pd.DataFrame]) -> None:
-    d = _result_dir(report, name, key)
-    if d is None:
-        return
-    tmp = None
-    try:
-        d.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=d.parent))
-        for t, df in tables.items():
-            df.to_parquet(tmp / f"{t}.parquet", index=False)
-        (tmp / "meta.json").write_text(json.dumps({"tables": list(tables),
-                                                   "source": report.cache.ident}))
-        shutil.rmtree(d, ignore_errors=True)
-        os.replace(tmp, d)
-    except OSError:  # a read-only cache is not an error
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+def plain_text(df: pd.DataFrame) -> pd.DataFrame:
+    """Category and other string columns in pandas' own text dtype (``str`` in pandas 3,
+    object before; missing values stay missing), so every recipe's text columns look alike
+    in pandas, Parquet and JSON whatever the recipe built them from."""
+    for c in df.columns:
+        s = df[c]
+        text = isinstance(s.dtype, (pd.CategoricalDtype, pd.StringDtype)) or (
+            s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"))
+        if text and s.dtype != TEXT:
+            plain = s.astype(object).where(s.notna(), None)
+            df[c] = plain if TEXT == object else plain.astype(TEXT)
+    return df
 
 
 # ---- discovery -------------------------------------------------------------------------------
@@ -209,6 +276,7 @@ def available() -> dict[str, Recipe]:
 
 
 def get(name: str) -> Recipe:
+    """The recipe called ``name`` (NsightlabError listing the available ones otherwise)."""
     recipes = available()
     if name not in recipes:
         raise NsightlabError(f"no recipe named {name!r}; available: {', '.join(recipes)} "
@@ -216,66 +284,75 @@ def get(name: str) -> Recipe:
     return recipes[name]
 
 
-def run(name: str, report: Report | str | os.PathLike, **params) -> dict[str, pd.DataFrame]:
-    """Run recipe ``name`` on one report (a Report or anything ``nsightlab.open`` takes)."""
-    return get(name).run(report, **params)
+def run(name: str, report: Report | str | os.PathLike, params: dict[str, Any] | None = None,
+        **open_options) -> dict[str, pd.DataFrame]:
+    """Run recipe ``name`` on one report (a Report, or anything ``nsightlab.open`` takes, with
+    its ``open_options``: cache, cache_dir, nsys, progress)."""
+    return get(name).run(report, params, **open_options)
 
 
 # ---- many reports ----------------------------------------------------------------------------
-def expand_inputs(inputs: list[str]) -> list[str]:
-    """Report files, capture names/directories, and directories of reports, flattened in
-    order. A directory that is a capture (manifest.json, or exactly one report) counts as one
-    report; any other directory contributes every report file in it (sorted)."""
-    out: list[str] = []
-    for item in inputs:
-        p = Path(item)
-        if p.is_dir() and not (p / "manifest.json").is_file():
-            files = sorted({f for pat in REPORT_PATTERNS for f in p.glob(pat)})
-            exports = {f.name.split(".sqlite")[0] for f in files if ".sqlite" in f.name}
-            # an X.nsys-rep beside its X.sqlite(.xz) export is one report, not two
-            files = [f for f in files if ".sqlite" in f.name or f.stem not in exports]
-            if len(files) > 1:
-                out += [str(f) for f in files]
-                continue
-        out.append(item)
-    return out
-
-
 def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> dict:
     """Worker: run one recipe on one report and classify the outcome (picklable)."""
     t0 = time.perf_counter()
     entry: dict[str, Any] = {"input": source}
     try:
         recipe = Recipe.load(Path(recipe_path))
-        report = open_report(source, **open_kwargs)
+        report = as_report(source, **open_kwargs)
         entry.update(nsys_version=report.nsys_version, schema_version=report.schema_version)
-        entry["tables"] = recipe.run(report, **params)
+        entry["tables"] = recipe.run(report, params)
         entry["status"] = "ok"
     except NoDataError as e:
         entry.update(status="no data", message=str(e))
+    except RecipeError:
+        raise  # the recipe is broken, not the report
     except NsightlabError as e:
         entry.update(status="error", message=str(e))
     entry["seconds"] = round(time.perf_counter() - t0, 3)
     return entry
 
 
+def report_labels(sources: list[str]) -> list[str]:
+    """Short, distinct labels for reports: file names without their report suffix
+    (``a/fp16.sqlite`` -> ``fp16``), the whole input where two would collide."""
+    def short(s: str) -> str:
+        name = Path(s).name
+        return next((name[: -len(x)] for x in REPORT_SUFFIXES if name.endswith(x)), name)
+
+    labels = [short(s) for s in sources]
+    return [lab if labels.count(lab) == 1 else s for lab, s in zip(labels, sources)]
+
+
 @dataclass
-class RunResult:
-    tables: dict[str, pd.DataFrame]
-    manifest: dict
+class RunResult(Result):
+    """A recipe run over one or many reports: its tables, and per input its status."""
+
+    recipe: str
+    results: dict[str, pd.DataFrame]
+    info: dict
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return self.results
+
+    def manifest(self) -> dict:
+        return self.info
+
+    @property
+    def inputs(self) -> list[dict]:
+        """Per input: input, status (ok / no data / error), message, versions, seconds."""
+        return self.info["inputs"]
 
     @property
     def failed(self) -> list[dict]:
-        return [i for i in self.manifest["inputs"] if i["status"] == "error"]
+        """Inputs that could not be read (not those with no data)."""
+        return [i for i in self.inputs if i["status"] == "error"]
 
 
 def run_many(name: str, inputs: list[str], params: dict | None = None, *, jobs: int | None = None,
              open_kwargs: dict | None = None, progress=None) -> RunResult:
-    """Run recipe ``name`` on every input (see ``expand_inputs``), in a process pool when
+    """Run recipe ``name`` on every input (see ``paths.expand_inputs``), in a process pool when
     there are several, and reduce the results. Reports without the data the recipe needs
     are listed as "no data"; unreadable ones as "error"; neither stops the others."""
-    from . import __version__
-
     recipe = get(name)
     values = recipe.parse_params(params)
     sources = expand_inputs(inputs)
@@ -296,49 +373,18 @@ def run_many(name: str, inputs: list[str], params: dict | None = None, *, jobs: 
                     e = entries[-1]
                     progress(f"{e['input']}: {e['status']}"
                              + (f" ({e['message']})" if e.get("message") else ""))
-    ok = [(Path(e["input"]).name.split(".")[0] if len(sources) > 1 else e["input"], e.pop("tables"))
-          for e in entries if e["status"] == "ok"]
-    if len(sources) == 1 and ok:
-        tables = ok[0][1]
+    labels = dict(zip(sources, report_labels(sources)))
+    ok = [(labels[e["input"]], e.pop("tables")) for e in entries if e["status"] == "ok"]
+    if len(sources) == 1:
+        tables = ok[0][1] if ok else {}
     else:
         tables = recipe.reduce(ok) if ok else {}
-    manifest = {
-        "recipe": recipe.name, "description": recipe.description,
-        "nsightlab_version": __version__, "params": values,
-        "inputs": entries, "started": started,
-        "seconds": round(time.perf_counter() - t0, 3),
-        "tables": {t: len(df) for t, df in tables.items()},
-    }
-    return RunResult(tables, manifest)
-
-
-def write_outputs(result: RunResult, outdir: str | os.PathLike, formats: tuple[str, ...] = ()
-                  ) -> list[Path]:
-    """``<outdir>/<table>.parquet`` for every table (+ .csv/.json for ``formats``) and
-    ``manifest.json``; written to a temporary folder and renamed into place."""
-    outdir = Path(outdir)
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}-", dir=outdir.parent))
-    files = []
-    try:
-        for t, df in result.tables.items():
-            df.to_parquet(tmp / f"{t}.parquet", index=False)
-            files.append(f"{t}.parquet")
-            if "csv" in formats:
-                df.to_csv(tmp / f"{t}.csv", index=False)
-                files.append(f"{t}.csv")
-            if "json" in formats:
-                df.to_json(tmp / f"{t}.json", orient="records", indent=1)
-                files.append(f"{t}.json")
-        manifest = dict(result.manifest, outputs=files)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
-        if outdir.exists():
-            shutil.rmtree(outdir)
-        os.replace(tmp, outdir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return [outdir / f for f in files] + [outdir / "manifest.json"]
+        if not hasattr(recipe.module, "reduce"):
+            recipe.check_outputs(tables, leading=("report",))
+    info = {"recipe": recipe.name, "description": recipe.description, "params": values,
+            "inputs": entries, "started": started,
+            "seconds": round(time.perf_counter() - t0, 3)}
+    return RunResult(recipe.name, tables, info)
 
 
 def recipes_markdown() -> str:
@@ -352,6 +398,8 @@ def recipes_markdown() -> str:
         if r.path.parent != builtin:
             continue
         out += [f"## `{name}`", "", r.description, ""]
+        if r.requires:
+            out += ["Reads: " + "; ".join(requirement_text(q) for q in r.requires) + ".", ""]
         if r.params:
             out += ["| parameter | type | unit | default | meaning |", "|---|---|---|---|---|"]
             out += [f"| `{p.name}` | {p.type} | {p.unit} | `{p.default!r}` | {p.help} |"
@@ -363,3 +411,11 @@ def recipes_markdown() -> str:
             out += [f"| `{c}` | {d} |" for c, d in spec.get("columns", {}).items()]
             out.append("")
     return "\n".join(out)
+
+
+def requirement_text(req: dict) -> str:
+    names = [req["table"]] if "table" in req else req["any_of"]
+    text = " or ".join(f"`{n}`" for n in names)
+    if req.get("columns"):
+        text += f" ({', '.join(req['columns'])})"
+    return text + (f", unless `{req['unless']}` is given" if req.get("unless") else "")

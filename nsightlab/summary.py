@@ -1,26 +1,40 @@
-"""``nsightlab report``: everything about one run on one page, with the findings that matter.
+"""``nsightlab report``: everything about one run, with the findings that matter.
 
 Builds on the run profile (per iteration) and the recipes: top kernels (kernel_sum), the
 launch-vs-compute verdict (launch_compute), host syncs and GPU gaps (sync_gaps), Tensor Core
 activity (tensor_core) and the layer table. Each finding carries the numbers behind it.
+Rendering (terminal text, HTML with charts) is ``nsightlab.renderers``' job.
 """
 from __future__ import annotations
 
-import html
+import os
 from dataclasses import dataclass
 
-import altair as alt
 import pandas as pd
 
 from . import recipes
-from .charts import WIDTH, page, table_html
 from .profile import RunProfile, profile
-from .report import Report, open as open_report
-from .render import fmt_ms as _ms, table_text
+from .report import Report, as_report
+from .result import Result, json_records, json_value
+from .units import fmt_ms as _ms
+
+#: rows kept of the longer tables
+TOP_KERNELS = 15
+LONGEST_GAPS = 15
 
 
 @dataclass
-class RunReport:
+class RunReport(Result):
+    """One run on one page. Tables (times in ns):
+
+    - ``run``: label, iterations, iteration_source, iteration_ns, kernel_ns, kernels, busy_pct
+      (one row, per iteration);
+    - ``findings``: finding (one sentence each, with its numbers);
+    - ``by_class`` / ``by_layer``: the profile's time per iteration by kernel class / layer;
+    - ``top_kernels``: kernel_sum's first rows; ``launch``: launch_compute's summary;
+      ``syncs``: sync_gaps' by_api; ``gaps``: the longest GPU gaps; ``tensor_core``: its summary.
+    """
+
     profile: RunProfile
     findings: list[str]
     top_kernels: pd.DataFrame
@@ -29,18 +43,48 @@ class RunReport:
     gaps: pd.DataFrame
     tensor_core: pd.DataFrame
 
+    def run_row(self) -> dict:
+        """The run's per-iteration summary as one dict."""
+        p = self.profile
+        return {"label": str(p.label), "iterations": p.iterations,
+                "iteration_source": p.iteration_source, "iteration_ns": p.iteration_ns,
+                "kernel_ns": p.kernel_ns, "kernels": p.kernels, "busy_pct": p.busy_pct}
 
-def build(report: Report | str) -> RunReport:
-    r = report if isinstance(report, Report) else open_report(report)
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"run": pd.DataFrame([self.run_row()]),
+                "findings": pd.DataFrame({"finding": self.findings}, dtype=object),
+                "by_class": self.profile.by_class, "by_layer": self.profile.by_layer,
+                "top_kernels": self.top_kernels, "launch": self.launch, "syncs": self.syncs,
+                "gaps": self.gaps, "tensor_core": self.tensor_core}
+
+    def manifest(self) -> dict:
+        return {"kind": "report", "report": str(self.profile.label), "run": self.run_row()}
+
+    def to_json(self) -> dict:
+        """The run summary and findings as plain data, every other table as records."""
+        out = {"run": json_value(self.run_row()), "findings": list(self.findings)}
+        out.update({t: json_records(df) for t, df in self.tables().items()
+                    if t not in ("run", "findings")})
+        return out
+
+
+def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
+    """The report of one run: a Report, or anything ``nsightlab.open`` takes (opened with
+    ``open_options``); the run is labelled as given."""
+    r = as_report(report, **open_options)
     p = profile(r, None if isinstance(report, Report) else str(report))
     ks = recipes.run("kernel_sum", r)["kernel_sum"]
     lc = recipes.run("launch_compute", r)["summary"]
     sg = recipes.run("sync_gaps", r)
     tc = recipes.run("tensor_core", r)["summary"]
-    return RunReport(p, findings(p, ks, lc, sg, tc), ks.head(15), lc, sg["by_api"], sg["gaps"].head(15), tc)
+    return RunReport(p, findings(p, ks, lc, sg, tc), ks.head(TOP_KERNELS), lc, sg["by_api"],
+                     sg["gaps"].head(LONGEST_GAPS), tc)
 
 
 def findings(p: RunProfile, ks, lc, sg, tc) -> list[str]:
+    """Sentences about the run, most important first, each with the numbers behind it:
+    the launch/compute verdict, host syncs, GPU idle, the top kernel, FP32 math left,
+    quantize cost and Tensor Core activity (measured or estimated)."""
     out = []
     it = p.iteration_ns or 1.0
     if len(lc):
@@ -84,43 +128,3 @@ def findings(p: RunProfile, ks, lc, sg, tc) -> list[str]:
                        "GEMM/attention/conv kernels (estimate from names; capture with --gpu-metrics "
                        "to measure)")
     return out
-
-
-def text(rr: RunReport) -> str:
-    p = rr.profile
-    lines = [f"{p.label}: {p.iterations} iteration(s) ({p.iteration_source})",
-             f"  iteration {_ms(p.iteration_ns)} GPU span, {_ms(p.kernel_ns)} kernel time, "
-             f"{p.kernels:.0f} kernels, GPU busy {p.busy_pct:.0f}%", "", "findings:"]
-    lines += [f"  - {f}" for f in rr.findings]
-    lines += ["", "time per iteration by class:",
-              table_text(p.by_class.assign(ms=p.by_class["time_ns"] / 1e6).drop(columns="time_ns")
-                         .sort_values("ms", ascending=False))]
-    top = rr.top_kernels[["name", "instances", "total_ns", "time_pct", "kernel_class", "precision"]]
-    lines += ["top kernels:", table_text(top.head(8))]
-    if len(rr.syncs):
-        lines += ["host syncs:", table_text(rr.syncs)]
-    return "\n".join(lines)
-
-
-def html_page(rr: RunReport) -> str:
-    p = rr.profile
-    by_class = p.by_class.assign(ms=p.by_class["time_ns"] / 1e6)
-    chart = alt.Chart(by_class, title="GPU time per iteration by kernel class").mark_bar().encode(
-        x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("kernel_class:N", sort="-x", title=None),
-        color="kernel_class:N", tooltip=["kernel_class", alt.Tooltip("ms:Q", format=".3f"), "count"],
-    ).properties(width=WIDTH)
-    layers = p.by_layer.assign(ms=p.by_layer["time_ns"] / 1e6)
-    layer_chart = alt.Chart(layers, title="GPU time per iteration by layer").mark_bar().encode(
-        x=alt.X("ms:Q"), y=alt.Y("layer:N", sort="-x", title=None), tooltip=["layer", "ms", "count"],
-    ).properties(width=WIDTH)
-    items = "".join(f"<li>{html.escape(f)}</li>" for f in rr.findings)
-    sections = [
-        ("Findings", f"<p>{html.escape(p.iteration_source)}; iteration {_ms(p.iteration_ns)}, "
-                     f"GPU busy {p.busy_pct:.0f}%, {p.kernels:.0f} kernels</p><ul>{items}</ul>"),
-        ("Top kernels", table_html(rr.top_kernels)),
-        ("Launch vs compute", table_html(rr.launch)),
-        ("Host syncs", table_html(rr.syncs)), ("Longest GPU gaps", table_html(rr.gaps)),
-        ("Tensor Core activity", table_html(rr.tensor_core)),
-        ("Layers (per iteration)", table_html(p.by_layer)),
-    ]
-    return page(f"nsightlab report: {p.label}", sections, [chart, layer_chart])

@@ -155,7 +155,7 @@ def test_store_refuses_existing_names_keeps_failures_and_cleans_up_interrupts(tm
     res = invoke("captures", "--store", str(store))
     assert res.exit_code == 0
     lines = res.output.splitlines()
-    assert lines[0].split() == ["name", "created", "preset", "gpu", "status", "size"]
+    assert lines[0].split() == ["name", "created", "preset", "gpu", "status", "size_mib"]
     assert [line.split()[0] for line in lines[2:]] == ["a", "b"] and "failed" in lines[3]
 
 

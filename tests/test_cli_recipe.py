@@ -120,13 +120,13 @@ def test_recipe_path_adds_recipes(tmp_path, sqlite_of, cache_dir, monkeypatch):
 
 def test_results_are_cached_and_invalidated_by_params(sqlite_of, cache_dir, monkeypatch):
     path = sqlite_of("h200-vit-fp16-syncy")
-    first = R.run("sync_gaps", path, min_gap_ms=1)
+    first = R.run("sync_gaps", path, {"min_gap_ms": 1})
     calls = []
-    store = R._store_result
-    monkeypatch.setattr(R, "_store_result", lambda *a: calls.append(1) or store(*a))
-    again = R.run("sync_gaps", path, min_gap_ms=1)
+    compute = R.Recipe._compute
+    monkeypatch.setattr(R.Recipe, "_compute", lambda *a: calls.append(1) or compute(*a))
+    again = R.run("sync_gaps", path, {"min_gap_ms": 1})
     assert not calls and again["gaps"].equals(first["gaps"])
-    other = R.run("sync_gaps", path, min_gap_ms=2)
+    other = R.run("sync_gaps", path, {"min_gap_ms": 2})
     assert calls and len(other["gaps"]) <= len(first["gaps"])
 
 

@@ -60,8 +60,9 @@ def test_cuda_graph_diff_same_kernels_less_launch_overhead(sqlite_of, cache_dir)
     d = nsightlab.diff(sqlite_of("h200-vit-fp16"), sqlite_of("h200-vit-fp16-cudagraph"))
     assert (d.kernels["status"] == "matched").all() and len(d.kernels) == 129
     ov = d.overheads.set_index("overhead")
-    for k in ("launch_overhead_ns", "api_ns"):
-        assert ov.loc[k, "b"] < 0.4 * ov.loc[k, "a"], k
+    for k in ("launch_overhead", "api"):
+        assert ov.loc[k, "b_ns"] < 0.4 * ov.loc[k, "a_ns"], k
+    assert ov.loc["launch_overhead", "a_count"] == 129 and ov.loc["launch_overhead", "b_count"] == 1
     assert 0.97 < d.headline["speedup"] < 1.05
     assert "launch overhead per iteration fell" in d.headline["verdict"]
 
@@ -116,10 +117,10 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def test_html_report_renders_offline_in_headless_chromium(fp16_vs_fp8, tmp_path):
     from PIL import Image
 
-    from nsightlab.charts import diff_page
+    from nsightlab.renderers import html
 
     page = tmp_path / "diff.html"
-    page.write_text(diff_page(fp16_vs_fp8))
+    page.write_text(html.render(fp16_vs_fp8))
     profile = ["--user-data-dir=" + str(tmp_path / "profile")]
     dom = subprocess.run([CHROMIUM, *FLAGS, *profile, "--enable-logging=stderr", "--v=0",
                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)

@@ -59,7 +59,7 @@ def test_api_sum_equals_cuda_api_sum(stem, sqlite_of, cache_dir):
 def test_every_fixture_runs_kernel_sum_or_says_no_data(cache_dir, sqlite_of):
     for stem in STEMS:
         res = R.run_many("kernel_sum", [str(sqlite_of(stem))])
-        (entry,) = res.manifest["inputs"]
+        (entry,) = res.inputs
         assert entry["status"] in ("ok", "no data"), entry
         if stem == "pub-centerformer-trt-nvtx":
             assert entry["status"] == "no data" and "--trace=cuda" in entry["message"]
@@ -103,7 +103,7 @@ def test_sync_gaps_finds_the_syncs_nsys_analyze_finds(stem, sqlite_of, cache_dir
 
 @pytest.mark.parametrize("stem", with_expected("analyze_gpu_gaps"))
 def test_sync_gaps_at_500ms_equals_nsys_analyze_gpu_gaps(stem, sqlite_of, cache_dir):
-    gaps = R.run("sync_gaps", sqlite_of(stem), min_gap_ms=500)["gaps"]
+    gaps = R.run("sync_gaps", sqlite_of(stem), {"min_gap_ms": 500})["gaps"]
     got = sorted((int(g.duration_ns), int(g.start_ns), int(g.pid), int(g.device_id),
                   int(g.context_id)) for g in gaps.itertuples())
     want = sorted((int(t["Duration (ns)"]), int(t["Start (ns)"]), int(t["PID"]),

@@ -90,10 +90,10 @@ def test_tensor_core_from_ncu_reports(sqlite_of, cache_dir):
     if not fp16.is_file():
         pytest.skip("../shared/fixtures/ncu is not present")
     pytest.importorskip("ncu_report")
-    k = R.run("tensor_core", sqlite_of("h200-vit-fp16"), ncu=str(fp16))["ncu_kernels"]
+    k = R.run("tensor_core", sqlite_of("h200-vit-fp16"), {"ncu": str(fp16)})["ncu_kernels"]
     assert len(k) == 1 and k.iloc[0]["kernel_class"] == "gemm"
     assert 93 < k.iloc[0]["tensor_active_pct"] < 98  # the FP16 GEMM keeps the tensor pipe ~95% busy
-    k3 = R.run("tensor_core", sqlite_of("h200-vit-fp16"), ncu=str(block3))["ncu_kernels"]
+    k3 = R.run("tensor_core", sqlite_of("h200-vit-fp16"), {"ncu": str(block3)})["ncu_kernels"]
     assert len(k3) == 40 and k3["nvtx"].str.endswith("block3").all()  # "block3" or "iter0/block3"
     gemms = k3[k3["kernel_class"] == "gemm"]["tensor_active_pct"]
     others = k3[k3["kernel_class"].isin(["norm", "elementwise"])]["tensor_active_pct"]
@@ -124,7 +124,7 @@ def test_nvtx_gpu_projects_iterations_and_blocks(sqlite_of, cache_dir):
 
 def test_gpu_util_bins_add_up_to_busy_time(sqlite_of, cache_dir):
     path = sqlite_of("h200-launchbound")
-    out = R.run("gpu_util", path, bin_ms=5)
+    out = R.run("gpu_util", path, {"bin_ms": 5})
     dev = out["device"]
     k = nsightlab.open(path).kernels(["duration_ns"])
     # one stream, kernels never overlap: busy time over all bins = total kernel time

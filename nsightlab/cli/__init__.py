@@ -1,8 +1,10 @@
 """The ``nsightlab`` command: a thin layer over the library.
 
 Each subcommand lives in its own module, parses options, calls one library function and
-renders the result. Any NsightlabError becomes a one-line ``Error: ...`` and exit code 1;
-usage errors exit 2 (click's convention).
+hands the result to ``nsightlab.renderers.emit``. The modules are imported (and so their
+commands registered) with this package; they import pandas and the library inside the
+command, so ``nsightlab --help`` starts fast. Any NsightlabError becomes a one-line
+``Error: ...`` and exit code 1; usage errors exit 2 (click's convention).
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import sys
 
 import click
 
-from ..errors import NsightlabError
+from ..errors import NsightlabError, UsageError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -21,6 +23,8 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except UsageError as e:
+            raise click.UsageError(str(e)) from None
         except NsightlabError as e:
             raise click.ClickException(str(e)) from None
         except OSError as e:  # an output folder that cannot be written, a full disk...
@@ -56,6 +60,7 @@ def cli() -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    from . import capture, compare, info, recipe, table  # noqa: F401  (registers the commands)
-
     cli(prog_name="nsightlab")
+
+
+from . import capture, compare, info, recipe, table  # noqa: E402,F401  (registers the commands)

@@ -1,15 +1,17 @@
 """``nsightlab capture``, ``nsightlab captures`` and ``nsightlab export``."""
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import click
-import pandas as pd
 
-from .. import capture as cap, exporters
-from ..render import table_text
 from . import cli
+from .options import output_options
+
+
+#: Options defaults shown in --help (``capture.Options`` is the source; a test keeps them equal)
+DEFAULT_TRACE = "cuda,nvtx,osrt,cublas,cudnn"
+PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly-typed")
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
@@ -20,9 +22,10 @@ from . import cli
 @click.option("--force", is_flag=True, help="Replace an existing capture of this name.")
 @click.option("--dry-run", is_flag=True, help="Print the exact argv of every step; run nothing.")
 @click.option("--quiet", is_flag=True, help="Do not echo the workload's output (it is still logged).")
-@click.option("--no-nsys", is_flag=True, help="Do not run Nsight Systems.")
+@click.option("--no-nsys", "use_nsys", is_flag=True, flag_value=False, default=True,
+              help="Do not run Nsight Systems.")
 @click.option("--nsys", "nsys_path", help="nsys executable [NSIGHTLAB_NSYS, PATH].")
-@click.option("--trace", default=cap.DEFAULT_TRACE, show_default=True, help="nsys --trace list.")
+@click.option("--trace", default=DEFAULT_TRACE, show_default=True, help="nsys --trace list.")
 @click.option("--gpu-metrics", is_flag=True, help="Sample GPU metrics (Tensor Active, SMs Active...).")
 @click.option("--sample", is_flag=True, help="Turn on CPU sampling (off by default).")
 @click.option("--nsys-args", default="", help="Extra nsys profile flags, as one quoted string.")
@@ -33,10 +36,10 @@ from . import cli
 @click.option("--ncu-nvtx", metavar="RANGE", help="Profile only inside this NVTX range (e.g. block3/).")
 @click.option("--ncu-count", type=int, metavar="N", help="Profile at most N kernels.")
 @click.option("--ncu-args", default="", help="Extra ncu flags, as one quoted string.")
-@click.option("--trtexec", "trtexec_model", type=click.Path(dir_okay=False), metavar="MODEL.onnx",
+@click.option("--trtexec", type=click.Path(dir_okay=False), metavar="MODEL.onnx",
               help="Preset: build a TensorRT engine once, then profile inference only.")
 @click.option("--trtexec-path", help="trtexec executable [NSIGHTLAB_TRTEXEC, PATH].")
-@click.option("--precision", type=click.Choice(list(cap.PRECISION_FLAGS)), default="fp16",
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp16",
               show_default=True, help="trtexec engine precision (Q/DQ models: strongly typed).")
 @click.option("--shapes", help="trtexec --shapes, e.g. input:1x3x224x224.")
 @click.option("--batch", type=int, help="trtexec --batch (implicit-batch engines).")
@@ -44,17 +47,14 @@ from . import cli
 @click.option("--no-data-transfers", is_flag=True, help="trtexec --noDataTransfers.")
 @click.option("--iterations", type=int, default=20, show_default=True, help="Timed iterations.")
 @click.option("--warmup-ms", type=int, default=200, show_default=True, help="trtexec warm-up (ms).")
-@click.option("--ort", "ort_model", type=click.Path(dir_okay=False), metavar="MODEL.onnx",
+@click.option("--ort", type=click.Path(dir_okay=False), metavar="MODEL.onnx",
               help="Preset: nsightlab's ONNX Runtime runner (NVTX per iteration).")
 @click.option("--ep", type=click.Choice(["cpu", "cuda", "tensorrt"]), default="cpu",
               show_default=True, help="ONNX Runtime execution provider.")
 @click.option("--shape", "ort_shapes", multiple=True, metavar="NAME=DIMS",
               help="ORT input shape, e.g. input=1x3x224x224; repeatable.")
 @click.option("--warmup", type=int, default=5, show_default=True, help="ORT warm-up runs.")
-def capture(name, command, store, force, dry_run, quiet, no_nsys, nsys_path, trace, gpu_metrics,
-            sample, nsys_args, use_ncu, ncu_path, ncu_set, ncu_kernels, ncu_nvtx, ncu_count,
-            ncu_args, trtexec_model, trtexec_path, precision, shapes, batch, cuda_graph,
-            no_data_transfers, iterations, warmup_ms, ort_model, ep, ort_shapes, warmup) -> None:
+def capture(dry_run: bool, quiet: bool, **options) -> None:
     """Run a workload under Nsight Systems (and/or Nsight Compute) and keep it as capture NAME:
     the reports, their SQLite export and Parquet tables, logs and a manifest, in ./captures/NAME
     (or --store). Every other command then opens it by NAME.
@@ -68,54 +68,41 @@ def capture(name, command, store, force, dry_run, quiet, no_nsys, nsys_path, tra
       nsightlab capture blk3 --no-nsys --ncu --ncu-nvtx block3/ -- python vit_workload.py fp16
       nsightlab capture fp16 --dry-run --trtexec vit.onnx
     """
-    opts = cap.Options(
-        name=name, command=list(command), store=Path(store) if store else None, force=force,
-        use_nsys=not no_nsys, nsys_path=nsys_path, trace=trace, gpu_metrics=gpu_metrics,
-        sample=sample, nsys_args=shlex.split(nsys_args), use_ncu=use_ncu, ncu_path=ncu_path,
-        ncu_set=ncu_set, ncu_kernels=ncu_kernels, ncu_nvtx=ncu_nvtx, ncu_count=ncu_count,
-        ncu_args=shlex.split(ncu_args), trtexec=trtexec_model, trtexec_path=trtexec_path,
-        precision=precision, shapes=shapes, batch=batch, cuda_graph=cuda_graph,
-        no_data_transfers=no_data_transfers, iterations=iterations, warmup_ms=warmup_ms,
-        ort=ort_model, ep=ep, ort_shapes=list(ort_shapes), warmup=warmup)
-    if sum(bool(x) for x in (command, trtexec_model, ort_model)) != 1:
-        raise click.UsageError("give exactly one workload: -- COMMAND..., --trtexec MODEL.onnx "
-                               "or --ort MODEL.onnx")
+    from .. import capture as cap
+    from .options import progress
+
+    opts = cap.Options(**options)  # the click names are Options' field names
     if dry_run:
+        opts.validate(check_files=False)
         tools = cap.resolve_tools(opts, dry_run=True)
-        work = cap.store_dir(opts) / name
-        for step in cap.plan(opts, work, tools):
+        for step in cap.plan(opts, cap.store_dir(opts) / opts.name, tools):
             click.echo(str(step))
-        click.echo(f"[export] nsys export --type sqlite -o {work / 'report.sqlite'} "
-                   f"{work / 'report.nsys-rep'}" if opts.use_nsys else "")
         return
     echo = None if quiet else (lambda line: click.echo(line, err=True))
-    path = cap.capture(opts, echo=echo, progress=lambda m: click.echo(f"nsightlab: {m}", err=True))
-    click.echo(f"captured {name} in {path}")
+    path = cap.capture(opts, echo=echo, progress=progress)
+    click.echo(f"captured {opts.name} in {path}")
 
 
 @cli.command()
 @click.option("--store", type=click.Path(file_okay=False), envvar="NSIGHTLAB_STORE",
               help="Capture store [./captures].")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def captures(store, as_json) -> None:
+@output_options("file", formats=("table", "csv", "json"))
+def captures(store: str | None, fmt: str, output: str | None) -> None:
     """List the captures in the store: name, date, preset, GPU, status, size.
 
     \b
-    Example:
+    Examples:
       nsightlab captures --store captures/examples
+      nsightlab captures --json
     """
-    rows = cap.list_captures(Path(store) if store else None)
-    if as_json:
-        import json
+    from .. import capture as cap
+    from ..renderers import emit
 
-        click.echo(json.dumps(rows, indent=1))
-        return
-    if not rows:
-        click.echo("no captures (capture one with: nsightlab capture NAME -- COMMAND...)")
-        return
-    df = pd.DataFrame(rows)
-    df["size"] = [f"{b / 2**20:.1f} MiB" for b in df.pop("size_bytes")]
-    click.echo(table_text(df.drop(columns=["path"])), nl=False)
+    df = cap.captures_table(Path(store) if store else None)
+    if df.empty:
+        click.echo("nsightlab: no captures (capture one with: nsightlab capture NAME -- "
+                   "COMMAND...)", err=True)
+    emit(df, fmt, output)
 
 
 @cli.command("export")
@@ -133,5 +120,7 @@ def export_(inputs, outdir, nsys_path) -> None:
       nsightlab export run.nsys-rep -o exports/
       nsightlab export gemm.ncu-rep trtexec.profile.json trtexec.layers.json -o exports/
     """
+    from .. import exporters
+
     for path in exporters.export(list(inputs), outdir, nsys_path):
         click.echo(str(path))

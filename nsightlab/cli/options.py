@@ -1,41 +1,83 @@
-"""Option bundles shared by every command that opens reports."""
+"""Option bundles shared by the commands, so every command spells the same thing the same way.
+
+- ``report_options``: ``--no-cache``, ``--cache-dir``, ``--nsys``, handed to the command as
+  ``open_options`` (the keyword arguments of ``nsightlab.open``, progress notes included);
+- ``output_options(dest)``: ``--format`` (``--json`` is ``--format json``) and ``-o`` (a FILE
+  for commands that print one table, a DIR with ``--force`` for those that print several),
+  handed on as ``fmt`` and ``output``.
+"""
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
-from ..render import FORMATS
-from ..report import Report, open as open_report
+FORMATS = ("table", "csv", "json", "parquet")
+
+
+def progress(msg: str) -> None:
+    """Progress notes go to stderr, prefixed, so stdout stays clean for data."""
+    click.echo(f"nsightlab: {msg}", err=True)
 
 
 def report_options(f: Callable) -> Callable:
-    """--no-cache / --cache-dir / --nsys, passed on as an ``opener(path) -> Report``."""
+    """--no-cache / --cache-dir / --nsys, passed on as ``open_options`` (a dict)."""
 
     @click.option("--no-cache", is_flag=True, envvar="NSIGHTLAB_NO_CACHE",
                   help="Read from SQLite every time; do not write Parquet caches.")
     @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="NSIGHTLAB_CACHE_DIR",
                   help="Cache folder for reports outside a capture [~/.cache/nsightlab].")
-    @click.option("--nsys", "nsys_path", type=click.Path(dir_okay=True),
-                  envvar="NSIGHTLAB_NSYS",
+    @click.option("--nsys", "nsys_path", type=click.Path(dir_okay=True), envvar="NSIGHTLAB_NSYS",
                   help="nsys executable used to export .nsys-rep files [PATH].")
     @functools.wraps(f)
     def wrapper(*args, no_cache: bool, cache_dir: str | None, nsys_path: str | None, **kw):
-        def opener(path: str) -> Report:
-            return open_report(path, progress=lambda msg: click.echo(f"nsightlab: {msg}", err=True),
-                               **opener.open_kwargs)
-
-        # the same options, as keyword arguments for nsightlab.open (worker processes)
-        opener.open_kwargs = {"cache": not no_cache, "cache_dir": cache_dir, "nsys": nsys_path}
-        return f(*args, opener=opener, **kw)
+        kw["open_options"] = {"cache": not no_cache, "cache_dir": cache_dir, "nsys": nsys_path,
+                              "progress": progress}
+        return f(*args, **kw)
 
     return wrapper
 
 
-def output_options(f: Callable) -> Callable:
-    """--format / -o, handed to ``render``."""
-    f = click.option("-o", "--output", type=click.Path(dir_okay=False),
-                     help="Write to FILE instead of stdout (required for parquet).")(f)
-    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
-                        show_default=True, help="Output format.")(f)
+def output_options(dest: str, formats: tuple[str, ...] = FORMATS) -> Callable:
+    """--format / --json / -o (a ``dest`` of "file" or "dir"; "dir" adds --force)."""
+
+    def decorate(f: Callable) -> Callable:
+        @click.option("--format", "fmt", type=click.Choice(formats), default="table",
+                      show_default=True,
+                      help="What to print: an aligned table, or every row as "
+                           + "/".join(x for x in formats if x != "table") + ".")
+        @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+        @click.option("-o", "--output", type=click.Path(dir_okay=dest == "dir",
+                                                        file_okay=dest == "file"),
+                      metavar=dest.upper(),
+                      help=("Write to FILE instead of stdout (needed for parquet)." if dest == "file"
+                            else "Write every table to DIR as Parquet (plus CSV/JSON with "
+                                 "--format csv/json) with manifest.json."))
+        @functools.wraps(f)
+        def wrapper(*args, fmt: str, as_json: bool, output: str | None, **kw):
+            if as_json:
+                fmt = "json"
+            if fmt == "parquet" and not output:
+                raise click.UsageError(f"--format parquet writes files: give -o {dest.upper()}")
+            force = kw.pop("force", False)
+            if dest == "dir" and output and not force:
+                out = Path(output)
+                if out.is_dir() and any(out.iterdir()):
+                    raise click.UsageError(f"{output} exists and is not empty; use --force to "
+                                           "replace it")
+            return f(*args, fmt=fmt, output=output, **kw)
+
+        if dest == "dir":
+            wrapper = click.option("--force", is_flag=True,
+                                   help="Replace an existing, non-empty DIR.")(wrapper)
+        return wrapper
+
+    return decorate
+
+
+def wrote(files: list, where: str | None) -> None:
+    """One stderr note for files a command wrote."""
+    if files and where:
+        click.echo(f"nsightlab: wrote {len(files)} file(s) to {where}", err=True)

@@ -1,16 +1,13 @@
 """``nsightlab recipe``: list, show and run analysis recipes."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from .. import recipes as R
-from ..render import render, table_text
 from . import cli
-from .options import report_options
+from .options import output_options, progress, report_options, wrote
 
 
 @cli.group()
@@ -35,6 +32,8 @@ def list_() -> None:
     Example:
       nsightlab recipe list
     """
+    from .. import recipes as R
+
     recipes = R.available()
     width = max(len(n) for n in recipes)
     for name, r in recipes.items():
@@ -51,12 +50,17 @@ def show(name: str) -> None:
     Example:
       nsightlab recipe show sync_gaps
     """
+    from .. import recipes as R
+
     r = R.get(name)
     click.echo(f"{r.name}: {r.description}\n  folder: {r.path}")
     click.echo("\nparameters:" if r.params else "\nparameters: none")
     for p in r.params.values():
         unit = f" [{p.unit}]" if p.unit else ""
         click.echo(f"  {p.name} ({p.type}{unit}, default {p.default!r}): {p.help}")
+    if r.requires:
+        click.echo("\nreads: " + "; ".join(R.requirement_text(q).replace("`", "")
+                                            for q in r.requires))
     click.echo("\noutput tables:")
     for t, spec in r.tables.items():
         click.echo(f"  {t}: {spec.get('doc', '')}")
@@ -79,12 +83,6 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Recipe parameter (see `nsightlab recipe show NAME`); repeatable.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
-              default="table", show_default=True,
-              help="Printed format; with -o, csv/json are written beside the Parquet files.")
-@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
-              help="Write <OUTDIR>/<table>.parquet and manifest.json (like nsys recipe).")
-@click.option("--force", is_flag=True, help="Replace an existing, non-empty OUTDIR.")
 @click.option("--ncu", "ncu_file", type=click.Path(exists=True, dir_okay=False),
               help="Nsight Compute report for recipes that take one (same as -p ncu=FILE).")
 @click.option("--limit", type=click.IntRange(min=1), default=25, show_default=True,
@@ -92,10 +90,11 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
               help="Worker processes for many reports [one per core].")
 @click.option("--strict", is_flag=True, help="Exit 1 if any report fails (not for 'no data').")
+@output_options("dir")
 @report_options
-def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], fmt: str,
-        outdir: str | None, force: bool, ncu_file: str | None, limit: int, jobs: int | None,
-        strict: bool, opener) -> None:
+def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: str | None,
+        limit: int, jobs: int | None, strict: bool, fmt: str, output: str | None,
+        open_options: dict) -> None:
     """Run recipe NAME on INPUT reports: report files, capture names or directories, or
     directories of reports (run in parallel, one row block per report).
 
@@ -108,36 +107,19 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], fmt: str,
       nsightlab recipe run sync_gaps syncy.sqlite -p min_gap_ms=0.5 -o gaps/ --format csv
       nsightlab recipe run tensor_core fp16 --ncu gemm.ncu-rep
     """
-    if fmt == "parquet" and not outdir:
-        raise click.UsageError("--format parquet needs -o OUTDIR")
-    if outdir and Path(outdir).is_dir() and any(Path(outdir).iterdir()) and not force:
-        raise click.UsageError(f"{outdir} exists and is not empty; use --force to replace it")
+    from .. import recipes as R
+    from ..renderers import emit
+
     given = _parse_params(params)
     if ncu_file:
         given["ncu"] = str(Path(ncu_file).resolve())
-    result = R.run_many(name, list(inputs), given, jobs=jobs,
-                        open_kwargs=opener.open_kwargs,
-                        progress=lambda m: click.echo(f"nsightlab: {m}", err=True))
-    for e in result.manifest["inputs"]:
-        if e["status"] != "ok" and len(result.manifest["inputs"]) == 1:
-            if e["status"] == "error":
-                raise click.ClickException(e["message"])
-            click.echo(f"nsightlab: {e['input']}: no data: {e['message']}", err=True)
-    if outdir:
-        files = R.write_outputs(result, outdir, (fmt,) if fmt in ("csv", "json") else ())
-        click.echo(f"wrote {len(files)} files to {outdir}", err=True)
-    elif fmt == "json":
-        payload = {t: json.loads(df.to_json(orient="records")) for t, df in result.tables.items()}
-        click.echo(json.dumps(payload, indent=1))
-    elif fmt == "csv":
-        for t, df in result.tables.items():
-            if len(result.tables) > 1:
-                click.echo(f"# {t}")
-            render(df, "csv")
-    else:
-        for t, df in result.tables.items():
-            more = f" (first {limit} of {len(df)})" if len(df) > limit else ""
-            click.echo(f"== {t}{more} ==")
-            click.echo(table_text(df.head(limit)))
+    result = R.run_many(name, list(inputs), given, jobs=jobs, open_kwargs=open_options,
+                        progress=progress)
+    if len(result.inputs) == 1 and result.inputs[0]["status"] != "ok":
+        e = result.inputs[0]
+        if e["status"] == "error":
+            raise click.ClickException(e["message"])
+        progress(f"{e['input']}: no data: {e['message']}")
+    wrote(emit(result, fmt, output, limit=limit), output)
     if strict and result.failed:
         sys.exit(1)

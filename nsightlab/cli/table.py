@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import click
 
-from ..render import render
-from ..tables import TABLES
 from . import cli
 from .options import output_options, report_options
 
-TABLE_HELP = "\n".join(f"  {name:<17} {spec.doc}" for name, spec in TABLES.items())
-
-
-@cli.command(help=f"""Print table NAME of the report at PATH.
+#: table names (``nsightlab.tables.TABLES`` is the source; a test keeps them equal)
+TABLE_NAMES = ("kernels", "cuda_api", "memcpy", "memset", "syncs", "nvtx", "gpu_metrics",
+               "cuda_graph_nodes", "threads")
+HELP = """Print table NAME of the report at PATH.
 
 Columns are snake_case with units in their names (start_ns, duration_ns, bytes); names of
 kernels, APIs and NVTX ranges are as `nsys stats` prints them. A table the report did not
@@ -19,30 +17,43 @@ record prints no rows and says which nsys option records it.
 
 \b
 Tables:
-{TABLE_HELP}
+{tables}
 
 \b
 Examples:
   nsightlab table kernels report.sqlite --columns name,duration_ns --limit 10
   nsightlab table nvtx report.nsys-rep --format csv -o nvtx.csv
   nsightlab table cuda_api fp16 --format parquet -o api.parquet
-""")
-@click.argument("name", type=click.Choice(list(TABLES)), metavar="NAME")
+"""
+
+
+class TableCommand(click.Command):
+    """Lists the tables with their docs in --help, read from the column contract only when
+    help is asked for (the contract imports pyarrow)."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from ..tables import TABLES
+
+        self.help = HELP.format(tables="\n".join(f"  {n:<17} {s.doc}" for n, s in TABLES.items()))
+        super().format_help_text(ctx, formatter)
+
+
+@cli.command(cls=TableCommand, help=HELP.format(tables="  (see nsightlab table --help)"))
+@click.argument("name", type=click.Choice(TABLE_NAMES), metavar="NAME")
 @click.argument("path")
 @click.option("--columns", help="Comma-separated columns to keep, in this order [all].")
 @click.option("--limit", type=click.IntRange(min=0), help="Print at most N rows.")
-@output_options
+@output_options("file")
 @report_options
 def table(name: str, path: str, columns: str | None, limit: int | None, fmt: str,
-          output: str | None, opener) -> None:
-    if fmt == "parquet" and not output:
-        raise click.UsageError("--format parquet needs -o FILE")
+          output: str | None, open_options: dict) -> None:
+    import nsightlab
+    from ..renderers import emit
+
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
-    with opener(path) as report:
+    with nsightlab.open(path, **open_options) as report:
         hint = report.missing_hint(name)
         df = report.table(name, cols)
     if hint:
         click.echo(f"note: {hint}", err=True)
-    if limit is not None:
-        df = df.head(limit)
-    render(df, fmt, output)
+    emit(df, fmt, output, limit=limit)

@@ -2,7 +2,6 @@
 import numpy as np
 import pandas as pd
 
-from nsightlab.recipes import NoDataError
 from nsightlab.timeline import covered, union
 
 OPS = ("kernels", "memcpy", "memset")
@@ -10,10 +9,7 @@ OPS = ("kernels", "memcpy", "memset")
 
 def run(report, params):
     cols = ["pid", "device_id", "stream_id", "start_ns", "end_ns"]
-    frames = [report.table(t, cols) for t in OPS if report.has(t)]
-    ops = pd.concat([f for f in frames if len(f)] or [pd.DataFrame(columns=cols)], ignore_index=True)
-    if ops.empty:
-        raise NoDataError(report.missing_hint("kernels") or f"{report.path.name}: no GPU activity")
+    ops = pd.concat([report.table(t, cols) for t in OPS if report.has_rows(t)], ignore_index=True)
     width = max(1, int(params["bin_ms"] * 1e6))
     return {"device": binned(ops, ["pid", "device_id"], width),
             "stream": binned(ops, ["pid", "device_id", "stream_id"], width)}

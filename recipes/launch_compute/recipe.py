@@ -43,8 +43,6 @@ def per_kernel(lk):
             if st in ("total", "min", "max"):  # whole nanoseconds; NA where nothing queued
                 col = nullable_int64(col, np.isnan(col))
             out[f"{metric}_{st}_ns"] = col
-    for c in ("api_name", "name"):
-        out[c] = out[c].astype(str)
     return out.sort_values("total_avg_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -73,7 +71,6 @@ def by_range(report, lk, params):
     aavg = proj["launch_api_ns"].to_numpy() / proj["kernel_count"].to_numpy()
     out = proj[["name", "depth", "pid", "tid", "start_ns", "duration_ns", "kernel_count",
                 "launch_calls", "kernel_time_ns", "gpu_span_ns"]].copy()
-    out["name"] = out["name"].astype(str)
     out["gpu_busy_pct"] = busy
     out["launch_api_avg_ns"] = aavg
     out["kernel_avg_ns"] = kavg

@@ -4,13 +4,9 @@ from nsightlab.recipes import NoDataError
 
 
 def run(report, params):
-    if not report.has("nvtx"):
-        raise NoDataError(report.missing_hint("nvtx"))
     ranges = project(report).sort_values(["start_ns", "depth"], kind="stable").reset_index(drop=True)
     if ranges.empty:
         raise NoDataError(f"{report.path.name}: NVTX has only marks, no ranges")
-    for c in ("name", "domain", "kind"):
-        ranges[c] = ranges[c].astype("string")
     ranges = ranges.drop(columns=["text"])
     g = ranges.groupby(["name", "kind"], sort=False, observed=True)
     by_name = g.agg(depth=("depth", "min"), instances=("start_ns", "size"),

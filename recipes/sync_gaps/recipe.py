@@ -4,7 +4,6 @@ import pandas as pd
 
 from nsightlab.classify import sync_kind
 from nsightlab.launches import keys as join_keys, match
-from nsightlab.recipes import NoDataError
 from nsightlab.tables import nullable_int64
 from nsightlab.timeline import gaps as idle_gaps
 
@@ -12,8 +11,6 @@ OPS = ("kernels", "memcpy", "memset")
 
 
 def run(report, params):
-    if not report.has("cuda_api"):
-        raise NoDataError(report.missing_hint("cuda_api"))
     ops = gpu_ops(report)
     raw_gaps = all_gaps(ops)
     syncs = sync_calls(report, raw_gaps)
@@ -24,10 +21,7 @@ def run(report, params):
 def gpu_ops(report):
     """Kernels, memcpys and memsets: the GPU operations a gap lies between."""
     cols = ["pid", "device_id", "context_id", "start_ns", "end_ns", "correlation_id"]
-    frames = [report.table(t, cols) for t in OPS if report.has(t)]
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        raise NoDataError(report.missing_hint("kernels") or f"{report.path.name}: no GPU activity")
+    frames = [report.table(t, cols) for t in OPS if report.has_rows(t)]
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 

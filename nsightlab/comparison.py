@@ -9,21 +9,44 @@ sections are DataFrames (``headline`` a dict).
 """
 from __future__ import annotations
 
-import math
+import os
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from .profile import OUTSIDE, RunProfile, profile
-from .render import fmt_ms as _ms
-from .report import Report, open as open_report
+from .report import Report, as_report
+from .result import Result, json_records, json_value
+from .units import fmt_ms as _ms
 
 CONVERSION_CLASSES = {"quantize", "elementwise", "reduce", "reformat/copy"}
 
 
+#: overhead rows of the diff: (name, time key, count key) in ``RunProfile.overheads``
+OVERHEADS = (("launch_overhead", "launch_overhead_ns", "launch_calls"),
+             ("api", "api_ns", "api_calls"), ("sync_wait", "sync_wait_ns", "syncs"),
+             ("gpu_idle", "gpu_idle_ns", None), ("memcpy", "memcpy_ns", "memcpys"))
+
+
 @dataclass
-class Diff:
+class Diff(Result):
+    """Run B against run A, per iteration. Sections (DataFrames, times in ns per iteration):
+
+    - ``headline`` (a dict): labels, iterations and their source, ``a/b_iteration_ns``,
+      ``speedup``, kernel time, busy %, kernels per iteration, ``gemm_change_pct``,
+      ``conversion_overhead_ns``, ``layers_matched`` and the ``verdict`` sentence;
+    - ``by_class``: kernel_class, a_ns, b_ns, delta_ns, a_count, b_count, delta_share_pct;
+    - ``by_precision``: precision, kernel_class, a_ns, b_ns, delta_ns;
+    - ``by_layer``: layer, a_ns, b_ns, a_count, b_count, a/b_math_precision,
+      math_precision_changed, status (matched / only_a / only_b), delta_ns;
+    - ``kernels``: layer, kernel_class, slot, a/b_name, a/b_precision, a_ns, b_ns, status
+      (matched / new / vanished), delta_ns;
+    - ``conversion``: kernel_class, b_name, time_ns (precision-conversion work only in B);
+    - ``overheads``: overhead, a_ns, b_ns, delta_ns, a_count, b_count (medians per iteration;
+      counts are launch calls, API calls, syncs or copies; none for gpu_idle);
+    - ``tensor_core``: run, source, tensor_kernel_time_pct, tensor_active_pct.
+    """
+
     a: RunProfile
     b: RunProfile
     headline: dict
@@ -43,35 +66,27 @@ class Diff:
         return {"headline": pd.DataFrame([self.headline]),
                 **{s: getattr(self, s) for s in self.SECTIONS}}
 
+    def manifest(self) -> dict:
+        return {"kind": "diff", "a": str(self.headline["a"]), "b": str(self.headline["b"]),
+                "headline": self.headline}
+
     def to_json(self) -> dict:
-        out = {"headline": _plain(self.headline)}
-        for s in self.SECTIONS:
-            out[s] = [_plain(r) for r in getattr(self, s).to_dict("records")]
-        return out
+        """The headline as a dict, every other section as a list of records."""
+        return {"headline": json_value(self.headline),
+                **{s: json_records(getattr(self, s)) for s in self.SECTIONS}}
 
 
-def _plain(d: dict) -> dict:
-    """JSON-safe values (NaN -> None, numpy scalars -> Python)."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, (np.integer,)):
-            v = int(v)
-        elif isinstance(v, (float, np.floating)):
-            v = None if math.isnan(v) else float(v)
-        out[k] = v
-    return out
-
-
-def diff(a: Report | str, b: Report | str) -> Diff:
-    """Compare run B against run A (reports, paths or capture names)."""
-    ra = a if isinstance(a, Report) else open_report(a)
-    rb = b if isinstance(b, Report) else open_report(b)
-    pa, pb = profile(ra, str(a) if not isinstance(a, Report) else None), \
-        profile(rb, str(b) if not isinstance(b, Report) else None)
-    return compare(pa, pb)
+def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike, **open_options) -> Diff:
+    """Compare run B against run A: Reports, or anything ``nsightlab.open`` takes (opened
+    with ``open_options``: cache, cache_dir, nsys, progress). Runs are labelled as given."""
+    ra, rb = as_report(a, **open_options), as_report(b, **open_options)
+    pa_ = profile(ra, None if isinstance(a, Report) else str(a))
+    pb_ = profile(rb, None if isinstance(b, Report) else str(b))
+    return compare(pa_, pb_)
 
 
 def compare(pa: RunProfile, pb: RunProfile) -> Diff:
+    """The diff of two run profiles (see ``Diff`` for the sections)."""
     by_class = _side_by_side(pa.by_class, pb.by_class, "kernel_class")
     total_delta = by_class["delta_ns"].sum()
     by_class["delta_share_pct"] = 100.0 * by_class["delta_ns"] / total_delta if total_delta else 0.0
@@ -89,13 +104,19 @@ def compare(pa: RunProfile, pb: RunProfile) -> Diff:
     conversion = (conv.groupby(["kernel_class", "b_name"], sort=False)["b_ns"].sum()
                   .rename("time_ns").reset_index().sort_values("time_ns", ascending=False)
                   .reset_index(drop=True))
-    overheads = pd.DataFrame([
-        {"overhead": k, "a": pa.overheads[k], "b": pb.overheads[k],
-         "delta": pb.overheads[k] - pa.overheads[k]} for k in pa.overheads])
+    overheads = _overheads(pa.overheads, pb.overheads)
     tensor_core = pd.DataFrame([{"run": "a", **pa.tensor_core}, {"run": "b", **pb.tensor_core}])
     headline = _headline(pa, pb, by_class, conversion["time_ns"].sum(), by_layer, overheads)
     return Diff(pa, pb, headline, by_class.reset_index(drop=True), by_precision, by_layer,
                 kernels, conversion, overheads, tensor_core)
+
+
+def _overheads(a: dict, b: dict) -> pd.DataFrame:
+    nan = float("nan")
+    return pd.DataFrame([
+        {"overhead": name, "a_ns": a[t], "b_ns": b[t], "delta_ns": b[t] - a[t],
+         "a_count": a[c] if c else nan, "b_count": b[c] if c else nan}
+        for name, t, c in OVERHEADS])
 
 
 def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys) -> pd.DataFrame:
@@ -192,7 +213,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, overheads) -> dict:
         parts.append(f"precision-conversion kernels only in B (casts, scaling, amax) add "
                      f"{_ms(conversion_ns)}{tail}")
     ov = overheads.set_index("overhead")
-    la, lb = ov.loc["launch_overhead_ns", "a"], ov.loc["launch_overhead_ns", "b"]
+    la, lb = ov.loc["launch_overhead", "a_ns"], ov.loc["launch_overhead", "b_ns"]
     if la and lb < 0.5 * la and not (conversion_ns > 0.05 * pa.iteration_ns):
         parts.append(f"launch overhead per iteration fell from {_ms(la)} to {_ms(lb)}")
     if len(parts) == 1 and len(cls):

@@ -1,0 +1,161 @@
+"""Where a report lives: from what the user typed to the SQLite export nsightlab reads.
+
+A user names a report as a ``.sqlite`` export, a ``.sqlite.xz``, a ``.nsys-rep``/``.qdrep``,
+a capture directory or the name of a capture in the store (``NSIGHTLAB_STORE`` or
+``./captures``). ``locate`` turns any of these into a ``Location``: the SQLite file to open
+(decompressed or exported first when needed, never beside the user's files) and the folder
+for its caches. Nothing here reads the export itself; ``nsightlab.report`` does.
+"""
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import nsys as nsys_cli
+from .cache import default_root, keyed_dir
+from .db import NSYS_REP_MAGIC
+from .errors import CorruptReportError, NotAReportError
+
+Progress = Callable[[str], None] | None
+#: report files a folder of reports may hold (a capture holds one of them)
+REPORT_PATTERNS = ("*.sqlite", "*.sqlite.xz", "*.nsys-rep", "*.qdrep")
+
+
+def default_store() -> Path:
+    """Where captures live: ``NSIGHTLAB_STORE``, else ``./captures``."""
+    return Path(os.environ.get("NSIGHTLAB_STORE", "captures"))
+
+
+@dataclass(frozen=True)
+class Location:
+    """A resolved report: ``sqlite`` to read, ``cache_root`` for its caches (None: no cache),
+    ``source`` as the user named it and ``capture`` when it is a capture folder."""
+
+    sqlite: Path
+    cache_root: Path | None
+    source: Path
+    capture: Path | None = None
+
+
+def locate(path: str | os.PathLike, *, cache: bool = True,
+           cache_dir: str | os.PathLike | None = None,
+           nsys: str | os.PathLike | None = None, progress: Progress = None) -> Location:
+    """Resolve ``path`` (see the module docstring); exports and decompresses as needed.
+
+    Raises:
+        NotAReportError: nothing at ``path``, or a folder without exactly one report.
+        CorruptReportError: a damaged ``.xz`` or capture manifest.
+        NsysNotFoundError, NsysExportError: a ``.nsys-rep`` that cannot be exported here.
+    """
+    root = Path(cache_dir) if cache_dir else default_root()
+    p = Path(path)
+    if not p.exists() and not p.is_absolute() and len(p.parts) == 1:
+        stored = default_store() / p
+        if stored.is_dir():
+            p = stored
+    if not p.exists():
+        raise NotAReportError(
+            f"{path}: no such file, directory or capture (captures are looked up in "
+            f"{default_store()}; set NSIGHTLAB_STORE to look elsewhere)")
+    capture = None
+    if p.is_dir():
+        capture, p = p, capture_report(p)
+    if p.name.endswith(".sqlite.xz"):  # (a capture keeps the export in its own cache folder)
+        p = _decompressed(p, capture / "cache" if capture is not None else keyed_dir(root, p),
+                          progress)
+    if p.suffix in nsys_cli.REPORT_SUFFIXES or _is_nsys_rep(p):
+        p = _exported(p, capture, root, nsys, progress)
+    cache_root = (capture / "cache") if capture is not None else keyed_dir(root, p)
+    return Location(p, cache_root if cache else None, Path(path), capture)
+
+
+def _is_nsys_rep(p: Path) -> bool:
+    try:
+        with p.open("rb") as f:
+            return f.read(len(NSYS_REP_MAGIC)) == NSYS_REP_MAGIC
+    except OSError:
+        return False
+
+
+def capture_report(d: Path) -> Path:
+    """The report inside a capture directory: manifest.json's ``sqlite`` (or ``nsys_rep``)
+    artifact (or its ``.xz``), else the only ``*.sqlite`` (``.sqlite.xz``, ``.nsys-rep``) in it."""
+    manifest = d / "manifest.json"
+    if manifest.is_file():
+        try:
+            m = json.loads(manifest.read_text())
+        except ValueError:
+            raise CorruptReportError(f"{manifest}: not valid JSON; repair it or capture again") from None
+        for key in ("sqlite", "nsys_rep"):
+            if isinstance(m.get(key), str):
+                for name in (m[key], m[key] + ".xz"):  # shared captures may compress the export
+                    if (d / name).is_file():
+                        return d / name
+    for pattern in REPORT_PATTERNS:
+        found = sorted(d.glob(pattern))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise NotAReportError(
+                f"{d}: holds {len(found)} {pattern} files; open one of them directly "
+                f"(e.g. {found[0]})")
+    raise NotAReportError(f"{d}: a directory without an nsys report (.sqlite or .nsys-rep); "
+                          "give a report file or a capture directory")
+
+
+def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLike | None,
+              progress: Progress) -> Path:
+    """SQLite for a .nsys-rep: an up-to-date sibling ``X.sqlite`` (as ``nsys stats`` uses),
+    else an export into the capture (ours) or the cache folder (never next to user files)."""
+    sibling = rep.with_suffix(".sqlite")
+    if sibling.is_file() and sibling.stat().st_mtime >= rep.stat().st_mtime:
+        return sibling
+    out = (capture / sibling.name) if capture is not None else keyed_dir(root, rep) / sibling.name
+    if out.is_file():
+        return out
+    exe = nsys_cli.find_nsys(nsys)
+    if progress is not None and exe is not None:
+        progress(f"exporting {rep.name} to SQLite with {exe} ...")
+    return nsys_cli.export_sqlite(rep, out, exe)
+
+
+def _decompressed(xz: Path, folder: Path, progress: Progress) -> Path:
+    """An xz-compressed export, decompressed once into ``folder`` (a cache, never beside it)."""
+    out = folder / xz.name[: -len(".xz")]
+    if not out.is_file():
+        if progress is not None:
+            progress(f"decompressing {xz.name} ...")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        try:
+            with lzma.open(xz) as src, tmp.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (lzma.LZMAError, EOFError) as e:
+            tmp.unlink(missing_ok=True)
+            raise CorruptReportError(f"{xz}: not a complete xz file ({e}); copy it again") from None
+        os.replace(tmp, out)
+    return out
+
+
+def expand_inputs(inputs: list[str]) -> list[str]:
+    """Report files, capture names/directories, and directories of reports, flattened in
+    order. A directory that is a capture (manifest.json, or exactly one report) counts as one
+    report; any other directory contributes every report file in it (sorted)."""
+    out: list[str] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir() and not (p / "manifest.json").is_file():
+            files = sorted({f for pat in REPORT_PATTERNS for f in p.glob(pat)})
+            exports = {f.name.split(".sqlite")[0] for f in files if ".sqlite" in f.name}
+            # an X.nsys-rep beside its X.sqlite(.xz) export is one report, not two
+            files = [f for f in files if ".sqlite" in f.name or f.stem not in exports]
+            if len(files) > 1:
+                out += [str(f) for f in files]
+                continue
+        out.append(item)
+    return out

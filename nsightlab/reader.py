@@ -1,0 +1,210 @@
+"""Reading the tables of one export: from SQLite, through the Parquet cache, into Arrow or pandas.
+
+Every read goes through ``TableReader._cached``, the one policy for the cache:
+
+1. a valid cache entry is read (only the columns asked for);
+2. an entry that fails to read is dropped and the table is read again from SQLite, which
+   rebuilds it — a damaged cache is never trusted and never fatal;
+3. without an entry the SQLite read streams into a new entry (built aside, renamed into
+   place) and hands back what was asked for on the way;
+4. a cache folder that cannot be written (read-only, full disk) turns the cache off for this
+   reader, with one progress note, and SQLite is read directly from then on.
+
+Big activity tables are read by ``PARALLEL_READERS`` threads over rowid ranges, each
+converting its batches to the column contract (``nsightlab.tables``), writing its own cache
+part and copying into preallocated DataFrame columns (``nsightlab.frames``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import frames
+from .cache import TableCache
+from .db import BATCH_ROWS, ExportDB
+from .tables import TableSpec, build_batch
+
+T = TypeVar("T")
+OpenPart = Callable[[int], pq.ParquetWriter]
+#: SQLite reader threads per big table: one per core of the 2-core target machine (3 measured
+#: no faster); each also converts, caches and copies its own batches
+PARALLEL_READERS = 2
+
+
+class TableReader:
+    """Reads tables of one export (``db``), through ``cache`` when there is one."""
+
+    def __init__(self, db: ExportDB, cache: TableCache | None,
+                 progress: Callable[[str], None] | None = None):
+        self.db = db
+        self.cache = cache
+        self.progress = progress
+
+    # ---- the three ways to read ----------------------------------------------------------
+    def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
+        """Columns ``keep`` of ``spec`` as an Arrow table."""
+        return self._cached(
+            spec, lambda files: pq.read_table(files, columns=keep, schema=spec.schema),
+            lambda open_part: self._collect(spec, open_part, keep))
+
+    def frame(self, spec: TableSpec, keep: list[str]) -> pd.DataFrame:
+        """Columns ``keep`` of a big activity table (``frames.supported``) as a DataFrame,
+        batches copied straight into preallocated columns."""
+        return self._cached(spec, lambda files: self._frame_from_parts(spec, keep, files),
+                            lambda open_part: self._frame_from_sqlite(spec, keep, open_part))
+
+    def take(self, spec: TableSpec, keep: list[str], rows: np.ndarray) -> pd.DataFrame:
+        """Rows at positions ``rows`` (in that order) of columns ``keep`` of a big table.
+
+        From the cache, batch by batch, keeping only the wanted rows: picking 8M of a
+        16M-row table never holds its whole columns. Without a cache entry the columns are
+        read whole (building the entry) and the rows picked from them.
+        """
+        order = None if np.all(rows[1:] >= rows[:-1]) else np.argsort(rows, kind="stable")
+        wanted = rows if order is None else rows[order]
+
+        def from_parts(files: list[Path]) -> pd.DataFrame:
+            builder = frames.FrameBuilder(spec, keep, len(rows))
+
+            def pick(base: int, batch: pa.RecordBatch) -> None:
+                k0, k1 = np.searchsorted(wanted, [base, base + batch.num_rows])
+                if k1 > k0:
+                    builder.put(int(k0), batch.take(pa.array(wanted[k0:k1] - base)))
+
+            self._scan_parts(files, keep, pick)
+            return builder.frame([(0, len(rows))])
+
+        def from_sqlite(open_part: OpenPart | None) -> tuple[int, pd.DataFrame]:
+            n, whole = self._frame_from_sqlite(spec, keep, open_part)
+            return n, whole.iloc[wanted].reset_index(drop=True)
+
+        df = self._cached(spec, from_parts, from_sqlite)
+        if order is not None:
+            df = df.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+        return df
+
+    def ensure_cached(self, spec: TableSpec) -> None:
+        """Build the cache entry of ``spec`` (nothing when it is valid or there is no cache)."""
+        if self.cache is not None and self.cache.files(spec.name) is None:
+            self._cached(spec, lambda files: None,
+                         lambda open_part: (self._collect(spec, open_part, [spec.columns[0].name])[0], None))
+
+    # ---- the cache policy ------------------------------------------------------------------
+    def _cached(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
+                from_sqlite: Callable[[OpenPart | None], tuple[int, T]]) -> T:
+        """Read through the cache (see the module docstring for the policy)."""
+        if self.cache is not None:
+            files = self.cache.files(spec.name)
+            if files is not None:
+                try:
+                    return from_parts(files)
+                except (OSError, pa.ArrowException):
+                    self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
+            try:
+                return self.cache.build(spec.name, from_sqlite, spec.schema)
+            except OSError as e:
+                self._cache_unusable(e)
+        return from_sqlite(None)[1]
+
+    def _cache_unusable(self, error: OSError) -> None:
+        """A cache folder that cannot be written is not fatal: say so once, read SQLite."""
+        if self.progress is not None:
+            self.progress(f"cannot write the cache in {self.cache.root} ({error.strerror}); "
+                          "reading without it (set NSIGHTLAB_CACHE_DIR to a writable folder)")
+        self.cache = None
+
+    # ---- Parquet parts ---------------------------------------------------------------------
+    def _scan_parts(self, files: list[Path], keep: list[str],
+                    on_batch: Callable[[int, pa.RecordBatch], None]) -> list[int]:
+        """Stream every part (one thread each), calling ``on_batch(first_row, batch)`` with
+        the batch's row position in the whole table. Returns the parts' row counts."""
+        sizes = [pq.ParquetFile(f).metadata.num_rows for f in files]
+        bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+        def job(i: int) -> Callable[[], None]:
+            def run() -> None:
+                at = int(bases[i])
+                for b in pq.ParquetFile(files[i]).iter_batches(
+                        batch_size=BATCH_ROWS, columns=keep, use_threads=False):
+                    on_batch(at, b)
+                    at += b.num_rows
+            return run
+
+        self.db.parallel([job(i) for i in range(len(files))])
+        return sizes
+
+    def _frame_from_parts(self, spec: TableSpec, keep: list[str], files: list[Path]
+                          ) -> pd.DataFrame:
+        sizes = [pq.ParquetFile(f).metadata.num_rows for f in files]
+        builder = frames.FrameBuilder(spec, keep, sum(sizes))
+        self._scan_parts(files, keep, builder.put)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int).tolist()
+        return builder.frame(list(zip(offsets, sizes)))
+
+    # ---- SQLite ------------------------------------------------------------------------------
+    def _frame_from_sqlite(self, spec: TableSpec, keep: list[str], open_part: OpenPart | None
+                           ) -> tuple[int, pd.DataFrame]:
+        ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS)
+        self._announce(spec, sum(hi - lo for lo, hi in ranges), open_part is not None)
+        offsets = [sum(hi - lo for lo, hi in ranges[:i]) for i in range(len(ranges))]
+        builder = frames.FrameBuilder(spec, keep, sum(hi - lo for lo, hi in ranges))
+        filled = [0] * len(ranges)
+
+        def sink(part: int, batch: pa.RecordBatch) -> None:
+            builder.put(offsets[part] + filled[part], batch)
+            filled[part] += batch.num_rows
+
+        self._stream(spec, open_part, sink, ranges)
+        return sum(filled), builder.frame(list(zip(offsets, filled)))
+
+    def _announce(self, spec: TableSpec, rows: int, caching: bool) -> None:
+        if self.progress is not None and rows >= 1_000_000:
+            where = " into the cache" if caching else ""
+            self.progress(f"reading {spec.name} of {self.db.path.name} (~{rows:,} rows){where} ...")
+
+    def _collect(self, spec: TableSpec, open_part: OpenPart | None,
+                 keep: list[str]) -> tuple[int, pa.Table]:
+        """Read ``spec`` from SQLite into an Arrow table of the ``keep`` columns (writing the
+        cache parts on the way when ``open_part`` is given). Returns (rows, table)."""
+        ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS) if spec.split else [None]
+        whole = spec.finish is not None or len(keep) == len(spec.columns)
+        kept: list[list[pa.RecordBatch]] = [[] for _ in ranges]
+        self._stream(spec, open_part if spec.finish is None else None,
+                     lambda i, b: kept[i].append(b if whole else b.select(keep)), ranges)
+        schema = spec.schema if whole else pa.schema([spec.schema.field(c) for c in keep])
+        table = pa.Table.from_batches([b for p in kept for b in p], schema=schema)
+        if spec.finish is not None:  # whole-table pass (NVTX depth) before caching
+            table = spec.finish(table)
+            if open_part is not None:
+                open_part(0).write_table(table)
+            table = table.select(keep)
+        return table.num_rows, table
+
+    def _stream(self, spec: TableSpec, open_part: OpenPart | None,
+                sink: Callable[[int, pa.RecordBatch], None], ranges: list) -> None:
+        """Read ``spec`` from SQLite, one thread per rowid range (``None`` = the whole query),
+        converting each batch to the contract, writing it to that part's Parquet file when
+        ``open_part`` is given, and handing it to ``sink(part, batch)``."""
+        sql = spec.sql(self.db)
+        queries = [sql if r is None else f"{sql} WHERE rowid >= {r[0]} AND rowid < {r[1]}"
+                   for r in ranges]
+
+        def job(i: int) -> Callable[[], None]:
+            def run() -> None:
+                writer = open_part(i) if open_part is not None else None
+                for raw in self.db.stream(queries[i]):
+                    b = build_batch(spec, self.db, raw)
+                    if writer is not None:
+                        writer.write_batch(b)
+                    sink(i, b)
+            return run
+
+        if open_part is not None and not queries:
+            open_part(0)  # an empty table still gets its (empty) Parquet file
+        self.db.parallel([job(i) for i in range(len(queries))])

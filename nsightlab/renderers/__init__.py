@@ -1,0 +1,98 @@
+"""The one place that turns a result into output, whatever the format.
+
+Results (a DataFrame, a recipe run, a diff, a run report, report infos) never format
+themselves, and commands never branch on the format: they call ``emit``.
+
+- ``table``: terminal text (``renderers.text``);
+- ``csv`` / ``json``: machine-readable text (every table in full);
+- ``parquet``: files only;
+- ``html``: one self-contained page (``renderers.html``), to a file.
+
+A single table goes to stdout or to ``out`` (a file). A result with several tables goes to
+stdout, or with ``out`` (a folder) is saved there: Parquet per table, CSV/JSON beside it for
+those formats, and manifest.json (``Result.save``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import OutputError
+
+#: formats of ``emit``
+FORMATS = ("table", "csv", "json", "parquet", "html")
+
+
+def emit(result, fmt: str = "table", out: str | os.PathLike | None = None, *,
+         limit: int | None = None) -> list[Path]:
+    """Write ``result`` as ``fmt`` to stdout or ``out``; returns the files written.
+
+    Raises:
+        OutputError: parquet without ``out``, or a format that does not fit the result.
+    """
+    if fmt not in FORMATS:
+        raise OutputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if isinstance(result, pd.DataFrame):
+        return _emit_frame(result, fmt, out, limit)
+    if fmt == "html":
+        from . import html
+
+        return _write(html.render(result), out)
+    if out is not None and fmt != "table":
+        return result.save(out, (fmt,) if fmt in ("csv", "json") else ())
+    if fmt == "parquet":
+        raise OutputError("--format parquet writes files: give -o DIR")
+    if fmt == "json":
+        return _write(json.dumps(result.to_json(), indent=1) + "\n", None)
+    if fmt == "csv":
+        for name, df in result.tables().items():
+            sys.stdout.write(f"# {name}\n")
+            df.to_csv(sys.stdout, index=False)
+        return []
+    from . import text
+
+    files = result.save(out) if out is not None else []
+    _write(text.render(result, limit) if limit is not None else text.render(result), None)
+    return files
+
+
+def _emit_frame(df: pd.DataFrame, fmt: str, out, limit: int | None) -> list[Path]:
+    if limit is not None:
+        df = df.head(limit)
+    if fmt == "parquet":
+        if out is None:
+            raise OutputError("--format parquet writes a file: give -o FILE")
+        with open(out, "wb") as f:  # an OSError that names the file
+            df.to_parquet(f, index=False)
+        return [Path(out)]
+    if fmt == "csv":  # written in chunks: no single multi-GB string
+        if out is None:
+            df.to_csv(sys.stdout, index=False)
+            return []
+        with open(out, "w", newline="") as f:  # an OSError that names the file
+            df.to_csv(f, index=False)
+        return [Path(out)]
+    if fmt == "json":
+        from ..result import json_records
+
+        return _write(json.dumps(json_records(df), indent=1) + "\n", out)
+    if fmt == "html":
+        from .html import page, table_html
+
+        return _write(page("nsightlab table", [("rows", table_html(df, len(df)))], []), out)
+    from .text import table_text
+
+    return _write(table_text(df), out)
+
+
+def _write(text: str, out) -> list[Path]:
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return []
+    Path(out).write_text(text)
+    return [Path(out)]

@@ -1,0 +1,117 @@
+"""Any result as one self-contained HTML page: verdict, tables and Altair charts.
+
+The Vega JavaScript is inlined (through vl-convert), so a page opens with the network off.
+"""
+from __future__ import annotations
+
+import html
+from functools import singledispatch
+
+import pandas as pd
+
+from .. import charts
+from ..comparison import Diff
+from ..recipes import RunResult
+from ..summary import RunReport
+
+STYLE = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
+         "table{border-collapse:collapse;font-size:13px;margin:0.5em 0}"
+         "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
+         "th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}"
+         ".verdict{font-size:1.15em;background:#fff8e1;padding:0.8em;border-left:4px solid #f0a000}"
+         "</style>")
+
+
+def page(title: str, sections: list[tuple[str, str]], chart_list: list) -> str:
+    """One self-contained HTML page: a title, HTML sections (heading, body) and the charts."""
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    for heading, content in sections:
+        body.append(f"<h2>{html.escape(heading)}</h2>\n{content}")
+    if not chart_list:
+        return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+                f"</title>{STYLE}</head><body>" + "\n".join(body) + "</body></html>")
+    import altair as alt
+
+    doc = alt.vconcat(*chart_list).resolve_scale(color="independent").to_html(inline=True)
+    doc = doc.replace("<head>", f"<head>\n<title>{html.escape(title)}</title>\n{STYLE}", 1)
+    at = doc.rfind("<body>") + len("<body>")  # the last one: the inlined JS mentions "<body>" too
+    return doc[:at] + "\n" + "\n".join(body) + "\n<h2>Charts</h2>" + doc[at:]
+
+
+def table_html(df: pd.DataFrame, max_rows: int = 40) -> str:
+    """A DataFrame as a compact HTML table (times in ms, whole numbers without decimals,
+    long names cut at the end; the full name in the cell's title)."""
+    show = df.head(max_rows).copy()
+    for c in list(show.columns):
+        if str(c).endswith("_ns"):
+            show.insert(list(show.columns).index(c), str(c)[:-3] + "_ms", show.pop(c) / 1e6)
+    rows = []
+    for r in show.itertuples(index=False, name=None):
+        rows.append("<tr>" + "".join(_td(v) for v in r) + "</tr>")
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in show.columns)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _td(v) -> str:
+    if isinstance(v, float):
+        text = "" if pd.isna(v) else (f"{v:.0f}" if v == int(v) else f"{v:.3f}")
+        return f"<td>{text}</td>"
+    s = "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+    if len(s) > 90:
+        return f"<td title='{html.escape(s, quote=True)}'>{html.escape(s[:89])}…</td>"
+    return f"<td>{html.escape(s)}</td>"
+
+
+@singledispatch
+def render(obj) -> str:
+    """``obj`` as a self-contained HTML page."""
+    raise TypeError(f"no HTML renderer for {type(obj).__name__}")
+
+
+@render.register
+def _(d: Diff) -> str:
+    h = d.headline
+    summary = pd.DataFrame([
+        {"": "iteration (GPU span), ms", "A": h["a_iteration_ns"] / 1e6, "B": h["b_iteration_ns"] / 1e6},
+        {"": "kernel time, ms", "A": h["a_kernel_ns"] / 1e6, "B": h["b_kernel_ns"] / 1e6},
+        {"": "kernels", "A": h["a_kernels"], "B": h["b_kernels"]},
+        {"": "GPU busy %", "A": h["a_busy_pct"], "B": h["b_busy_pct"]},
+    ])
+    sections = [
+        ("Verdict", f"<p class='verdict'>{html.escape(h['verdict'])}</p>"
+                    f"<p>A: {html.escape(str(h['a']))} ({html.escape(h['a_iteration_source'])})<br>"
+                    f"B: {html.escape(str(h['b']))} ({html.escape(h['b_iteration_source'])})</p>"
+                    + table_html(summary)),
+        ("By kernel class (per iteration)", table_html(d.by_class)),
+        ("By precision (per iteration)", table_html(d.by_precision)),
+        ("By layer (per iteration)", table_html(d.by_layer)),
+        ("Precision-conversion kernels (only in B, in layers whose math changed precision)",
+         table_html(d.conversion)),
+        ("Overheads (median per iteration)", table_html(d.overheads)),
+        ("Tensor Core activity", table_html(d.tensor_core)),
+        ("Kernels (matched by layer, class and position)", table_html(d.kernels, 60)),
+    ]
+    return page(f"nsightlab diff: {h['a']} vs {h['b']}", sections,
+                list(charts.diff_charts(d).values()))
+
+
+@render.register
+def _(rr: RunReport) -> str:
+    p = rr.profile
+    items = "".join(f"<li>{html.escape(f)}</li>" for f in rr.findings)
+    sections = [
+        ("Findings", f"<p>{html.escape(p.iteration_source)}; iteration {p.iteration_ns / 1e6:.2f} ms, "
+                     f"GPU busy {p.busy_pct:.0f}%, {p.kernels:.0f} kernels</p><ul>{items}</ul>"),
+        ("Top kernels", table_html(rr.top_kernels)),
+        ("Launch vs compute", table_html(rr.launch)),
+        ("Host syncs", table_html(rr.syncs)), ("Longest GPU gaps", table_html(rr.gaps)),
+        ("Tensor Core activity", table_html(rr.tensor_core)),
+        ("Layers (per iteration)", table_html(p.by_layer)),
+    ]
+    return page(f"nsightlab report: {p.label}", sections, list(charts.report_charts(rr).values()))
+
+
+@render.register
+def _(result: RunResult) -> str:
+    sections = [(t, table_html(df)) for t, df in result.tables().items()]
+    return page(f"nsightlab recipe {result.recipe}", sections, [])

@@ -1,0 +1,157 @@
+"""Any result as terminal text: aligned tables, times in ms, verdicts first.
+
+``render(obj)`` knows every result type (a DataFrame, a recipe run, a diff, a run report,
+report infos); models never format themselves. Long cells (kernel names) are cut at the
+end, so what a kernel *is* stays readable; machine-readable output (CSV, JSON, Parquet)
+always keeps the full text.
+"""
+from __future__ import annotations
+
+import io
+from functools import singledispatch
+
+import pandas as pd
+
+from ..comparison import Diff
+from ..metadata import ReportInfos
+from ..profile import OUTSIDE
+from ..recipes import RunResult
+from ..summary import RunReport
+
+#: widest cell before it is cut (with "…")
+MAX_CELL = 60
+
+
+def cell(v, max_width: int = MAX_CELL) -> str:
+    """One value as table text: whole numbers without decimals, times and shares to 0.1
+    from 100 up and to 0.001 below; missing values blank; long text cut at the end."""
+    if isinstance(v, float) and not pd.isna(v):
+        return f"{v:.0f}" if v == int(v) else (f"{v:.1f}" if abs(v) >= 100 else f"{v:.3f}")
+    s = "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+    return s if len(s) <= max_width else s[: max_width - 1] + "…"
+
+
+def table_text(df: pd.DataFrame, max_width: int = MAX_CELL) -> str:
+    """Aligned plain-text table (numbers right-aligned)."""
+    if df.empty:
+        return "(no rows)\n" if len(df.columns) == 0 else "  ".join(map(str, df.columns)) + "\n(no rows)\n"
+    cols = [str(c) for c in df.columns]
+    rows = [[cell(v, max_width) for v in r] for r in df.itertuples(index=False, name=None)]
+    numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+               for c in df.columns]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    buf = io.StringIO()
+
+    def line(vals: list[str]) -> None:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)]
+        buf.write("  ".join(parts).rstrip() + "\n")
+
+    line(cols)
+    line(["-" * w for w in widths])
+    for r in rows:
+        line(r)
+    return buf.getvalue()
+
+
+def ms_table(df: pd.DataFrame, cols: list[str] | None = None) -> str:
+    """``table_text`` of ``cols`` with every ``*_ns`` column shown as ``*_ms``."""
+    out = df[cols].copy() if cols else df.copy()
+    for c in list(out.columns):
+        if str(c).endswith("_ns"):
+            out.insert(list(out.columns).index(c), str(c)[:-3] + "_ms", out.pop(c) / 1e6)
+    return table_text(out)
+
+
+@singledispatch
+def render(obj, limit: int | None = None) -> str:
+    """``obj`` as terminal text (``limit``: rows per table where a result has many)."""
+    raise TypeError(f"no text renderer for {type(obj).__name__}")
+
+
+@render.register
+def _(df: pd.DataFrame, limit: int | None = None) -> str:
+    return table_text(df if limit is None else df.head(limit))
+
+
+@render.register
+def _(result: RunResult, limit: int | None = 25) -> str:
+    out = []
+    for t, df in result.tables().items():
+        more = f" (first {limit} of {len(df)})" if limit is not None and len(df) > limit else ""
+        out += [f"== {t}{more} ==", table_text(df if limit is None else df.head(limit))]
+    return "\n".join(out)
+
+
+@render.register
+def _(d: Diff, limit: int | None = 12) -> str:
+    h = d.headline
+    lines = [h["verdict"], "",
+             f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']})",
+             f"B {h['b']}: {h['b_iterations']} iterations ({h['b_iteration_source']})",
+             f"per iteration: {h['a_iteration_ns'] / 1e6:.3f} ms -> {h['b_iteration_ns'] / 1e6:.3f} ms "
+             f"(speedup {h['speedup']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
+             f"GPU busy {h['a_busy_pct']:.0f}% -> {h['b_busy_pct']:.0f}%, "
+             f"conversion overhead {h['conversion_overhead_ns'] / 1e6:.3f} ms", "",
+             "by kernel class (ms per iteration):",
+             ms_table(d.by_class, ["kernel_class", "a_ns", "b_ns", "delta_ns", "a_count", "b_count"])]
+    if (d.by_layer["layer"] != OUTSIDE).any():
+        lines += ["by layer (largest changes):",
+                  ms_table(d.by_layer.head(limit), ["layer", "a_ns", "b_ns", "delta_ns",
+                                                    "a_math_precision", "b_math_precision"])]
+    if len(d.conversion):
+        lines += ["precision-conversion kernels (only in B):",
+                  ms_table(d.conversion.head(8), ["kernel_class", "b_name", "time_ns"])]
+    lines += ["overheads (median per iteration):",
+              ms_table(d.overheads, ["overhead", "a_ns", "b_ns", "a_count", "b_count"])]
+    return "\n".join(lines)
+
+
+@render.register
+def _(rr: RunReport, limit: int | None = 8) -> str:
+    p = rr.profile
+    lines = [f"{p.label}: {p.iterations} iteration(s) ({p.iteration_source})",
+             f"  iteration {p.iteration_ns / 1e6:.2f} ms GPU span, {p.kernel_ns / 1e6:.2f} ms "
+             f"kernel time, {p.kernels:.0f} kernels, GPU busy {p.busy_pct:.0f}%", "", "findings:"]
+    lines += [f"  - {f}" for f in rr.findings]
+    lines += ["", "time per iteration by class:",
+              ms_table(p.by_class.sort_values("time_ns", ascending=False))]
+    top = rr.top_kernels[["name", "instances", "total_ns", "time_pct", "kernel_class", "precision"]]
+    lines += ["top kernels:", ms_table(top.head(limit))]
+    if len(rr.syncs):
+        lines += ["host syncs:", ms_table(rr.syncs)]
+    return "\n".join(lines)
+
+
+@render.register
+def _(infos: ReportInfos, limit: int | None = None) -> str:
+    return "\n".join(info_text(i) for i in infos.infos)
+
+
+def info_text(info: dict) -> str:
+    """Human summary of ``Report.info()`` for the terminal."""
+    out = [str(info["path"])]
+    out.append(f"  nsys {info['nsys_version'] or '?'} · export schema {info['schema_version'] or '?'}")
+    for g in info["gpus"]:
+        mem = f", {g['memory_bytes'] / 2**30:.1f} GiB" if g.get("memory_bytes") else ""
+        sms = f", {g['sm_count']} SMs" if g.get("sm_count") else ""
+        cc = f", cc {g['compute_capability']}" if g.get("compute_capability") else ""
+        out.append(f"  GPU {g['device_id']}: {g['name']} ({g.get('chip') or '?'}{sms}{mem}{cc})")
+    if not info["gpus"]:
+        out.append("  GPUs: none recorded")
+    procs = [p for p in info["processes"] if p.get("uses_cuda")]
+    shown = ", ".join(f"{p['name']} ({p['pid']})" for p in procs[:4])
+    out.append(f"  CUDA processes: {shown or 'none'}"
+               + (f" and {len(procs) - 4} more" if len(procs) > 4 else "")
+               + f"  [{len(info['processes'])} processes recorded]")
+    if info["span_ns"] is not None:
+        out.append(f"  span: {info['span_ns'] / 1e9:.3f} s "
+                   f"({info['start_ns']} → {info['end_ns']} ns)")
+    out.append("  tables:")
+    width = max(len(t) for t in info["tables"])
+    for t, n in info["tables"].items():
+        hint = info["missing"].get(t)
+        if hint:
+            out.append(f"    {t:<{width}}  {'—':>11}  not recorded ({hint.split(': ', 1)[-1]})")
+        else:
+            out.append(f"    {t:<{width}}  {n:>11,}")
+    return "\n".join(out) + "\n"
