@@ -15,7 +15,6 @@ from click.testing import CliRunner
 import nsightlab
 from nsightlab import capture as cap
 from nsightlab.cli import cli
-import nsightlab.cli.capture  # noqa: F401
 
 from conftest import SHARED
 
@@ -111,7 +110,8 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, precision, flag):
     assert "--delay=2 --duration=30 trtexec" in lines[1]  # pass-through flags before the workload
     assert lines[2].startswith("[ncu] ") and "--kernel-name regex:gemm" in lines[2]
     assert "--replay-mode application trtexec" in lines[2]
-    assert not store.exists() or not any(store.iterdir())
+    assert lines[3].startswith("[export] ") and "export --type sqlite" in lines[3]
+    assert len(lines) == 4 and (not store.exists() or not any(store.iterdir()))
 
 
 def test_usage_and_tool_errors(tmp_path, monkeypatch):
@@ -265,3 +265,51 @@ def test_bundled_example_captures(tmp_path, monkeypatch):
         assert [s["name"] for s in manifest["steps"]] == ["nsys", "ncu"]
         ncu_kernels = pd.read_parquet(copy / "report.ncu_kernels.parquet")
         assert len(ncu_kernels) == 40 and ncu_kernels["nvtx"].str.endswith("block3").all()
+
+
+def test_options_validate_in_the_library(tmp_path):
+    from nsightlab.errors import UsageError
+
+    with pytest.raises(UsageError, match="exactly one workload.*-- COMMAND and --trtexec"):
+        cap.Options(name="x", command=["true"], trtexec="m.onnx").validate(check_files=False)
+    with pytest.raises(UsageError, match="none given"):
+        cap.Options(name="x").validate()
+    with pytest.raises(nsightlab.NsightlabError, match="no such model file"):
+        cap.Options(name="x", ort=str(tmp_path / "none.onnx")).validate()
+    # what a command line hands over is taken as it comes
+    o = cap.Options(name="x", command=("python", "w.py"), nsys_args="--delay 2 --x 'a b'",
+                    store=str(tmp_path), ort_shapes=("in=1x3",))
+    assert o.command == ["python", "w.py"] and o.nsys_args == ["--delay", "2", "--x", "a b"]
+    assert o.store == tmp_path and o.ort_shapes == ["in=1x3"]
+
+
+def test_plan_ends_with_the_export_step(tmp_path):
+    from nsightlab import nsys as nsys_cli
+
+    steps = cap.plan(cap.Options(name="x", command=["true"]), tmp_path, {"nsys": "/opt/nsys"})
+    assert [s.kind for s in steps] == ["workload", "export"]
+    assert steps[-1].argv == nsys_cli.export_argv("/opt/nsys", tmp_path / "report.nsys-rep",
+                                                  tmp_path / "report.sqlite")
+    assert [s.kind for s in cap.plan(cap.Options(name="x", command=["true"], use_nsys=False),
+                                     tmp_path, {})] == ["workload"]
+
+
+def test_capture_flags_are_the_options_fields():
+    """The CLI hands its flags to Options by name, and shows the library's defaults."""
+    import dataclasses
+
+    from nsightlab.cli import capture as cli_capture, table as cli_table
+    from nsightlab.tables import TABLES
+
+    fields = {f.name: f.default for f in dataclasses.fields(cap.Options)}
+    params = {p.name: p for p in cli_capture.capture.params if p.name not in ("dry_run", "quiet")}
+    assert set(params) <= set(fields)
+    for name, p in params.items():  # valued options show the library's default
+        if isinstance(p.default, (str, int, float)) and not getattr(p, "is_flag", False) \
+                and name not in ("nsys_args", "ncu_args"):
+            assert p.default == fields[name], name
+    assert {"trace", "precision", "iterations", "ep", "ncu_set"} <= {
+        n for n, p in params.items() if isinstance(p.default, (str, int))}
+    assert cli_capture.DEFAULT_TRACE == cap.DEFAULT_TRACE
+    assert set(cli_capture.PRECISIONS) == set(cap.PRECISION_FLAGS)
+    assert set(cli_table.TABLE_NAMES) == set(TABLES)

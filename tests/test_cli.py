@@ -10,8 +10,6 @@ import pytest
 from click.testing import CliRunner
 
 from nsightlab.cli import cli
-import nsightlab.cli.info  # noqa: F401
-import nsightlab.cli.table  # noqa: F401
 
 
 def invoke(*args):
@@ -69,10 +67,6 @@ def test_usage_errors_exit_2(sqlite_of, cache_dir):
 
 
 def test_every_command_has_help_with_an_example():
-    from nsightlab.cli import main  # noqa: F401
-    import nsightlab.cli.capture  # noqa: F401
-    import nsightlab.cli.recipe  # noqa: F401
-
     commands = [[]] + [[c] for c in cli.commands]
     commands += [["recipe", c] for c in cli.commands["recipe"].commands]
     for cmd in commands:

@@ -10,7 +10,6 @@ from click.testing import CliRunner
 
 import nsightlab.recipes as R
 from nsightlab.cli import cli
-import nsightlab.cli.recipe  # noqa: F401
 
 BUILTIN = ["api_sum", "gpu_util", "kernel_sum", "launch_compute", "nvtx_gpu", "sync_gaps",
            "tensor_core"]

@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,7 +13,6 @@ from click.testing import CliRunner
 
 import nsightlab
 from nsightlab.cli import cli
-import nsightlab.cli.compare  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,8 @@ def test_html_report_renders_offline_in_headless_chromium(fp16_vs_fp8, tmp_path)
     img = Image.open(shot).convert("L")
     w, h = img.size
     charts = img.crop((0, h // 2, w, h))  # the lower half holds tables and charts
-    dark = sum(1 for px in charts.getdata() if px < 200)
+    pixels = getattr(charts, "get_flattened_data", charts.getdata)()
+    dark = sum(1 for px in pixels if px < 200)
     assert dark > 0.01 * charts.size[0] * charts.size[1]
 
 
@@ -185,3 +186,22 @@ def test_tensorrt_inferences_are_iterations_and_its_layers_are_layers(sqlite_of,
     assert len(p.by_layer) > 50 and p.by_layer["layer"].str.contains("/conv").any()
     assert abs(p.by_layer["time_ns"].sum() - p.kernel_ns) < 1
     assert (p.by_layer.loc[p.by_layer["layer"].str.contains("conv"), "math_precision"] == "fp16").mean() > 0.5
+
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+
+
+@pytest.mark.parametrize("args,golden", [
+    (["diff", "h200-vit-fp16.sqlite", "h200-vit-fp8.sqlite"], "diff-h200-vit-fp16-fp8.txt"),
+    (["report", "h200-vit-fp16-syncy.sqlite"], "report-h200-vit-fp16-syncy.txt"),
+])
+def test_exact_text_output(args, golden, sqlite_of, cache_dir, monkeypatch):
+    """The whole terminal output, character for character. After an intended change,
+    regenerate: in a folder holding the decompressed fixtures, ``nsightlab ARGS >
+    tests/data/golden/NAME`` (then read the diff of the golden file before committing)."""
+    for name in args[1:]:
+        sqlite_of(name.removesuffix(".sqlite"))
+    monkeypatch.chdir(sqlite_of(args[1].removesuffix(".sqlite")).parent)
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert res.stdout == (GOLDEN / golden).read_text()

@@ -8,7 +8,6 @@ import pytest
 from click.testing import CliRunner
 
 from nsightlab.cli import cli, main  # noqa: F401
-import nsightlab.cli.info  # noqa: F401  (registers the command)
 from conftest import DATA, SHARED
 
 

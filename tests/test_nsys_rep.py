@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 import nsightlab
 from nsightlab.cli import cli
-import nsightlab.cli.table  # noqa: F401
 
 pytestmark = pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys is not installed")
 

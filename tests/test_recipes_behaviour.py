@@ -141,3 +141,15 @@ def test_sync_calls_carry_their_call_stacks(sqlite_of, cache_dir):
     stacks = syncs.loc[(syncs["api_name"] == "cudaMemcpy") & syncs["call_stack"].notna(), "call_stack"]
     assert len(stacks) == 15
     assert all(" < cudaMemcpy < " in s and " < main < " in s for s in stacks)
+
+
+def test_call_stacks_for_any_number_of_ids(sqlite_of, cache_dir):
+    """Looked up in chunks: asking for 40,000 ids (more than one query takes) still finds the
+    real stacks among them."""
+    import nsightlab
+
+    r = nsightlab.open(sqlite_of("pub-pipit-saxpy-a100"))
+    ids = r.cuda_api(["callchain_id"])["callchain_id"].dropna().astype(int).unique()
+    few = r.call_stacks(ids)
+    many = r.call_stacks(list(range(40_000)) + list(ids))
+    assert few and all(many[i] == s for i, s in few.items())

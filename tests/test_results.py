@@ -1,0 +1,156 @@
+"""The result store (recipes and run profiles) and what the recipe framework checks."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import nsightlab
+import nsightlab.recipes as R
+from nsightlab import results
+from nsightlab.results import ResultStore
+
+
+def computer(log: list, value: int = 1):
+    def compute():
+        log.append(value)
+        return {"t": pd.DataFrame({"x": [value, value + 1]})}, {"value": value}
+    return compute
+
+
+def test_store_keys_on_code_params_and_input_identity(tmp_path):
+    store = ResultStore(tmp_path / "results")
+    src = tmp_path / "input.txt"
+    src.write_text("one")
+    log: list = []
+    first = store.get_or_compute("r", {"p": 1}, [src], "code1", computer(log))
+    again = store.get_or_compute("r", {"p": 1}, [src], "code1", computer(log))
+    assert log == [1] and again[1] == {"value": 1} and again[0]["t"].equals(first[0]["t"])
+    store.get_or_compute("r", {"p": 2}, [src], "code1", computer(log, 2))
+    store.get_or_compute("r", {"p": 1}, [src], "code2", computer(log, 3))
+    src.write_text("a different file")  # replaced input: new size and mtime
+    store.get_or_compute("r", {"p": 1}, [src], "code2", computer(log, 4))
+    assert log == [1, 2, 3, 4]
+
+
+def test_store_recomputes_damaged_entries_and_prunes_old_ones(tmp_path, monkeypatch):
+    store = ResultStore(tmp_path / "results")
+    src = tmp_path / "input.txt"
+    src.write_text("x")
+    log: list = []
+    store.get_or_compute("r", {}, [src], "code1", computer(log))
+    (entry,) = [d for d in (tmp_path / "results").iterdir()]
+    (entry / "t.parquet").write_bytes(b"PAR1 garbage")
+    store.get_or_compute("r", {}, [src], "code1", computer(log))
+    (entry / "meta.json").write_text("{not json")
+    store.get_or_compute("r", {}, [src], "code1", computer(log))
+    assert log == [1, 1, 1]
+    # new code for the same name replaces the old entry; other names stay
+    store.get_or_compute("other", {}, [src], "code1", computer(log))
+    store.get_or_compute("r", {}, [src], "code2", computer(log))
+    names = sorted(json.loads((d / "meta.json").read_text())["code"] + ":" + d.name.split("-")[0]
+                   for d in (tmp_path / "results").iterdir())
+    assert names == ["code1:other", "code2:r"]
+    # beyond MAX_ENTRIES, the least recently used go
+    monkeypatch.setattr(results, "MAX_ENTRIES", 3)
+    for p in range(5):
+        store.get_or_compute("r", {"p": p}, [src], "code2", computer(log))
+    assert len(list((tmp_path / "results").iterdir())) == 3
+
+
+def test_store_that_cannot_be_written_still_returns_results(tmp_path):
+    blocked = tmp_path / "a-file"  # its "results" folder can never be created, even by root
+    blocked.write_text("x")
+    log: list = []
+    out = ResultStore(blocked / "results").get_or_compute("r", {}, [], "c", computer(log))
+    assert out[1] == {"value": 1} and log == [1]
+    ResultStore(blocked / "results").get_or_compute("r", {}, [], "c", computer(log))
+    assert log == [1, 1]  # nothing was kept, and nothing failed
+
+
+def test_replacing_a_file_parameter_recomputes_the_recipe(tmp_path, sqlite_of, cache_dir,
+                                                          monkeypatch):
+    d = tmp_path / "mine" / "with_file"
+    d.mkdir(parents=True)
+    (d / "metadata.json").write_text(json.dumps({
+        "name": "with_file", "description": "Reads a side file.",
+        "params": [{"name": "side", "type": "path", "default": ""}],
+        "requires": [{"table": "kernels", "columns": ["name"]}],
+        "tables": {"out": {"columns": {"text": "", "kernels": ""}}}}))
+    (d / "recipe.py").write_text(
+        "import pandas as pd\n"
+        "from pathlib import Path\n"
+        "def run(report, params):\n"
+        "    return {'out': pd.DataFrame({'text': [Path(params['side']).read_text()],\n"
+        "                                 'kernels': [len(report.kernels(['name']))]})}\n")
+    monkeypatch.setenv("NSIGHTLAB_RECIPE_PATH", str(tmp_path / "mine"))
+    side = tmp_path / "side.txt"
+    side.write_text("first")
+    path = sqlite_of("h200-vit-fp16")
+    assert R.run("with_file", path, {"side": str(side)})["out"]["text"][0] == "first"
+    side.write_text("second, longer")
+    assert R.run("with_file", path, {"side": str(side)})["out"]["text"][0] == "second, longer"
+    with pytest.raises(nsightlab.NsightlabError, match="no such file"):
+        R.run("with_file", path, {"side": str(tmp_path / "gone.txt")})
+
+
+def write_recipe(root, name, meta: dict, body: str):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "metadata.json").write_text(json.dumps({"name": name, "description": "test", **meta}))
+    (d / "recipe.py").write_text("import pandas as pd\ndef run(report, params):\n" + body)
+
+
+def test_requirements_are_checked_before_the_recipe_runs(tmp_path, sqlite_of, cache_dir,
+                                                         monkeypatch):
+    write_recipe(tmp_path, "needs_metrics",
+                 {"requires": [{"table": "gpu_metrics", "columns": ["value"]}],
+                  "tables": {"t": {"columns": {"x": ""}}}},
+                 "    raise AssertionError('must not run')\n")
+    monkeypatch.setenv("NSIGHTLAB_RECIPE_PATH", str(tmp_path))
+    with pytest.raises(R.NoDataError, match="GPU_METRICS.*--gpu-metrics-devices=all"):
+        R.run("needs_metrics", sqlite_of("h200-vit-fp16"))
+    res = R.run_many("needs_metrics", [str(sqlite_of("h200-vit-fp16"))])
+    assert res.inputs[0]["status"] == "no data"
+
+
+def test_outputs_must_match_the_metadata(tmp_path, sqlite_of, cache_dir, monkeypatch):
+    write_recipe(tmp_path, "sloppy", {"tables": {"t": {"columns": {"x": "", "y": ""}}}},
+                 "    return {'t': pd.DataFrame({'x': [1], 'z': [2]})}\n")
+    write_recipe(tmp_path, "extra_table", {"tables": {"t": {"columns": {"x": ""}}}},
+                 "    return {'t': pd.DataFrame({'x': [1]}), 'u': pd.DataFrame()}\n")
+    monkeypatch.setenv("NSIGHTLAB_RECIPE_PATH", str(tmp_path))
+    with pytest.raises(R.RecipeError, match=r"undeclared \['z'\]; missing \['y'\]"):
+        R.run("sloppy", sqlite_of("h200-vit-fp16"))
+    with pytest.raises(R.RecipeError, match="does not declare"):
+        R.run("extra_table", sqlite_of("h200-vit-fp16"))
+
+
+def test_bad_requirements_in_metadata_are_named(tmp_path, monkeypatch):
+    write_recipe(tmp_path, "typo", {"requires": [{"table": "kernel", "columns": []}],
+                                    "tables": {}}, "    return {}\n")
+    monkeypatch.setenv("NSIGHTLAB_RECIPE_PATH", str(tmp_path))
+    with pytest.raises(R.RecipeError, match="typo/metadata.json.*nsightlab tables"):
+        R.available()
+
+
+def test_text_columns_come_out_as_plain_text(sqlite_of, cache_dir):
+    for name, table in (("kernel_sum", "kernel_sum"), ("nvtx_gpu", "ranges")):
+        df = R.run(name, sqlite_of("h200-vit-fp16"))[table]
+        text = [c for c in df.columns if df[c].dtype == R.TEXT]
+        assert not [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+        assert {"name"} <= set(text)
+
+
+def test_run_profile_is_kept_in_the_result_store(sqlite_of, cache_dir):
+    from nsightlab.profile import profile
+
+    r = nsightlab.open(sqlite_of("h200-vit-fp16"))
+    first = profile(r, "x")
+    kept = [d.name for d in r.results.root.iterdir() if d.name.startswith("profile-")]
+    again = profile(nsightlab.open(sqlite_of("h200-vit-fp16")), "y")
+    assert len(kept) == 1 and again.label == "y"
+    assert again.iteration_ns == first.iteration_ns
+    pd.testing.assert_frame_equal(again.by_layer, first.by_layer, check_dtype=False)
+    assert again.overheads == first.overheads
