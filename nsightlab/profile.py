@@ -21,6 +21,7 @@ import pandas as pd
 from . import gpu_metrics as gm
 from .cache import code_fingerprint
 from .classify import annotate, sync_kind
+from .errors import NsightlabError
 from .launches import first_of_call, launches
 from .report import Report
 from .timeline import busy_time
@@ -85,46 +86,13 @@ def _split(p: RunProfile) -> tuple[dict[str, pd.DataFrame], dict]:
 
 
 def _compute(report: Report, label: str) -> RunProfile:
+    """The profile itself (``profile`` adds the result store around it)."""
     lk = launches(report, op_columns=("start_ns", "end_ns", "name"),
                   api_columns=("start_ns", "end_ns")).drop(columns="pid")
     if lk.empty:
-        from .errors import NsightlabError
-
         raise NsightlabError(f"{report.path}: no kernel launches to compare "
                              f"({report.missing_hint('kernels') or 'profile with --trace=cuda'})")
-    nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
-    ranges = nvtx[nvtx["kind"] != "mark"].copy()
-    # a range never closed (the app exited inside it) runs to the end of the recording
-    ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
-    names = ranges["name"].astype(str).map(base_name)
-    iters = ranges[names.str.match(ITERATION)].sort_values("start_ns")
-    if not lk["api_start_ns"].is_monotonic_increasing:
-        lk = lk.sort_values("api_start_ns", kind="stable").reset_index(drop=True)
-    api_start = lk["api_start_ns"].to_numpy()
-    if len(iters) >= 1:
-        it = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start)
-        if (it < 0).any():  # drop launches outside the iterations before adding columns
-            keep = np.flatnonzero(it >= 0)
-            lk, it, api_start = lk.iloc[keep].reset_index(drop=True), it[keep], api_start[keep]
-        source = f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}...)"
-        depth = int(iters["depth"].min()) + 1
-        layers = ranges[(ranges["depth"] == depth)].sort_values("start_ns")
-        lay = _containing(layers["start_ns"].to_numpy(), layers["end_ns"].to_numpy(), api_start)
-        # layer of each launch as a categorical built from codes (no 8M-string arrays)
-        codes, names_u = pd.factorize(layers["name"].astype(str).map(layer_key))
-        cats = [*map(str, names_u), OUTSIDE]
-        lk["layer"] = pd.Categorical.from_codes(
-            np.where(lay >= 0, codes[np.maximum(lay, 0)] if len(codes) else 0, len(cats) - 1),
-            categories=cats)
-        lk["iter"] = it.astype(np.int32)
-        n = len(iters)
-        del it, lay, codes
-    else:
-        source = "no NVTX iteration ranges: all GPU activity as one iteration"
-        lk["layer"] = pd.Categorical.from_codes(np.zeros(len(lk), np.int8), categories=[OUTSIDE])
-        lk["iter"] = np.zeros(len(lk), np.int32)
-        n = 1
-    del api_start
+    lk, iters, n, source = _assign_iterations(report, lk)
     lk = annotate(lk, copy=False).drop(columns=["precision_confidence"])
     dur = (lk["end_ns"] - lk["start_ns"]).to_numpy()
     lk["dur"] = dur
@@ -157,6 +125,49 @@ def _compute(report: Report, label: str) -> RunProfile:
         flat_slots=flat_slots,
         overheads=_overheads(report, lk, iters, n, spans, busy_i),
         tensor_core=_tensor_core(report, lk, spans))
+
+
+def _assign_iterations(report: Report, lk: pd.DataFrame
+                       ) -> tuple[pd.DataFrame, pd.DataFrame, int, str]:
+    """Give every launch its iteration (``iter``) and layer (``layer``, a categorical) from the
+    NVTX iteration ranges and the ranges one level inside them; launches outside every
+    iteration are dropped. Without iteration ranges, all launches are one iteration.
+
+    Returns (launches, iteration ranges, number of iterations, how iterations were found).
+    """
+    nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
+    ranges = nvtx[nvtx["kind"] != "mark"].copy()
+    # a range never closed (the app exited inside it) runs to the end of the recording
+    ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
+    names = ranges["name"].astype(str).map(base_name)
+    iters = ranges[names.str.match(ITERATION)].sort_values("start_ns")
+    if not lk["api_start_ns"].is_monotonic_increasing:
+        lk = lk.sort_values("api_start_ns", kind="stable").reset_index(drop=True)
+    api_start = lk["api_start_ns"].to_numpy()
+    if len(iters) >= 1:
+        it = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start)
+        if (it < 0).any():  # drop launches outside the iterations before adding columns
+            keep = np.flatnonzero(it >= 0)
+            lk, it, api_start = lk.iloc[keep].reset_index(drop=True), it[keep], api_start[keep]
+        source = f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}...)"
+        depth = int(iters["depth"].min()) + 1
+        layers = ranges[(ranges["depth"] == depth)].sort_values("start_ns")
+        lay = _containing(layers["start_ns"].to_numpy(), layers["end_ns"].to_numpy(), api_start)
+        # layer of each launch as a categorical built from codes (no 8M-string arrays)
+        codes, names_u = pd.factorize(layers["name"].astype(str).map(layer_key))
+        cats = [*map(str, names_u), OUTSIDE]
+        lk["layer"] = pd.Categorical.from_codes(
+            np.where(lay >= 0, codes[np.maximum(lay, 0)] if len(codes) else 0, len(cats) - 1),
+            categories=cats)
+        lk["iter"] = it.astype(np.int32)
+        n = len(iters)
+        del it, lay, codes
+    else:
+        source = "no NVTX iteration ranges: all GPU activity as one iteration"
+        lk["layer"] = pd.Categorical.from_codes(np.zeros(len(lk), np.int8), categories=[OUTSIDE])
+        lk["iter"] = np.zeros(len(lk), np.int32)
+        n = 1
+    return lk, iters, n, source
 
 
 def _busy_per_iteration(lk: pd.DataFrame) -> np.ndarray:

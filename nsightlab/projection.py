@@ -32,6 +32,9 @@ def project(report: Report, launched: pd.DataFrame | None = None) -> pd.DataFram
 
     ``launched`` may be passed in when the caller already has ``launches(report)`` with at
     least start_ns, end_ns, api_start_ns, api_end_ns, api_tid and api_row.
+
+    One function on purpose (62 lines): the per-thread loop shares a dozen arrays over every
+    launch of the run (8M on big reports); split up, they would be passed or copied around.
     """
     nvtx = report.nvtx(NVTX_COLUMNS)
     nvtx = nvtx[nvtx["kind"] != "mark"].reset_index(drop=True)

@@ -8,6 +8,7 @@ command, so ``nsightlab --help`` starts fast. Any NsightlabError becomes a one-l
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -27,6 +28,9 @@ class Group(click.Group):
             raise click.UsageError(str(e)) from None
         except NsightlabError as e:
             raise click.ClickException(str(e)) from None
+        except BrokenPipeError:  # stdout closed early (| head): stop quietly, like SIGPIPE
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
         except OSError as e:  # an output folder that cannot be written, a full disk...
             where = f"{e.filename}: " if e.filename else ""
             raise click.ClickException(f"{where}{e.strerror or e}; check the path and its "

@@ -9,6 +9,14 @@ from .options import output_options, report_options, wrote
 FORMATS = ("table", "json", "csv", "parquet")
 
 
+def chart_options(f):
+    """--html FILE / --png DIR, for commands whose result has charts."""
+    f = click.option("--png", "png_dir", type=click.Path(file_okay=False),
+                     help="Save the charts as PNG here.")(f)
+    return click.option("--html", "html_file", type=click.Path(dir_okay=False),
+                        help="Write a self-contained HTML report with charts (opens offline).")(f)
+
+
 def _charts_out(result, html_file: str | None, png_dir: str | None) -> None:
     """--html FILE and --png DIR, for any result with charts."""
     from ..renderers import emit
@@ -25,9 +33,7 @@ def _charts_out(result, html_file: str | None, png_dir: str | None) -> None:
 @click.argument("a")
 @click.argument("b")
 @output_options("dir", FORMATS)
-@click.option("--html", "html_file", type=click.Path(dir_okay=False),
-              help="Write a self-contained HTML report with charts (opens offline).")
-@click.option("--png", "png_dir", type=click.Path(file_okay=False), help="Save the charts as PNG here.")
+@chart_options
 @report_options
 def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
          png_dir: str | None, open_options: dict) -> None:
@@ -56,9 +62,7 @@ def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
 @cli.command()
 @click.argument("path")
 @output_options("dir", FORMATS)
-@click.option("--html", "html_file", type=click.Path(dir_okay=False),
-              help="Write a self-contained HTML report with charts.")
-@click.option("--png", "png_dir", type=click.Path(file_okay=False), help="Save the charts as PNG here.")
+@chart_options
 @report_options
 def report(path: str, fmt: str, output: str | None, html_file: str | None,
            png_dir: str | None, open_options: dict) -> None:

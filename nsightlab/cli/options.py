@@ -46,8 +46,7 @@ def output_options(dest: str, formats: tuple[str, ...] = FORMATS) -> Callable:
     def decorate(f: Callable) -> Callable:
         @click.option("--format", "fmt", type=click.Choice(formats), default="table",
                       show_default=True,
-                      help="What to print: an aligned table, or every row as "
-                           + "/".join(x for x in formats if x != "table") + ".")
+                      help=_format_help(formats, dest))
         @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
         @click.option("-o", "--output", type=click.Path(dir_okay=dest == "dir",
                                                         file_okay=dest == "file"),
@@ -75,6 +74,15 @@ def output_options(dest: str, formats: tuple[str, ...] = FORMATS) -> Callable:
         return wrapper
 
     return decorate
+
+
+def _format_help(formats: tuple[str, ...], dest: str) -> str:
+    where = "the file" if dest == "file" else "DIR"
+    parts = {"table": "table: aligned text for the terminal",
+             "csv": f"csv: every row (with -o, into {where})",
+             "json": f"json: every row (with -o, into {where})",
+             "parquet": f"parquet: {where} only (needs -o)"}
+    return "; ".join(parts[f] for f in formats) + "."
 
 
 def wrote(files: list, where: str | None) -> None:
