@@ -19,6 +19,7 @@ from common import DEFAULT_WORK, in_fresh_process, scaled_report
 CHILD = r"""
 import json, resource, sys, time
 import nsightlab
+import nsightlab.comparison  # imports outside the timing: `import nsightlab` alone is lazy
 path, cache = sys.argv[1], sys.argv[2]
 t = time.perf_counter()
 d = nsightlab.diff(nsightlab.open(path, cache_dir=cache), nsightlab.open(path, cache_dir=cache))
@@ -37,7 +38,7 @@ def main() -> None:
     cache = args.work / "diff-cache"
     shutil.rmtree(cache, ignore_errors=True)
     rows = [("cold (no cache)", in_fresh_process(CHILD, report, cache))]
-    for d in cache.glob("*/profile-*"):
+    for d in cache.glob("*/results"):  # derived results, not the tables
         shutil.rmtree(d)
     rows.append(("tables warm", in_fresh_process(CHILD, report, cache)))
     rows.append(("warm", in_fresh_process(CHILD, report, cache)))

@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -285,10 +286,27 @@ def get(name: str) -> Recipe:
 
 
 def run(name: str, report: Report | str | os.PathLike, params: dict[str, Any] | None = None,
-        **open_options) -> dict[str, pd.DataFrame]:
+        **open_options) -> "RunResult":
     """Run recipe ``name`` on one report (a Report, or anything ``nsightlab.open`` takes, with
-    its ``open_options``: cache, cache_dir, nsys, progress)."""
-    return get(name).run(report, params, **open_options)
+    its ``open_options``: cache, cache_dir, nsys, progress).
+
+    Returns a RunResult: its tables by name (``run(...)["summary"]``), ``save(dir)`` and the
+    rest of ``Result``. Raises NoDataError when the report lacks what the recipe needs.
+    """
+    recipe = get(name)
+    t0 = time.perf_counter()
+    r = as_report(report, **open_options)
+    values = recipe.parse_params(params)
+    tables = recipe.run(r, values)
+    entry = {"input": str(r.source), "status": "ok", "nsys_version": r.nsys_version,
+             "schema_version": r.schema_version, "seconds": round(time.perf_counter() - t0, 3)}
+    return RunResult(recipe.name, tables, _info(recipe, values, [entry], t0))
+
+
+def _info(recipe: Recipe, values: dict, entries: list[dict], t0: float) -> dict:
+    """The manifest of a run: recipe, parameters, every input with its outcome, timing."""
+    return {"recipe": recipe.name, "description": recipe.description, "params": values,
+            "inputs": entries, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 # ---- many reports ----------------------------------------------------------------------------
@@ -324,8 +342,9 @@ def report_labels(sources: list[str]) -> list[str]:
 
 
 @dataclass
-class RunResult(Result):
-    """A recipe run over one or many reports: its tables, and per input its status."""
+class RunResult(Result, Mapping):
+    """A recipe run over one or many reports: its tables (also as a read-only mapping:
+    ``result["gaps"]``, ``list(result)``), and per input its status."""
 
     recipe: str
     results: dict[str, pd.DataFrame]
@@ -333,6 +352,15 @@ class RunResult(Result):
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return self.results
+
+    def __getitem__(self, table: str) -> pd.DataFrame:
+        return self.results[table]
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
 
     def manifest(self) -> dict:
         return self.info
@@ -381,10 +409,7 @@ def run_many(name: str, inputs: list[str], params: dict | None = None, *, jobs: 
         tables = recipe.reduce(ok) if ok else {}
         if not hasattr(recipe.module, "reduce"):
             recipe.check_outputs(tables, leading=("report",))
-    info = {"recipe": recipe.name, "description": recipe.description, "params": values,
-            "inputs": entries, "started": started,
-            "seconds": round(time.perf_counter() - t0, 3)}
-    return RunResult(recipe.name, tables, info)
+    return RunResult(recipe.name, tables, {**_info(recipe, values, entries, t0), "started": started})
 
 
 def recipes_markdown() -> str:

@@ -154,3 +154,11 @@ def test_kernel_sum_over_the_whole_shared_fixture_folder(cache_dir, tmp_path):
     assert len(exports) == 11 and all(status[k] in ("ok", "no data") for k in exports)
     ks = pd.read_parquet(tmp_path / "all" / "kernel_sum.parquet")
     assert ks["report"].nunique() == 10
+
+
+def test_reports_are_labelled_apart():
+    """Rows of different reports never share a label (resnet.fp16 and resnet.fp8 are not both
+    'resnet'); two files of one name keep their whole paths."""
+    assert R.report_labels(["a/resnet.fp16.sqlite", "b/resnet.fp8.nsys-rep", "c.sqlite.xz"]) == \
+        ["resnet.fp16", "resnet.fp8", "c"]
+    assert R.report_labels(["a/x.sqlite", "b/x.sqlite"]) == ["a/x.sqlite", "b/x.sqlite"]

@@ -154,3 +154,31 @@ def test_run_profile_is_kept_in_the_result_store(sqlite_of, cache_dir):
     assert again.iteration_ns == first.iteration_ns
     pd.testing.assert_frame_equal(again.by_layer, first.by_layer, check_dtype=False)
     assert again.overheads == first.overheads
+
+
+def test_every_result_object_saves_the_same_way(sqlite_of, cache_dir, tmp_path):
+    """A recipe run, a diff and a run report: tables(), to_json() and an atomic save(dir)
+    with one manifest shape."""
+    from nsightlab import summary
+
+    path = sqlite_of("h200-vit-fp16-syncy")
+    results_ = {"recipe": R.run("sync_gaps", path), "diff": nsightlab.diff(path, path),
+                "report": summary.build(path)}
+    assert set(results_["recipe"]) == {"syncs", "gaps", "by_api"}  # a mapping of its tables
+    for kind, res in results_.items():
+        tables = res.tables()
+        files = res.save(tmp_path / kind, ("csv",))
+        manifest = json.loads((tmp_path / kind / "manifest.json").read_text())
+        assert {"nsightlab_version", "written", "tables", "outputs"} <= set(manifest), kind
+        assert manifest["tables"] == {t: len(df) for t, df in tables.items()}
+        assert sorted(f.name for f in files) == sorted(manifest["outputs"] + ["manifest.json"])
+        for t, df in tables.items():
+            back = pd.read_parquet(tmp_path / kind / f"{t}.parquet")
+            assert list(back.columns) == [str(c) for c in df.columns] and len(back) == len(df)
+        json.dumps(res.to_json())  # plain JSON data
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+    assert results_["recipe"].manifest()["inputs"][0]["status"] == "ok"
+    assert results_["diff"].manifest()["kind"] == "diff"
+    # units in every column name of the overheads
+    assert list(results_["diff"].overheads.columns) == ["overhead", "a_ns", "b_ns", "delta_ns",
+                                                         "a_count", "b_count"]
