@@ -92,8 +92,9 @@ class TableReader:
     def ensure_cached(self, spec: TableSpec) -> None:
         """Build the cache entry of ``spec`` (nothing when it is valid or there is no cache)."""
         if self.cache is not None and self.cache.files(spec.name) is None:
+            first = [spec.columns[0].name]  # the cache holds every column; hand back one
             self._cached(spec, lambda files: None,
-                         lambda open_part: (self._collect(spec, open_part, [spec.columns[0].name])[0], None))
+                         lambda open_part: (self._collect(spec, open_part, first)[0], None))
 
     # ---- the cache policy ------------------------------------------------------------------
     def _cached(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],

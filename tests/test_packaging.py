@@ -36,7 +36,8 @@ def test_every_builtin_recipe_ships():
 def test_ci_tests_the_installed_wheel():
     installed = Path(nsightlab.__file__).resolve().parent
     if os.environ.get("CI"):
-        assert SOURCE not in installed.parents, f"CI imported the source tree ({installed})"
+        assert installed != SOURCE / "nsightlab", f"CI imported the source tree ({installed})"
+        assert "site-packages" in installed.parts, installed
     assert (installed / "runners" / "ort.py").is_file()
 
 
