@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import nsightlab.recipes as R
 from nsightlab.cli import cli
 
-BUILTIN = ["api_sum", "gpu_util", "kernel_sum", "launch_compute", "nvtx_gpu", "sync_gaps",
+BUILTIN = ["api_sum", "budget", "gpu_util", "kernel_sum", "launch_compute", "nvtx_gpu", "sync_gaps",
            "tensor_core"]
 
 

@@ -1,0 +1,392 @@
+"""Where each iteration's wall-clock time goes: one time budget that the answers build on.
+
+**Iterations are wall-clock windows that tile the loop.** An iteration starts at its NVTX range's
+start (``iterN``, ``stepN``, TensorRT's ``ExecutionContext::enqueue``...; see
+``profile.ITERATION``) and ends at the later of its range's end and the end of the last GPU
+work launched inside it. When the next iteration starts within ``TILE_GAP`` of that end, the
+two are back to back and the iteration runs up to the next one's start; when the host runs
+ahead (the next range starts before this iteration's GPU work ends), the next iteration starts
+where this one's GPU work ends. Without iteration ranges the whole span of GPU activity is one
+iteration, and ``source`` says so.
+
+**The parts are disjoint and add up to the window**, per GPU: time with a kernel running;
+then, of the remaining time, copies by direction and host memory kind (h2d/d2h pageable or
+pinned, d2d, peer, other); then memsets; the rest is GPU idle, split by what the host was doing
+during each idle stretch; a stretch is split where the call that launches the next operation
+starts (before it: what the host was doing; while it runs: launch):
+
+- ``idle_sync``: a synchronizing call (stream/device/event sync, synchronous copy) returned
+  during it: the host waited for the GPU to drain, then had to issue new work (the launch
+  that refills the queue counts here too: without the sync it would have been hidden);
+- ``idle_launch``: launch overhead: the call that launched the next GPU operation was running
+  (launch calls slower than the kernels they launch), or the host was only issuing work, with
+  less than ``LAUNCH_STRETCH_NS`` since its previous launch call (framework dispatch);
+- ``idle_host``: the host was doing something else for longer (CPU work, Python, ranges that
+  launch nothing) before it issued the next operation;
+- ``idle_unattributed``: no next operation, or no API record for it.
+
+Copy time hidden under kernels (another stream) is counted as kernel time and reported beside
+the budget as ``hidden_copy_ns``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .classify import sync_kind
+from .launches import launches
+from .profile import ITERATION, base_name
+from .report import Report
+from .timeline import covered, union
+
+#: busy parts in priority order: time covered by an earlier part is not counted again
+COPY_PARTS = ("h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned", "d2d", "peer",
+              "copy_other")
+BUSY_PARTS = ("kernels", *COPY_PARTS, "memset")
+IDLE_PARTS = ("idle_sync", "idle_launch", "idle_host", "idle_unattributed")
+PARTS = (*BUSY_PARTS, *IDLE_PARTS)
+#: host time between two iteration ranges still counted in the first (Python loop overhead)
+TILE_GAP_NS = 200_000
+TILE_GAP_FRACTION = 0.05
+#: host time since the previous launch call under which idle GPU time counts as launch
+#: overhead (the framework issuing work: PyTorch eager dispatch is 5-50 us an op), not as host
+#: work; CPU stretches longer than this between launches are the application's own work
+LAUNCH_STRETCH_NS = 100_000
+
+
+def copy_part(copy_kind: str, src_kind: str, dst_kind: str) -> str:
+    """The budget part of one copy: direction, and for host memory whether it is pinned."""
+    if copy_kind in ("Host-to-Device", "Unified Host-to-Device"):
+        return "h2d_pinned" if src_kind == "Pinned" else "h2d_pageable"
+    if copy_kind in ("Device-to-Host", "Unified Device-to-Host"):
+        return "d2h_pinned" if dst_kind == "Pinned" else "d2h_pageable"
+    if copy_kind in ("Device-to-Device", "Unified Device-to-Device", "Array-to-Array",
+                     "Array-to-Device", "Device-to-Array"):
+        return "d2d"
+    if copy_kind == "Peer-to-Peer":
+        return "peer"
+    return "copy_other"
+
+
+def iteration_ranges(report: Report) -> pd.DataFrame:
+    """The NVTX iteration ranges (name, start_ns, end_ns of the CPU range), in start order;
+    ranges left open run to the end of the recording."""
+    nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
+    ranges = nvtx[nvtx["kind"] != "mark"]
+    names = ranges["name"].astype(str).map(base_name)
+    iters = ranges[names.str.match(ITERATION)].copy()
+    if len(iters):
+        top = iters["depth"].min()  # nested matches (a step inside an iteration) are not iterations
+        iters = iters[iters["depth"] == top]
+    end = report.span_ns[1] if report.span_ns else np.iinfo(np.int64).max
+    iters["end_ns"] = iters["end_ns"].fillna(end).astype(np.int64)
+    iters["name"] = iters["name"].astype(str)
+    return iters.sort_values("start_ns", kind="stable")[["name", "start_ns", "end_ns"]] \
+        .reset_index(drop=True)
+
+
+def gpu_ops(report: Report) -> pd.DataFrame:
+    """Every kernel, copy and memset with its device, budget part and the start of the API
+    call that launched it (NaN where none was recorded), in start order."""
+    frames = []
+    for table in ("kernels", "memcpy", "memset"):
+        if not report.has_rows(table):
+            continue
+        extra = ("copy_kind", "src_kind", "dst_kind") if table == "memcpy" else ()
+        ops = report.table(table, ["pid", "correlation_id", "device_id", "start_ns", "end_ns",
+                                   *extra])
+        lk = launches(report, table, op_columns=("correlation_id", "start_ns"),
+                      api_columns=("start_ns",))
+        joined = ops.merge(lk[["pid", "correlation_id", "start_ns", "api_start_ns"]]
+                           .drop_duplicates(["pid", "correlation_id", "start_ns"]),
+                           on=["pid", "correlation_id", "start_ns"], how="left")
+        if table == "memcpy":
+            part = [copy_part(str(k), str(s), str(d)) for k, s, d in zip(
+                joined["copy_kind"], joined["src_kind"], joined["dst_kind"])]
+        else:
+            part = "kernels" if table == "kernels" else "memset"
+        frames.append(pd.DataFrame({
+            "device_id": joined["device_id"].to_numpy(np.int64),
+            "start_ns": joined["start_ns"].to_numpy(np.int64),
+            "end_ns": joined["end_ns"].to_numpy(np.int64),
+            "api_start_ns": joined["api_start_ns"].to_numpy(np.float64),
+            "part": part}))
+    if not frames:
+        return pd.DataFrame({"device_id": [], "start_ns": [], "end_ns": [], "api_start_ns": [],
+                             "part": []})
+    out = pd.concat(frames, ignore_index=True)
+    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def windows(iters: pd.DataFrame, gpu_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Wall-clock windows of the iterations (see the module docstring): ``gpu_end`` is the
+    end of the last GPU work each iteration launched (-1 where none)."""
+    rs, re_ = iters["start_ns"].to_numpy(np.int64), iters["end_ns"].to_numpy(np.int64)
+    end = np.maximum(re_, gpu_end)
+    start = rs.copy()
+    for i in range(1, len(rs)):
+        start[i] = max(rs[i], end[i - 1])  # the host ran ahead: start when the last one ends
+        gap = rs[i] - end[i - 1]
+        if 0 <= gap <= max(TILE_GAP_NS, TILE_GAP_FRACTION * (end[i - 1] - start[i - 1])):
+            end[i - 1] = rs[i]  # back to back: the loop's own overhead belongs to the iteration
+        end[i] = max(end[i], start[i])
+    return start, end
+
+
+def _gpu_end_per_iteration(iters: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """End of the last GPU op whose launch call started inside each iteration range."""
+    out = np.full(len(iters), -1, np.int64)
+    api = ops["api_start_ns"].to_numpy()
+    known = ~np.isnan(api)
+    if not known.any() or not len(iters):
+        return out
+    rs, re_ = iters["start_ns"].to_numpy(np.int64), iters["end_ns"].to_numpy(np.int64)
+    t, e = api[known].astype(np.int64), ops["end_ns"].to_numpy(np.int64)[known]
+    i = np.searchsorted(rs, t, "right") - 1
+    inside = (i >= 0) & (t <= re_[np.maximum(i, 0)])
+    np.maximum.at(out, i[inside], e[inside])
+    return out
+
+
+def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The budget: (per iteration and GPU, idle time by sync API, how iterations were found).
+
+    Columns of the first: iteration, name, device_id, start_ns, end_ns, wall_ns, one ``*_ns``
+    column per part (``PARTS``; they add up to wall_ns), hidden_copy_ns.
+    """
+    ops = gpu_ops(report)
+    iters = iteration_ranges(report)
+    if len(iters) and len(ops):
+        start, end = windows(iters, _gpu_end_per_iteration(iters, ops))
+        names = iters["name"].map(base_name).to_numpy()
+        source = f"{len(iters)} NVTX iteration ranges ({names[0]}...), wall-clock"
+    else:
+        lo = int(ops["start_ns"].min()) if len(ops) else 0
+        hi = int(ops["end_ns"].max()) if len(ops) else 0
+        start, end, names = np.array([lo]), np.array([hi]), np.array(["(whole run)"])
+        source = ("no NVTX iteration ranges: the whole span of GPU activity as one iteration"
+                  if len(ops) else "no GPU activity")
+    syncs = _sync_calls(report)
+    rows, causes = [], []
+    for dev in sorted(ops["device_id"].unique()) if len(ops) else []:
+        mine = ops[ops["device_id"] == dev]
+        parts, idle = _device_budget(mine, start, end, syncs)
+        frame = pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
+                              "device_id": int(dev), "start_ns": start, "end_ns": end,
+                              "wall_ns": end - start, **parts})
+        rows.append(frame)
+        causes.append(idle)
+    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
+        columns=["iteration", "name", "device_id", "start_ns", "end_ns", "wall_ns",
+                 *(f"{p}_ns" for p in PARTS), "hidden_copy_ns"])
+    by_sync = pd.concat(causes, ignore_index=True) if causes else pd.DataFrame(
+        columns=["api_name", "idle_ns", "stretches"])
+    if len(by_sync):
+        by_sync = (by_sync.groupby("api_name", as_index=False)
+                   .agg(idle_ns=("idle_ns", "sum"), stretches=("idle_ns", "size"))
+                   .sort_values("idle_ns", ascending=False, kind="stable")
+                   .reset_index(drop=True))
+        by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
+    return table, by_sync, source
+
+
+def _sync_calls(report: Report) -> pd.DataFrame:
+    """Synchronizing API calls: api_name and end_ns, sorted by end."""
+    if not report.has_rows("cuda_api"):
+        return pd.DataFrame({"api_name": [], "end_ns": np.array([], np.int64)})
+    names = report.cuda_api(["name"])["name"]
+    wanted = [n for n in names.cat.categories if sync_kind(str(n))]
+    rows = np.flatnonzero(names.isin(wanted).to_numpy())
+    ends = report.take("cuda_api", ["end_ns"], rows)["end_ns"].to_numpy(np.int64)
+    api = names.iloc[rows].astype(str).to_numpy()
+    order = np.argsort(ends, kind="stable")
+    return pd.DataFrame({"api_name": api[order], "end_ns": ends[order]})
+
+
+def _device_budget(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray,
+                   syncs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Parts per window for one GPU's operations, and the idle time per sync API."""
+    parts: dict[str, np.ndarray] = {}
+    s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+    kind = ops["part"].to_numpy()
+    done = np.zeros(len(start), np.int64)
+    cum_s, cum_e = np.empty(0, np.int64), np.empty(0, np.int64)
+    copy_total = np.zeros(len(start), np.int64)
+    for part in BUSY_PARTS:
+        sel = kind == part
+        if sel.any():
+            cs, ce = union(np.concatenate([cum_s, s[sel]]), np.concatenate([cum_e, e[sel]]))
+            now = covered(cs, ce, start, end)
+            if part in COPY_PARTS:
+                ps, pe = union(s[sel], e[sel])
+                copy_total += covered(ps, pe, start, end)
+            parts[f"{part}_ns"] = now - done
+            done, cum_s, cum_e = now, cs, ce
+        else:
+            parts[f"{part}_ns"] = np.zeros(len(start), np.int64)
+    copies = sum(parts[f"{p}_ns"] for p in COPY_PARTS)
+    idle_parts, by_sync = _idle(cum_s, cum_e, start, end, ops, syncs)
+    parts.update(idle_parts)
+    parts["hidden_copy_ns"] = copy_total - copies
+    return parts, by_sync
+
+
+def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
+          ops: pd.DataFrame, syncs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Idle stretches (the complement of the busy union inside each window) by cause."""
+    n = len(start)
+    # gaps of the busy union, including before the first and after the last busy interval
+    gs = np.concatenate([[np.iinfo(np.int64).min], me])
+    ge = np.concatenate([ms, [np.iinfo(np.int64).max]])
+    # pieces: each gap clipped to each window it overlaps (most gaps lie in one window)
+    first = np.searchsorted(end, gs, "right")
+    last = np.searchsorted(start, ge, "left") - 1
+    count = np.maximum(last - first + 1, 0)
+    g = np.repeat(np.arange(len(gs)), count)
+    w = np.repeat(first, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+    ps, pe = np.maximum(gs[g], start[w]), np.minimum(ge[g], end[w])
+    keep = pe > ps
+    g, w, ps, pe = g[keep], w[keep], ps[keep], pe[keep]
+    # the operation that ends each gap, and when its launch call started
+    op_start = ops["start_ns"].to_numpy(np.int64)
+    api_start = ops["api_start_ns"].to_numpy()
+    nxt = np.searchsorted(op_start, ge[g], "left")
+    has_next = nxt < len(op_start)
+    launch_at = np.where(has_next, api_start[np.minimum(nxt, len(op_start) - 1)], np.nan)
+    known = ~np.isnan(launch_at)
+    # split each piece where that call started: before it the host was elsewhere (or waiting
+    # in a sync), while it ran the GPU waited for the launch itself
+    cut = np.where(known, np.clip(np.nan_to_num(launch_at), ps, pe), pe).astype(np.int64)
+    before, during = cut - ps, pe - cut
+    # a sync that returned before the launch call: the host waited, then issued new work
+    se = syncs["end_ns"].to_numpy(np.int64)
+    k = np.searchsorted(se, cut, "right") - 1
+    synced = ((k >= 0) & (se[np.maximum(k, 0)] >= ps)) if len(se) else np.zeros(len(ps), bool)
+    # host time since the previous launch call: short stretches are the framework issuing work
+    launches_at = np.unique(api_start[~np.isnan(api_start)])
+    j = np.searchsorted(launches_at, np.nan_to_num(launch_at), "left") - 1
+    stretch = np.nan_to_num(launch_at) - np.where(j >= 0, launches_at[np.maximum(j, 0)], -np.inf)
+    cause = np.full(len(ps), 3)  # unattributed: no next operation or no record of its launch
+    cause[known] = np.where(stretch[known] <= LAUNCH_STRETCH_NS, 1, 2)  # dispatch / host work
+    cause[synced] = 0
+    out = {f"{part}_ns": np.zeros(n, np.int64) for part in IDLE_PARTS}
+    for code, part in enumerate(IDLE_PARTS):
+        sel = (cause == code) & (before > 0)
+        out[f"{part}_ns"] += np.bincount(w[sel], weights=before[sel], minlength=n).astype(np.int64)
+    # after a sync the queue is empty: the launch that refills it is the sync's cost too
+    sel = known & (during > 0)
+    launch_part = sel & ~synced
+    out["idle_launch_ns"] += np.bincount(w[launch_part], weights=during[launch_part],
+                                         minlength=n).astype(np.int64)
+    sync_part = sel & synced
+    out["idle_sync_ns"] += np.bincount(w[sync_part], weights=during[sync_part],
+                                       minlength=n).astype(np.int64)
+    by_sync = pd.DataFrame({"api_name": syncs["api_name"].to_numpy()[k[synced]] if len(se) else [],
+                            "idle_ns": (before + np.where(known, during, 0))[synced]})
+    return out, by_sync
+
+
+# ---- verdicts ---------------------------------------------------------------------------------
+#: verdict thresholds (``budget`` recipe parameters). A part that takes at least
+#: ``dominant_pct`` of the iteration decides the verdict: past half of the time, speeding up
+#: anything else cannot give more than 2x. ``notable_pct``: a secondary cause worth its own
+#: advice (a sync costing 15% of an iteration is worth removing even in a compute-bound run).
+DEFAULTS = {"dominant_pct": 50.0, "notable_pct": 15.0}
+GROUPS = {"kernels": ("kernels",), "copies": (*COPY_PARTS, "memset"), "sync": ("idle_sync",),
+          "launch": ("idle_launch",), "host": ("idle_host",),
+          "unattributed": ("idle_unattributed",)}
+VERDICTS = {"kernels": "compute-bound", "copies": "copy-bound", "sync": "sync-bound",
+            "launch": "launch-bound", "host": "host-bound"}
+COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
+              "h2d_pinned": "host-to-device copies (pinned)",
+              "d2h_pageable": "device-to-host copies into pageable memory",
+              "d2h_pinned": "device-to-host copies (pinned)", "d2d": "device-to-device copies",
+              "peer": "peer copies", "copy_other": "other copies", "memset": "memsets"}
+
+
+def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
+              params: dict | None = None) -> pd.DataFrame:
+    """One row per GPU: iterations, mean wall time, every part per iteration (``*_ns``) and
+    its share (``*_pct``), hidden copy time, verdict, evidence and advice."""
+    params = {**DEFAULTS, **(params or {})}
+    rows = []
+    for dev, g in table.groupby("device_id", sort=True):
+        wall = float(g["wall_ns"].mean())
+        row = {"device_id": int(dev), "iterations": len(g), "wall_ns": wall,
+               "wall_med_ns": float(g["wall_ns"].median())}
+        for p in PARTS:
+            row[f"{p}_ns"] = float(g[f"{p}_ns"].mean())
+        for p in PARTS:
+            row[f"{p}_pct"] = 100.0 * row[f"{p}_ns"] / wall if wall else 0.0
+        row["hidden_copy_ns"] = float(g["hidden_copy_ns"].mean())
+        row["verdict"], row["evidence"], row["advice"] = verdict(row, by_sync, graphs, params)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict
+            ) -> tuple[str, str, str]:
+    """(verdict, evidence, advice) for one GPU's mean iteration (a ``summarize`` row)."""
+    share = {grp: sum(row[f"{p}_pct"] for p in parts) for grp, parts in GROUPS.items()}
+    top = max(share, key=share.get)
+    wall = row["wall_ns"]
+    if not wall:
+        return "no GPU activity", "the iterations hold no GPU work", ""
+    copies = sorted(((row[f"{p}_ns"], p) for p in GROUPS["copies"]), reverse=True)
+    named = {"kernels": "kernels", "copies": COPY_WORDS[copies[0][1]] if copies[0][0] else "copies",
+             "sync": "GPU idle after host syncs", "launch": "GPU idle waiting for launches",
+             "host": "GPU idle while the host works", "unattributed": "GPU idle (no cause known)"}
+    ranked = sorted(share, key=share.get, reverse=True)
+    evidence = f"per iteration {wall / 1e6:.3f} ms: " + ", ".join(
+        f"{named[g]} {share[g]:.0f}%" for g in ranked if share[g] >= 1)
+    if share[top] >= params["dominant_pct"] and top in VERDICTS:
+        word = VERDICTS[top]
+        if top == "copies":
+            word += f" ({copies[0][1].replace('_', ' ')})"
+    else:
+        second = ranked[1]
+        word = f"mixed ({named[top]} {share[top]:.0f}%, {named[second]} {share[second]:.0f}%)"
+    return word, evidence, " ".join(_advice(row, share, copies, by_sync, graphs, params))
+
+
+def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
+    """Advice that the numbers support, most important first."""
+    out = []
+    notable = params["notable_pct"]
+    copy_ns = sum(ns for ns, _ in copies)
+    if share["copies"] >= notable:
+        pageable = sum(row[f"{p}_ns"] for p in ("h2d_pageable", "d2h_pageable"))
+        if pageable >= 0.5 * copy_ns:
+            out.append(f"{100 * pageable / copy_ns:.0f}% of the copy time moves pageable host "
+                       "memory: pin it (pin_memory=True / cudaHostAlloc) so copies run at full "
+                       "bandwidth and can be asynchronous.")
+        elif share["copies"] >= params["dominant_pct"]:
+            out.append("copies already use pinned memory: move less data per iteration (keep "
+                       "tensors on the GPU, send FP16/INT8 inputs) or overlap the next batch's "
+                       "copy with this batch's compute.")
+        if row["hidden_copy_ns"] < 0.1 * copy_ns and share["kernels"] >= 5:
+            out.append("copies do not overlap kernels: issue them asynchronously on another "
+                       "stream (pinned memory, non_blocking=True) so they hide under compute.")
+    if share["sync"] >= notable and len(by_sync):
+        top = by_sync.iloc[0]
+        per_iter = top["stretches"] / max(row["iterations"], 1)
+        out.append(f"{top['api_name']} ({per_iter:.0f} per iteration) leaves the GPU idle "
+                   f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration: remove it from the "
+                   "loop (.item(), .cpu(), torch.cuda.synchronize()) or move it after the work "
+                   "that does not need its result.")
+    if share["launch"] >= notable:
+        if graphs:
+            out.append("the run already replays CUDA graphs, and the GPU still waits for "
+                       "launches: graph-node tracing (--cuda-graph-trace=node) slows graph "
+                       "launches, so time them with --cuda-graph-trace=graph before acting; "
+                       "otherwise fuse kernels or grow the batch.")
+        else:
+            out.append("the GPU waits for kernel launches: capture the loop as a CUDA graph "
+                       "(torch.cuda.graphs, torch.compile mode='reduce-overhead', trtexec "
+                       "--useCudaGraph) or fuse small kernels.")
+    if share["host"] >= notable:
+        out.append(f"the host spends {row['idle_host_ns'] / 1e6:.2f} ms per iteration on work that "
+                   "launches nothing while the GPU idles: move it out of the loop, overlap it "
+                   "with GPU work (another thread, prefetching), or profile the CPU side "
+                   "(nsys --sample=cpu).")
+    return out

@@ -1,0 +1,11 @@
+"""budget: where each iteration's wall-clock time goes, and the verdict that follows."""
+from nsightlab import budget
+
+
+def run(report, params):
+    table, by_sync, source = budget.compute(report)
+    graphs = report.has_rows("cuda_api") and bool(
+        report.cuda_api(["name"])["name"].cat.categories.str.startswith("cudaGraphLaunch").any())
+    summary = budget.summarize(table, by_sync, graphs, params)
+    summary.insert(1, "iteration_source", source)
+    return {"summary": summary, "iterations": table, "sync_idle": by_sync}
