@@ -179,14 +179,12 @@ def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
         columns=["iteration", "name", "device_id", "start_ns", "end_ns", "wall_ns",
                  *(f"{p}_ns" for p in PARTS), "hidden_copy_ns"])
-    by_sync = pd.concat(causes, ignore_index=True) if causes else pd.DataFrame(
-        columns=["api_name", "idle_ns", "stretches"])
-    if len(by_sync):
-        by_sync = (by_sync.groupby("api_name", as_index=False)
-                   .agg(idle_ns=("idle_ns", "sum"), stretches=("idle_ns", "size"))
-                   .sort_values("idle_ns", ascending=False, kind="stable")
-                   .reset_index(drop=True))
-        by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
+    pieces = pd.concat(causes, ignore_index=True) if causes else pd.DataFrame(
+        {"api_name": pd.Series(dtype=object), "idle_ns": pd.Series(dtype=np.int64)})
+    by_sync = (pieces.groupby("api_name", as_index=False)
+               .agg(idle_ns=("idle_ns", "sum"), stretches=("idle_ns", "size"))
+               .sort_values("idle_ns", ascending=False, kind="stable").reset_index(drop=True))
+    by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
     return table, by_sync, source
 
 
@@ -370,10 +368,12 @@ def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
     if share["sync"] >= notable and len(by_sync):
         top = by_sync.iloc[0]
         per_iter = top["stretches"] / max(row["iterations"], 1)
+        fix = ("make the copy asynchronous (cudaMemcpyAsync from pinned memory) and wait once, "
+               "where the result is needed" if sync_kind(str(top["api_name"])) in ("memcpy", "memset")
+               else "remove it from the loop (.item(), .cpu(), torch.cuda.synchronize()) or move "
+                    "it after the work that does not need its result")
         out.append(f"{top['api_name']} ({per_iter:.0f} per iteration) leaves the GPU idle "
-                   f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration: remove it from the "
-                   "loop (.item(), .cpu(), torch.cuda.synchronize()) or move it after the work "
-                   "that does not need its result.")
+                   f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration: {fix}.")
     if share["launch"] >= notable:
         if graphs:
             out.append("the run already replays CUDA graphs, and the GPU still waits for "

@@ -69,8 +69,11 @@ def diff_charts(d: Diff) -> dict[str, alt.Chart]:
 
 
 def report_charts(rr: RunReport) -> dict[str, alt.Chart]:
-    """A run report's charts by name: time per iteration by kernel class and by layer."""
+    """A run report's charts by name: time per iteration by kernel class and by layer (none
+    for a run without kernels)."""
     p = rr.profile
+    if p is None:
+        return {}
     by_class = p.by_class.assign(ms=p.by_class["time_ns"] / 1e6)
     classes = alt.Chart(by_class, title="GPU time per iteration by kernel class").mark_bar().encode(
         x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("kernel_class:N", sort="-x", title=None),

@@ -40,6 +40,20 @@ def export_meta(db: ExportDB) -> dict[str, str]:
                           "export; give the .sqlite written by nsys export")
 
 
+def capture_options(db: ExportDB) -> dict[str, str]:
+    """META_DATA_CAPTURE (nsys 2023+): the options the report was recorded with."""
+    if not db.has("META_DATA_CAPTURE"):
+        return {}
+    return {str(k): str(v) for k, v in db.query("SELECT name, value FROM META_DATA_CAPTURE")}
+
+
+def traced(options: dict[str, str], what: str) -> bool | None:
+    """Whether ``what`` (CUDA, NVTX) was traced for any process: True, False, or None when
+    the report does not say (older nsys)."""
+    keys = [v for k, v in options.items() if k.endswith(f"COLLECT_{what}_TRACE")]
+    return None if not keys else any(v.lower() == "true" for v in keys)
+
+
 def gpus(db: ExportDB) -> pd.DataFrame:
     """GPUs of the target, one row each (``GPU_COLUMNS``)."""
     if db.has("TARGET_INFO_GPU"):

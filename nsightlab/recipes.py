@@ -299,7 +299,9 @@ def run(name: str, report: Report | str | os.PathLike, params: dict[str, Any] | 
     values = recipe.parse_params(params)
     tables = recipe.run(r, values)
     entry = {"input": str(r.source), "status": "ok", "nsys_version": r.nsys_version,
-             "schema_version": r.schema_version, "seconds": round(time.perf_counter() - t0, 3)}
+             "schema_version": r.schema_version,
+             "warnings": [w["message"] for w in r.completeness],
+             "seconds": round(time.perf_counter() - t0, 3)}
     return RunResult(recipe.name, tables, _info(recipe, values, [entry], t0))
 
 
@@ -317,7 +319,8 @@ def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> 
     try:
         recipe = Recipe.load(Path(recipe_path))
         report = as_report(source, **open_kwargs)
-        entry.update(nsys_version=report.nsys_version, schema_version=report.schema_version)
+        entry.update(nsys_version=report.nsys_version, schema_version=report.schema_version,
+                     warnings=[w["message"] for w in report.completeness])
         entry["tables"] = recipe.run(report, params)
         entry["status"] = "ok"
     except NoDataError as e:

@@ -117,11 +117,28 @@ class Report:
         """Whether the report recorded ``table`` (an nsightlab table name)."""
         return self.spec(table).present(self.db)
 
+    @cached_property
+    def capture_options(self) -> dict[str, str]:
+        """The options nsys recorded the report with (META_DATA_CAPTURE; empty before 2023)."""
+        return metadata.capture_options(self.db)
+
+    @cached_property
+    def completeness(self) -> list[dict]:
+        """Trace-completeness findings (``nsightlab.completeness``): check, severity, message."""
+        from . import completeness
+
+        return completeness.check(self)
+
     def missing_hint(self, table: str) -> str | None:
-        """None if ``table`` is present, else how to record it next time."""
+        """None if ``table`` is present, else how to record it next time (never an option
+        that was already on: then what the absence means)."""
         spec = self.spec(table)
         if spec.present(self.db):
             return None
+        what = "NVTX" if table == "nvtx" else "CUDA" if "--trace=cuda" in spec.trace else None
+        if what and metadata.traced(self.capture_options, what):
+            return (f"{self.path.name} has no {spec.source} table although {what} was traced: "
+                    "the application recorded none, or the trace was lost")
         how = f"profile with nsys profile {spec.trace}" if spec.trace else "profile it again"
         return f"{self.path.name} has no {spec.source} table: {how}"
 
@@ -163,6 +180,7 @@ class Report:
             "end_ns": None if span is None else span[1],
             "tables": self.row_counts,
             "missing": {t: self.missing_hint(t) for t in TABLES if not self.has(t)},
+            "warnings": self.completeness,
         }
 
     # ---- tables -------------------------------------------------------------------------

@@ -13,11 +13,15 @@ from dataclasses import dataclass
 import pandas as pd
 
 from . import recipes
+from .budget import IDLE_PARTS
+from .errors import NsightlabError
 from .profile import RunProfile, profile
 from .report import Report, as_report
 from .result import Result, json_records, json_value
 from .units import fmt_ms as _ms
 
+#: GPU idle after host syncs worth a finding (advice starts at the budget's notable_pct)
+SYNC_NOTE_PCT = 5.0
 #: rows kept of the longer tables
 TOP_KERNELS = 15
 LONGEST_GAPS = 15
@@ -27,82 +31,144 @@ LONGEST_GAPS = 15
 class RunReport(Result):
     """One run on one page. Tables (times in ns):
 
-    - ``run``: label, iterations, iteration_source, iteration_ns, kernel_ns, kernels, busy_pct
-      (one row, per iteration);
+    - ``run``: label, iterations, iteration_source, iteration_ns (wall clock), kernel_ns,
+      kernels, busy_pct, verdict (one row, per iteration);
+    - ``warnings``: check, severity, message (trace completeness, said first);
     - ``findings``: finding (one sentence each, with its numbers);
+    - ``budget``: the budget recipe's summary (per GPU: parts, shares, verdict, advice);
     - ``by_class`` / ``by_layer``: the profile's time per iteration by kernel class / layer;
     - ``top_kernels``: kernel_sum's first rows; ``launch``: launch_compute's summary;
-      ``syncs``: sync_gaps' by_api; ``gaps``: the longest GPU gaps; ``tensor_core``: its summary.
+      ``syncs``: sync_gaps' by_api; ``gaps``: the longest GPU gaps; ``tensor_core``: its summary;
+    - ``api``: CPU time in CUDA API calls (api_sum's first rows); ``ranges``: NVTX ranges by name.
     """
 
-    profile: RunProfile
+    label: str
+    profile: RunProfile | None
+    warnings: list[dict]
+    budget: pd.DataFrame
     findings: list[str]
     top_kernels: pd.DataFrame
     launch: pd.DataFrame
     syncs: pd.DataFrame
     gaps: pd.DataFrame
     tensor_core: pd.DataFrame
+    api: pd.DataFrame
+    ranges: pd.DataFrame
+    sync_idle: pd.DataFrame
 
     def run_row(self) -> dict:
-        """The run's per-iteration summary as one dict."""
-        p = self.profile
-        return {"label": str(p.label), "iterations": p.iterations,
-                "iteration_source": p.iteration_source, "iteration_ns": p.iteration_ns,
-                "kernel_ns": p.kernel_ns, "kernels": p.kernels, "busy_pct": p.busy_pct}
+        """The run's per-iteration summary as one dict (None where the report cannot say)."""
+        p, b = self.profile, self.budget.iloc[0] if len(self.budget) else None
+        return {"label": self.label,
+                "iterations": int(b["iterations"]) if b is not None else (p.iterations if p else None),
+                "iteration_source": b["iteration_source"] if b is not None else
+                (p.iteration_source if p else "no GPU activity"),
+                "iteration_ns": float(b["wall_ns"]) if b is not None else None,
+                "kernel_ns": p.kernel_ns if p else None, "kernels": p.kernels if p else None,
+                "busy_pct": (100.0 - sum(float(b[f"{x}_pct"]) for x in IDLE_PARTS))
+                if b is not None else None,
+                "verdict": str(b["verdict"]) if b is not None and not self.partial else None}
+
+    @property
+    def partial(self) -> bool:
+        """The trace lacks part of the run: no verdict is given."""
+        return any(w["severity"] == "partial" for w in self.warnings)
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {"run": pd.DataFrame([self.run_row()]),
-                "findings": pd.DataFrame({"finding": self.findings}, dtype=object),
-                "by_class": self.profile.by_class, "by_layer": self.profile.by_layer,
-                "top_kernels": self.top_kernels, "launch": self.launch, "syncs": self.syncs,
-                "gaps": self.gaps, "tensor_core": self.tensor_core}
+        out = {"run": pd.DataFrame([self.run_row()]),
+               "warnings": pd.DataFrame(self.warnings, columns=["check", "severity", "message"]),
+               "findings": pd.DataFrame({"finding": self.findings}, dtype=object),
+               "budget": self.budget}
+        if self.profile is not None:
+            out.update(by_class=self.profile.by_class, by_layer=self.profile.by_layer)
+        out.update(top_kernels=self.top_kernels, launch=self.launch, syncs=self.syncs,
+                   gaps=self.gaps, tensor_core=self.tensor_core, api=self.api, ranges=self.ranges,
+                   sync_idle=self.sync_idle)
+        return out
 
     def manifest(self) -> dict:
-        return {"kind": "report", "report": str(self.profile.label), "run": self.run_row()}
+        return {"kind": "report", "report": self.label, "run": self.run_row(),
+                "warnings": [w["message"] for w in self.warnings]}
 
     def to_json(self) -> dict:
-        """The run summary and findings as plain data, every other table as records."""
-        out = {"run": json_value(self.run_row()), "findings": list(self.findings)}
+        """The run summary, warnings and findings as plain data, every other table as records."""
+        out = {"run": json_value(self.run_row()), "warnings": json_value(self.warnings),
+               "findings": list(self.findings)}
         out.update({t: json_records(df) for t, df in self.tables().items()
-                    if t not in ("run", "findings")})
+                    if t not in ("run", "findings", "warnings")})
         return out
 
 
 def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     """The report of one run: a Report, or anything ``nsightlab.open`` takes (opened with
-    ``open_options``); the run is labelled as given."""
+    ``open_options``); the run is labelled as given. A report without kernels (NVTX and API
+    calls only) gets what it has: API time, ranges and the completeness findings."""
     r = as_report(report, **open_options)
-    p = profile(r, None if isinstance(report, Report) else str(report))
-    ks = recipes.run("kernel_sum", r)["kernel_sum"]
-    lc = recipes.run("launch_compute", r)["summary"]
-    sg = recipes.run("sync_gaps", r)
-    tc = recipes.run("tensor_core", r)["summary"]
-    return RunReport(p, findings(p, ks, lc, sg, tc), ks.head(TOP_KERNELS), lc, sg["by_api"],
-                     sg["gaps"].head(LONGEST_GAPS), tc)
+    label = str(r.source.name if isinstance(report, Report) else report)
+    has_kernels = r.has_rows("kernels")
+    p = None
+    if has_kernels:
+        try:
+            p = profile(r, label)
+        except NsightlabError:  # kernels without launch records
+            p = None
+    empty = pd.DataFrame()
+    budget_ = _table(r, "budget", "summary")
+    sync_idle = _table(r, "budget", "sync_idle")
+    ks = _table(r, "kernel_sum", "kernel_sum")
+    lc = _table(r, "launch_compute", "summary")
+    sg = _run(r, "sync_gaps")
+    tc = _table(r, "tensor_core", "summary")
+    api = _table(r, "api_sum", "api_sum")
+    ranges = _table(r, "nvtx_gpu", "by_name")
+    syncs = sg["by_api"] if sg is not None else empty
+    gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
+    warnings = r.completeness
+    rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
+                   api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle)
+    rr.findings = findings(rr, ks)
+    return rr
 
 
-def findings(p: RunProfile, ks, lc, sg, tc) -> list[str]:
-    """Sentences about the run, most important first, each with the numbers behind it:
-    the launch/compute verdict, host syncs, GPU idle, the top kernel, FP32 math left,
+def _run(r: Report, name: str):
+    """A recipe's result, or None when the report lacks what it needs."""
+    try:
+        return recipes.run(name, r)
+    except recipes.NoDataError:
+        return None
+
+
+def _table(r: Report, name: str, table: str) -> pd.DataFrame:
+    out = _run(r, name)
+    return out[table] if out is not None and table in out else pd.DataFrame()
+
+
+def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
+    """Sentences about the run, most important first, each with the numbers behind it: the
+    budget's verdict and advice (none for a partial trace), the top kernel, FP32 math left,
     quantize cost and Tensor Core activity (measured or estimated)."""
     out = []
+    p, tc = rr.profile, rr.tensor_core
+    if rr.partial:
+        out.append("no performance verdict: the trace lacks part of the run (see the warnings)")
+    elif len(rr.budget):
+        for _, b in rr.budget.iterrows():
+            gpu = f"GPU {b['device_id']}: " if len(rr.budget) > 1 else ""
+            out.append(f"{gpu}{b['verdict']}: {b['evidence']}")
+            if b["advice"]:
+                out.append(f"{gpu}what to do: {b['advice']}")
+            if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
+                    "remove it from the loop" not in b["advice"]:
+                top = rr.sync_idle.iloc[0]
+                out.append(f"{gpu}host syncs: {top['stretches'] / b['iterations']:.0f} per iteration "
+                           f"({top['api_name']}) leave the GPU idle "
+                           f"{_ms(top['idle_ns_per_iteration'])} per iteration "
+                           f"({b['idle_sync_pct']:.0f}%)")
+    elif not len(ks):
+        out.append("no GPU activity in the trace: API time and NVTX ranges only")
+    if rr.partial or p is None:
+        return out
     it = p.iteration_ns or 1.0
-    if len(lc):
-        s = lc.iloc[0]
-        if s["verdict"] == "launch-bound":
-            out.append(f"launch-bound: {s['evidence']} — try CUDA graphs (or fewer, larger kernels)")
-        elif s["verdict"] == "compute-bound":
-            out.append(f"compute-bound: {s['evidence']}")
-        else:
-            out.append(f"mixed launch/compute: {s['evidence']}")
-    o = p.overheads
-    if o["sync_wait_ns"] > 0.05 * it:
-        out.append(f"host syncs: {o['syncs']:.0f} per iteration wait {_ms(o['sync_wait_ns'])} "
-                   f"({100 * o['sync_wait_ns'] / it:.0f}% of the iteration) — remove .item() / "
-                   "synchronize calls from the loop")
-    if o["gpu_idle_ns"] > 0.1 * it:
-        out.append(f"GPU idle {_ms(o['gpu_idle_ns'])} per iteration ({100 * o['gpu_idle_ns'] / it:.0f}% "
-                   "of its span): the host does not keep the GPU fed")
     if len(ks):
         top = ks.iloc[0]
         out.append(f"top kernel: {top['kernel_class']} {top['precision']} takes {top['time_pct']:.0f}% of "
@@ -115,7 +181,7 @@ def findings(p: RunProfile, ks, lc, sg, tc) -> list[str]:
     if conv > 0.05 * it:
         out.append(f"quantize/cast kernels take {_ms(conv)} per iteration "
                    f"({100 * conv / it:.0f}%): precision conversion is not free")
-    if p.tensor_core.get("source") == "gpu_metrics":
+    if p.tensor_core.get("source") == "gpu_metrics" and len(tc):
         out.append(f"Tensor Active {p.tensor_core['tensor_active_pct']:.0f}% on average inside the "
                    f"iterations ({tc.iloc[0]['tensor_active_avg_pct']:.0f}% over all GPU activity)")
     elif len(tc):

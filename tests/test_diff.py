@@ -97,7 +97,7 @@ def test_report_finds_the_sync_problem(sqlite_of, cache_dir, tmp_path):
     assert "host syncs: 12 per iteration" in res.stdout
     assert (tmp_path / "r.html").stat().st_size > 100_000
     res = CliRunner().invoke(cli, ["report", str(sqlite_of("h200-launchbound"))])
-    assert res.exit_code == 0 and "launch-bound:" in res.stdout and "CUDA graphs" in res.stdout
+    assert res.exit_code == 0 and "launch-bound:" in res.stdout and "CUDA graph" in res.stdout
 
 
 def test_diff_without_kernels_is_a_clear_error(sqlite_of, cache_dir):

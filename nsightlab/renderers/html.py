@@ -97,18 +97,25 @@ def _(d: Diff) -> str:
 
 @render.register
 def _(rr: RunReport) -> str:
-    p = rr.profile
+    run = rr.run_row()
+    warn = "".join(f"<li><b>{html.escape(w['severity'])}</b>: {html.escape(w['message'])}</li>"
+                   for w in rr.warnings)
     items = "".join(f"<li>{html.escape(f)}</li>" for f in rr.findings)
-    sections = [
-        ("Findings", f"<p>{html.escape(p.iteration_source)}; iteration {p.iteration_ns / 1e6:.2f} ms, "
-                     f"GPU busy {p.busy_pct:.0f}%, {p.kernels:.0f} kernels</p><ul>{items}</ul>"),
-        ("Top kernels", table_html(rr.top_kernels)),
-        ("Launch vs compute", table_html(rr.launch)),
-        ("Host syncs", table_html(rr.syncs)), ("Longest GPU gaps", table_html(rr.gaps)),
-        ("Tensor Core activity", table_html(rr.tensor_core)),
-        ("Layers (per iteration)", table_html(p.by_layer)),
-    ]
-    return page(f"nsightlab report: {p.label}", sections, list(charts.report_charts(rr).values()))
+    head = html.escape(str(run["iteration_source"]))
+    if run["iteration_ns"] is not None:
+        head += f"; iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock, GPU busy {run['busy_pct']:.0f}%"
+    sections = [("Findings", f"<p>{head}</p>" + (f"<ul class='verdict'>{warn}</ul>" if warn else "")
+                 + f"<ul>{items}</ul>")]
+    if len(rr.budget):
+        sections.append(("Where an iteration's time goes", table_html(rr.budget)))
+    sections += [("Top kernels", table_html(rr.top_kernels)),
+                 ("Launch vs compute", table_html(rr.launch)),
+                 ("Host syncs", table_html(rr.syncs)), ("Longest GPU gaps", table_html(rr.gaps)),
+                 ("Tensor Core activity", table_html(rr.tensor_core)),
+                 ("CUDA API time", table_html(rr.api)), ("NVTX ranges", table_html(rr.ranges))]
+    if rr.profile is not None:
+        sections.append(("Layers (per iteration)", table_html(rr.profile.by_layer)))
+    return page(f"nsightlab report: {rr.label}", sections, list(charts.report_charts(rr).values()))
 
 
 @render.register

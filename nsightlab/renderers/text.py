@@ -108,18 +108,53 @@ def _(d: Diff, limit: int | None = 12) -> str:
 
 @render.register
 def _(rr: RunReport, limit: int | None = 8) -> str:
-    p = rr.profile
-    lines = [f"{p.label}: {p.iterations} iteration(s) ({p.iteration_source})",
-             f"  iteration {p.iteration_ns / 1e6:.2f} ms GPU span, {p.kernel_ns / 1e6:.2f} ms "
-             f"kernel time, {p.kernels:.0f} kernels, GPU busy {p.busy_pct:.0f}%", "", "findings:"]
-    lines += [f"  - {f}" for f in rr.findings]
-    lines += ["", "time per iteration by class:",
-              ms_table(p.by_class.sort_values("time_ns", ascending=False))]
-    top = rr.top_kernels[["name", "instances", "total_ns", "time_pct", "kernel_class", "precision"]]
-    lines += ["top kernels:", ms_table(top.head(limit))]
+    run = rr.run_row()
+    lines = [f"{rr.label}: {run['iterations'] or 0} iteration(s) ({run['iteration_source']})"]
+    if run["iteration_ns"] is not None:
+        kernel = f", {run['kernel_ns'] / 1e6:.2f} ms kernel time, {run['kernels']:.0f} kernels" \
+            if run["kernel_ns"] is not None else ""
+        lines.append(f"  iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock{kernel}, "
+                     f"GPU busy {run['busy_pct']:.0f}%")
+    if rr.warnings:
+        lines += ["", "warnings:"] + [f"  - {w['severity'].upper()}: {w['message']}"
+                                      for w in rr.warnings]
+    lines += ["", "findings:"] + [f"  - {f}" for f in rr.findings]
+    if len(rr.budget) and not rr.partial:
+        lines += ["", "where an iteration's time goes (mean per iteration):", budget_text(rr.budget)]
+    if rr.profile is not None:
+        p = rr.profile
+        lines += ["time per iteration by class (GPU):",
+                  ms_table(p.by_class.sort_values("time_ns", ascending=False))]
+    if len(rr.top_kernels):
+        top = rr.top_kernels[["name", "instances", "total_ns", "time_pct", "kernel_class",
+                              "precision"]]
+        lines += ["top kernels:", ms_table(top.head(limit))]
     if len(rr.syncs):
         lines += ["host syncs:", ms_table(rr.syncs)]
+    if rr.profile is None and len(rr.api):
+        lines += ["CUDA API time:", ms_table(rr.api[["name", "calls", "total_ns", "time_pct"]]
+                                             .head(limit))]
+    if rr.profile is None and len(rr.ranges):
+        lines += ["NVTX ranges:", ms_table(rr.ranges[["name", "instances", "cpu_total_ns",
+                                                      "kernel_count"]].head(limit))]
     return "\n".join(lines)
+
+
+def budget_text(summary: pd.DataFrame) -> str:
+    """The budget's parts (those of at least 0.1%) as rows: part, ms per iteration, share."""
+    from ..budget import PARTS
+
+    rows = []
+    for _, b in summary.iterrows():
+        for part in PARTS:
+            if b[f"{part}_pct"] >= 0.1:
+                rows.append({**({"gpu": b["device_id"]} if len(summary) > 1 else {}),
+                             "part": part, "time_ns": b[f"{part}_ns"], "share_pct": b[f"{part}_pct"]})
+        if b["hidden_copy_ns"] > 0:
+            rows.append({**({"gpu": b["device_id"]} if len(summary) > 1 else {}),
+                         "part": "(copies hidden under kernels)", "time_ns": b["hidden_copy_ns"],
+                         "share_pct": float("nan")})
+    return ms_table(pd.DataFrame(rows))
 
 
 @render.register
@@ -130,6 +165,7 @@ def _(infos: ReportInfos, limit: int | None = None) -> str:
 def info_text(info: dict) -> str:
     """Human summary of ``Report.info()`` for the terminal."""
     out = [str(info["path"])]
+    out += [f"  {w['severity'].upper()}: {w['message']}" for w in info.get("warnings", [])]
     out.append(f"  nsys {info['nsys_version'] or '?'} · export schema {info['schema_version'] or '?'}")
     for g in info["gpus"]:
         mem = f", {g['memory_bytes'] / 2**30:.1f} GiB" if g.get("memory_bytes") else ""
@@ -151,7 +187,7 @@ def info_text(info: dict) -> str:
     for t, n in info["tables"].items():
         hint = info["missing"].get(t)
         if hint:
-            out.append(f"    {t:<{width}}  {'—':>11}  not recorded ({hint.split(': ', 1)[-1]})")
+            out.append(f"    {t:<{width}}  {'—':>11}  not recorded ({hint.split(' table', 1)[-1].lstrip(': ')})")
         else:
             out.append(f"    {t:<{width}}  {n:>11,}")
     return "\n".join(out) + "\n"
