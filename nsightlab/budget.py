@@ -2,7 +2,7 @@
 
 **Iterations are wall-clock windows that tile the loop.** An iteration starts at its NVTX range's
 start (``iterN``, ``stepN``, TensorRT's ``ExecutionContext::enqueue``...; see
-``profile.ITERATION``) and ends at the later of its range's end and the end of the last GPU
+``ITERATION``) and ends at the later of its range's end and the end of the last GPU
 work launched inside it. When the next iteration starts within ``TILE_GAP`` of that end, the
 two are back to back and the iteration runs up to the next one's start; when the host runs
 ahead (the next range starts before this iteration's GPU work ends), the next iteration starts
@@ -30,14 +30,25 @@ the budget as ``hidden_copy_ns``.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from .classify import sync_kind
-from .launches import launches
-from .profile import ITERATION, base_name
+from .launches import keys, match
 from .report import Report
 from .timeline import covered, union
+
+# iteration ranges: iterN / iteration N / stepN / batchN (any domain), or TensorRT's own
+# per-inference range (ExecutionContext::enqueue/execute[V2/V3]) whose children are its layers
+ITERATION = re.compile(r"(?i)^((iter|iteration|step|batch)[ _-]?\d+|ExecutionContext::(enqueue|execute)\w*)$")
+
+
+def base_name(name: str) -> str:
+    """NVTX range name without its domain prefix, trimmed ('nsightlab:iter3' -> 'iter3')."""
+    return str(name).split(":", 1)[-1].strip() if ":" in str(name) else str(name).strip()
+
 
 #: busy parts in priority order: time covered by an earlier part is not counted again
 COPY_PARTS = ("h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned", "d2d", "peer",
@@ -52,6 +63,8 @@ TILE_GAP_FRACTION = 0.05
 #: overhead (the framework issuing work: PyTorch eager dispatch is 5-50 us an op), not as host
 #: work; CPU stretches longer than this between launches are the application's own work
 LAUNCH_STRETCH_NS = 100_000
+#: idle gaps attributed per pass (bounds scratch memory on reports of millions of kernels)
+GAP_CHUNK = 1 << 20
 
 
 def copy_part(copy_kind: str, src_kind: str, dst_kind: str) -> str:
@@ -86,36 +99,43 @@ def iteration_ranges(report: Report) -> pd.DataFrame:
 
 
 def gpu_ops(report: Report) -> pd.DataFrame:
-    """Every kernel, copy and memset with its device, budget part and the start of the API
-    call that launched it (NaN where none was recorded), in start order."""
+    """Every kernel, copy and memset with its device, budget part (a categorical of
+    ``BUSY_PARTS``) and the start of the API call that launched it (NaN where none was
+    recorded), in start order. The join is ``launches.match`` on integer keys: no pandas merge
+    over millions of rows."""
     frames = []
+    api = report.cuda_api(["pid", "correlation_id"]) if report.has_rows("cuda_api") else None
     for table in ("kernels", "memcpy", "memset"):
         if not report.has_rows(table):
             continue
-        extra = ("copy_kind", "src_kind", "dst_kind") if table == "memcpy" else ()
+        extra = ["copy_kind", "src_kind", "dst_kind"] if table == "memcpy" else []
         ops = report.table(table, ["pid", "correlation_id", "device_id", "start_ns", "end_ns",
                                    *extra])
-        lk = launches(report, table, op_columns=("correlation_id", "start_ns"),
-                      api_columns=("start_ns",))
-        joined = ops.merge(lk[["pid", "correlation_id", "start_ns", "api_start_ns"]]
-                           .drop_duplicates(["pid", "correlation_id", "start_ns"]),
-                           on=["pid", "correlation_id", "start_ns"], how="left")
+        api_start = np.full(len(ops), np.nan)
+        if api is not None:
+            oi, ai = match(*keys(ops, api))
+            api_start[oi] = report.take("cuda_api", ["start_ns"], ai)["start_ns"].to_numpy()
         if table == "memcpy":
-            part = [copy_part(str(k), str(s), str(d)) for k, s, d in zip(
-                joined["copy_kind"], joined["src_kind"], joined["dst_kind"])]
+            code = [BUSY_PARTS.index(copy_part(str(k), str(s), str(d))) for k, s, d in zip(
+                ops["copy_kind"], ops["src_kind"], ops["dst_kind"])]
         else:
-            part = "kernels" if table == "kernels" else "memset"
+            code = BUSY_PARTS.index("kernels" if table == "kernels" else "memset")
         frames.append(pd.DataFrame({
-            "device_id": joined["device_id"].to_numpy(np.int64),
-            "start_ns": joined["start_ns"].to_numpy(np.int64),
-            "end_ns": joined["end_ns"].to_numpy(np.int64),
-            "api_start_ns": joined["api_start_ns"].to_numpy(np.float64),
-            "part": part}))
+            "device_id": ops["device_id"].to_numpy(np.int32),
+            "start_ns": ops["start_ns"].to_numpy(np.int64),
+            "end_ns": ops["end_ns"].to_numpy(np.int64), "api_start_ns": api_start,
+            "part": pd.Categorical.from_codes(np.broadcast_to(np.asarray(code, np.int8), len(ops)),
+                                              categories=list(BUSY_PARTS))}))
+        del ops
+    del api
     if not frames:
-        return pd.DataFrame({"device_id": [], "start_ns": [], "end_ns": [], "api_start_ns": [],
-                             "part": []})
-    out = pd.concat(frames, ignore_index=True)
-    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+        return pd.DataFrame({"device_id": np.array([], np.int32), "start_ns": np.array([], np.int64),
+                             "end_ns": np.array([], np.int64), "api_start_ns": np.array([]),
+                             "part": pd.Categorical([], categories=list(BUSY_PARTS))})
+    out = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    if not out["start_ns"].is_monotonic_increasing:
+        out = out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    return out
 
 
 def windows(iters: pd.DataFrame, gpu_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -168,8 +188,9 @@ def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
                   if len(ops) else "no GPU activity")
     syncs = _sync_calls(report)
     rows, causes = [], []
-    for dev in sorted(ops["device_id"].unique()) if len(ops) else []:
-        mine = ops[ops["device_id"] == dev]
+    devices = np.unique(ops["device_id"].to_numpy()) if len(ops) else []
+    for dev in devices:
+        mine = ops if len(devices) == 1 else ops[ops["device_id"] == dev].reset_index(drop=True)
         parts, idle = _device_budget(mine, start, end, syncs)
         frame = pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
                               "device_id": int(dev), "start_ns": start, "end_ns": end,
@@ -206,12 +227,12 @@ def _device_budget(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray,
     """Parts per window for one GPU's operations, and the idle time per sync API."""
     parts: dict[str, np.ndarray] = {}
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
-    kind = ops["part"].to_numpy()
+    kind = ops["part"].cat.codes.to_numpy()
     done = np.zeros(len(start), np.int64)
     cum_s, cum_e = np.empty(0, np.int64), np.empty(0, np.int64)
     copy_total = np.zeros(len(start), np.int64)
-    for part in BUSY_PARTS:
-        sel = kind == part
+    for code, part in enumerate(BUSY_PARTS):
+        sel = kind == code
         if sel.any():
             cs, ce = union(np.concatenate([cum_s, s[sel]]), np.concatenate([cum_e, e[sel]]))
             now = covered(cs, ce, start, end)
@@ -231,57 +252,68 @@ def _device_budget(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray,
 
 def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
           ops: pd.DataFrame, syncs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
-    """Idle stretches (the complement of the busy union inside each window) by cause."""
-    n = len(start)
+    """Idle stretches (the complement of the busy union inside each window) by cause; the
+    gaps are taken ``GAP_CHUNK`` at a time, so a launch-bound run of 8M kernels (8M gaps) needs
+    a few hundred MB of scratch, not a few GB."""
     # gaps of the busy union, including before the first and after the last busy interval
     gs = np.concatenate([[np.iinfo(np.int64).min], me])
     ge = np.concatenate([ms, [np.iinfo(np.int64).max]])
+    ctx = {"start": start, "end": end, "op_start": ops["start_ns"].to_numpy(np.int64),
+           "api_start": ops["api_start_ns"].to_numpy(), "se": syncs["end_ns"].to_numpy(np.int64),
+           "sync_api": syncs["api_name"].to_numpy()}
+    api = ctx["api_start"]
+    ctx["launches_at"] = np.unique(api[~np.isnan(api)])
+    out = {f"{part}_ns": np.zeros(len(start), np.int64) for part in IDLE_PARTS}
+    by_sync = []
+    for a in range(0, len(gs), GAP_CHUNK):
+        by_sync.append(_idle_chunk(gs[a:a + GAP_CHUNK], ge[a:a + GAP_CHUNK], ctx, out))
+    return out, pd.concat(by_sync, ignore_index=True)
+
+
+def _idle_chunk(gs: np.ndarray, ge: np.ndarray, ctx: dict, out: dict) -> pd.DataFrame:
+    """Attribute one chunk of gaps (see ``_idle``), adding to ``out``; returns the sync pieces."""
+    start, end, n = ctx["start"], ctx["end"], len(ctx["start"])
     # pieces: each gap clipped to each window it overlaps (most gaps lie in one window)
     first = np.searchsorted(end, gs, "right")
-    last = np.searchsorted(start, ge, "left") - 1
-    count = np.maximum(last - first + 1, 0)
+    count = np.maximum(np.searchsorted(start, ge, "left") - first, 0)
     g = np.repeat(np.arange(len(gs)), count)
     w = np.repeat(first, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
     ps, pe = np.maximum(gs[g], start[w]), np.minimum(ge[g], end[w])
     keep = pe > ps
     g, w, ps, pe = g[keep], w[keep], ps[keep], pe[keep]
     # the operation that ends each gap, and when its launch call started
-    op_start = ops["start_ns"].to_numpy(np.int64)
-    api_start = ops["api_start_ns"].to_numpy()
-    nxt = np.searchsorted(op_start, ge[g], "left")
-    has_next = nxt < len(op_start)
-    launch_at = np.where(has_next, api_start[np.minimum(nxt, len(op_start) - 1)], np.nan)
+    op_start, api_start = ctx["op_start"], ctx["api_start"]
+    nxt = np.minimum(np.searchsorted(op_start, ge[g], "left"), max(len(op_start) - 1, 0))
+    launch_at = api_start[nxt] if len(op_start) else np.full(len(g), np.nan)
+    launch_at = np.where(ge[g] == np.iinfo(np.int64).max, np.nan, launch_at)
     known = ~np.isnan(launch_at)
+    del g, nxt
     # split each piece where that call started: before it the host was elsewhere (or waiting
     # in a sync), while it ran the GPU waited for the launch itself
-    cut = np.where(known, np.clip(np.nan_to_num(launch_at), ps, pe), pe).astype(np.int64)
+    at = np.nan_to_num(launch_at).astype(np.int64)
+    cut = np.where(known, np.clip(at, ps, pe), pe)
     before, during = cut - ps, pe - cut
     # a sync that returned before the launch call: the host waited, then issued new work
-    se = syncs["end_ns"].to_numpy(np.int64)
+    se = ctx["se"]
     k = np.searchsorted(se, cut, "right") - 1
     synced = ((k >= 0) & (se[np.maximum(k, 0)] >= ps)) if len(se) else np.zeros(len(ps), bool)
     # host time since the previous launch call: short stretches are the framework issuing work
-    launches_at = np.unique(api_start[~np.isnan(api_start)])
-    j = np.searchsorted(launches_at, np.nan_to_num(launch_at), "left") - 1
-    stretch = np.nan_to_num(launch_at) - np.where(j >= 0, launches_at[np.maximum(j, 0)], -np.inf)
-    cause = np.full(len(ps), 3)  # unattributed: no next operation or no record of its launch
+    launches_at = ctx["launches_at"]
+    j = np.searchsorted(launches_at, at, "left") - 1
+    stretch = np.where(j >= 0, at - launches_at[np.maximum(j, 0)], np.iinfo(np.int64).max)
+    cause = np.full(len(ps), 3, np.int8)  # unattributed: no next operation or no launch record
     cause[known] = np.where(stretch[known] <= LAUNCH_STRETCH_NS, 1, 2)  # dispatch / host work
     cause[synced] = 0
-    out = {f"{part}_ns": np.zeros(n, np.int64) for part in IDLE_PARTS}
     for code, part in enumerate(IDLE_PARTS):
         sel = (cause == code) & (before > 0)
         out[f"{part}_ns"] += np.bincount(w[sel], weights=before[sel], minlength=n).astype(np.int64)
     # after a sync the queue is empty: the launch that refills it is the sync's cost too
     sel = known & (during > 0)
-    launch_part = sel & ~synced
-    out["idle_launch_ns"] += np.bincount(w[launch_part], weights=during[launch_part],
+    for part, which in (("idle_launch", sel & ~synced), ("idle_sync", sel & synced)):
+        out[f"{part}_ns"] += np.bincount(w[which], weights=during[which],
                                          minlength=n).astype(np.int64)
-    sync_part = sel & synced
-    out["idle_sync_ns"] += np.bincount(w[sync_part], weights=during[sync_part],
-                                       minlength=n).astype(np.int64)
-    by_sync = pd.DataFrame({"api_name": syncs["api_name"].to_numpy()[k[synced]] if len(se) else [],
-                            "idle_ns": (before + np.where(known, during, 0))[synced]})
-    return out, by_sync
+    return pd.DataFrame({"api_name": ctx["sync_api"][k[synced]] if len(se) else [],
+                         "idle_ns": (before + np.where(known, during, 0))[synced]})
 
 
 # ---- verdicts ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from . import budget
 from .profile import OUTSIDE, RunProfile, profile
 from .report import Report, as_report
 from .result import Result, json_records, json_value
@@ -44,7 +45,10 @@ class Diff(Result):
     - ``conversion``: kernel_class, b_name, time_ns (precision-conversion work only in B);
     - ``overheads``: overhead, a_ns, b_ns, delta_ns, a_count, b_count (medians per iteration;
       counts are launch calls, API calls, syncs or copies; none for gpu_idle);
-    - ``tensor_core``: run, source, tensor_kernel_time_pct, tensor_active_pct.
+    - ``tensor_core``: run, source, tensor_kernel_time_pct, tensor_active_pct;
+    - ``budget``: part, a_ns, b_ns, delta_ns, a_pct, b_pct: where each run's wall-clock
+      iteration goes (``nsightlab.budget``; its verdicts are ``a_verdict``/``b_verdict`` in
+      the headline, trace-completeness warnings ``a_warnings``/``b_warnings``).
     """
 
     a: RunProfile
@@ -57,9 +61,10 @@ class Diff(Result):
     conversion: pd.DataFrame
     overheads: pd.DataFrame
     tensor_core: pd.DataFrame
+    budget: pd.DataFrame
 
     SECTIONS = ("by_class", "by_precision", "by_layer", "kernels", "conversion", "overheads",
-                "tensor_core")
+                "tensor_core", "budget")
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every section as a DataFrame (the headline as a one-row frame)."""
@@ -108,7 +113,18 @@ def compare(pa: RunProfile, pb: RunProfile) -> Diff:
     tensor_core = pd.DataFrame([{"run": "a", **pa.tensor_core}, {"run": "b", **pb.tensor_core}])
     headline = _headline(pa, pb, by_class, conversion["time_ns"].sum(), by_layer, overheads)
     return Diff(pa, pb, headline, by_class.reset_index(drop=True), by_precision, by_layer,
-                kernels, conversion, overheads, tensor_core)
+                kernels, conversion, overheads, tensor_core, _budget(pa.budget, pb.budget))
+
+
+def _budget(a: dict, b: dict) -> pd.DataFrame:
+    """Both runs' time budgets side by side, per iteration (parts with time in either)."""
+    rows = []
+    for part in budget.PARTS:
+        an, bn = a.get(f"{part}_ns", 0.0), b.get(f"{part}_ns", 0.0)
+        if an or bn:
+            rows.append({"part": part, "a_ns": an, "b_ns": bn, "delta_ns": bn - an,
+                         "a_pct": a.get(f"{part}_pct", 0.0), "b_pct": b.get(f"{part}_pct", 0.0)})
+    return pd.DataFrame(rows, columns=["part", "a_ns", "b_ns", "delta_ns", "a_pct", "b_pct"])
 
 
 def _overheads(a: dict, b: dict) -> pd.DataFrame:
@@ -235,4 +251,14 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, overheads) -> dict:
         "layers_matched": int((by_layer["status"] == "matched").sum()
                               - (OUTSIDE in set(by_layer["layer"]))),
         "verdict": verdict,
+        "a_verdict": _run_verdict(pa), "b_verdict": _run_verdict(pb),
+        "a_warnings": [w["message"] for w in pa.warnings],
+        "b_warnings": [w["message"] for w in pb.warnings],
     }
+
+
+def _run_verdict(p: RunProfile) -> str:
+    """A run's budget verdict, unless its trace is partial."""
+    if any(w["severity"] == "partial" for w in p.warnings):
+        return "withheld: partial trace"
+    return str(p.budget.get("verdict", ""))

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import gpu_metrics as gm
+from . import budget, gpu_metrics as gm
+from .budget import ITERATION, base_name
 from .cache import code_fingerprint
 from .classify import annotate, sync_kind
 from .errors import NsightlabError
@@ -26,17 +27,9 @@ from .launches import first_of_call, launches
 from .report import Report
 from .timeline import busy_time
 
-# iteration ranges: iterN / iteration N / stepN / batchN (any domain), or TensorRT's own
-# per-inference range (ExecutionContext::enqueue/execute[V2/V3]) whose children are its layers
-ITERATION = re.compile(r"(?i)^((iter|iteration|step|batch)[ _-]?\d+|ExecutionContext::(enqueue|execute)\w*)$")
 OUTSIDE = "(outside layers)"
 ITERATION_LAYER = "(iteration)"
 MATH = {"gemm", "attention", "conv"}
-
-
-def base_name(name: str) -> str:
-    """NVTX range name without its domain prefix, trimmed ('nsightlab:iter3' -> 'iter3')."""
-    return str(name).split(":", 1)[-1].strip() if ":" in str(name) else str(name).strip()
 
 
 def layer_key(name: str) -> str:
@@ -51,10 +44,10 @@ class RunProfile:
     label: str
     iterations: int
     iteration_source: str
-    iteration_ns: float          # mean GPU span of an iteration (first kernel start to last end)
+    iteration_ns: float          # mean wall-clock iteration (the time budget's windows)
     kernel_ns: float             # kernel time per iteration
     kernels: float               # kernels per iteration
-    busy_pct: float
+    busy_pct: float              # share of the iteration with GPU work (kernels, copies, memsets)
     by_class: pd.DataFrame       # kernel_class, time_ns, count
     by_precision: pd.DataFrame   # precision, kernel_class, time_ns
     by_layer: pd.DataFrame       # layer, time_ns, count, math_precision
@@ -62,6 +55,9 @@ class RunProfile:
     flat_slots: pd.DataFrame     # the same with layers ignored (layer = "(iteration)")
     overheads: dict = field(default_factory=dict)
     tensor_core: dict = field(default_factory=dict)
+    gpu_span_ns: float = 0.0     # mean GPU span (first kernel start to last kernel end)
+    budget: dict = field(default_factory=dict)  # the budget summary of the first GPU
+    warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
 
 
 FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
@@ -87,6 +83,7 @@ def _split(p: RunProfile) -> tuple[dict[str, pd.DataFrame], dict]:
 
 def _compute(report: Report, label: str) -> RunProfile:
     """The profile itself (``profile`` adds the result store around it)."""
+    summary = _budget(report)  # first: its scratch memory is gone before the launches are read
     lk = launches(report, op_columns=("start_ns", "end_ns", "name"),
                   api_columns=("start_ns", "end_ns")).drop(columns="pid")
     if lk.empty:
@@ -117,14 +114,28 @@ def _compute(report: Report, label: str) -> RunProfile:
     by_layer["math_precision"] = by_layer["layer"].map(gp).astype(object).fillna("")
     slots = _slots(lk, n)
     flat_slots = _slots(lk, n, by_layer=False)
+    wall = summary.get("wall_ns") or span_ns
+    idle = sum(summary.get(f"{p}_pct", 0.0) for p in budget.IDLE_PARTS)
     return RunProfile(
-        label=label, iterations=n, iteration_source=source, iteration_ns=span_ns,
+        label=label, iterations=n, iteration_source=source, iteration_ns=wall,
         kernel_ns=float(dur.sum()) / n, kernels=len(lk) / n,
-        busy_pct=100.0 * busy / span_ns if span_ns else float("nan"),
+        busy_pct=100.0 - idle if summary else (100.0 * busy / span_ns if span_ns else 0.0),
+        gpu_span_ns=span_ns, budget=summary,
+        warnings=[w for w in report.completeness if w["severity"] != "note"],
         by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
         flat_slots=flat_slots,
         overheads=_overheads(report, lk, iters, n, spans, busy_i),
         tensor_core=_tensor_core(report, lk, spans))
+
+
+def _budget(report: Report) -> dict:
+    """The time budget's summary for the first GPU, as plain data (empty without GPU work)."""
+    table, by_sync, _ = budget.compute(report)
+    if table.empty:
+        return {}
+    names = report.cuda_api(["name"])["name"].cat.categories.astype(str)
+    row = budget.summarize(table, by_sync, bool(names.str.startswith("cudaGraphLaunch").any()))
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.iloc[0].items()}
 
 
 def _assign_iterations(report: Report, lk: pd.DataFrame

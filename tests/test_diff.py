@@ -53,7 +53,11 @@ def test_fp8_diff_sections(fp16_vs_fp8):
     for token in ("DivFunctor", "float8_copy", "MaxNanFunctor", "AbsFunctor", "direct_copy"):
         assert token in names, token
     assert set(d.to_json()) == {"headline", "by_class", "by_precision", "by_layer", "kernels",
-                                "conversion", "overheads", "tensor_core"}
+                                "conversion", "overheads", "tensor_core", "budget"}
+    # the budget of each run adds up to its wall-clock iteration, and both are compute-bound
+    for side in ("a", "b"):
+        assert d.budget[f"{side}_ns"].sum() == pytest.approx(d.headline[f"{side}_iteration_ns"])
+        assert d.headline[f"{side}_verdict"] == "compute-bound" and not d.headline[f"{side}_warnings"]
 
 
 def test_cuda_graph_diff_same_kernels_less_launch_overhead(sqlite_of, cache_dir):
@@ -78,9 +82,9 @@ def test_diff_cli_outputs(sqlite_of, cache_dir, tmp_path):
     res = CliRunner().invoke(cli, ["diff", a, b, "-o", str(out), "--png", str(tmp_path / "png"),
                                    "--html", str(tmp_path / "d.html")])
     assert res.exit_code == 0, res.output
-    assert "2.17x slower" in res.stdout
+    assert "2.16x slower" in res.stdout
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["by_class.parquet", "by_layer.parquet", "by_precision.parquet", "conversion.parquet",
+        ["budget.parquet", "by_class.parquet", "by_layer.parquet", "by_precision.parquet", "conversion.parquet",
          "headline.parquet", "kernels.parquet", "manifest.json", "overheads.parquet", "tensor_core.parquet"])
     assert pd.read_parquet(out / "headline.parquet").iloc[0]["b_kernels"] == 513
     pngs = sorted((tmp_path / "png").glob("*.png"))

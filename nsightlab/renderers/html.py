@@ -72,21 +72,26 @@ def render(obj) -> str:
 def _(d: Diff) -> str:
     h = d.headline
     summary = pd.DataFrame([
-        {"": "iteration (GPU span), ms", "A": h["a_iteration_ns"] / 1e6, "B": h["b_iteration_ns"] / 1e6},
+        {"": "iteration (wall clock), ms", "A": h["a_iteration_ns"] / 1e6, "B": h["b_iteration_ns"] / 1e6},
         {"": "kernel time, ms", "A": h["a_kernel_ns"] / 1e6, "B": h["b_kernel_ns"] / 1e6},
         {"": "kernels", "A": h["a_kernels"], "B": h["b_kernels"]},
         {"": "GPU busy %", "A": h["a_busy_pct"], "B": h["b_busy_pct"]},
     ])
     sections = [
-        ("Verdict", f"<p class='verdict'>{html.escape(h['verdict'])}</p>"
-                    f"<p>A: {html.escape(str(h['a']))} ({html.escape(h['a_iteration_source'])})<br>"
-                    f"B: {html.escape(str(h['b']))} ({html.escape(h['b_iteration_source'])})</p>"
+        ("Verdict", "".join(f"<p class='verdict'>warning ({side.upper()}): {html.escape(w)}</p>"
+                            for side in ("a", "b") for w in h[f"{side}_warnings"])
+                    + f"<p class='verdict'>{html.escape(h['verdict'])}</p>"
+                    f"<p>A: {html.escape(str(h['a']))} ({html.escape(h['a_iteration_source'])}; "
+                    f"{html.escape(h['a_verdict'])})<br>"
+                    f"B: {html.escape(str(h['b']))} ({html.escape(h['b_iteration_source'])}; "
+                    f"{html.escape(h['b_verdict'])})</p>"
                     + table_html(summary)),
         ("By kernel class (per iteration)", table_html(d.by_class)),
         ("By precision (per iteration)", table_html(d.by_precision)),
         ("By layer (per iteration)", table_html(d.by_layer)),
         ("Precision-conversion kernels (only in B, in layers whose math changed precision)",
          table_html(d.conversion)),
+        ("Where an iteration's time goes (mean per iteration)", table_html(d.budget)),
         ("Overheads (median per iteration)", table_html(d.overheads)),
         ("Tensor Core activity", table_html(d.tensor_core)),
         ("Kernels (matched by layer, class and position)", table_html(d.kernels, 60)),
@@ -99,7 +104,7 @@ def _(d: Diff) -> str:
 def _(rr: RunReport) -> str:
     run = rr.run_row()
     warn = "".join(f"<li><b>{html.escape(w['severity'])}</b>: {html.escape(w['message'])}</li>"
-                   for w in rr.warnings)
+                   for w in rr.warnings if w["severity"] != "note")
     items = "".join(f"<li>{html.escape(f)}</li>" for f in rr.findings)
     head = html.escape(str(run["iteration_source"]))
     if run["iteration_ns"] is not None:

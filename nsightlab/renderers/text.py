@@ -85,9 +85,12 @@ def _(result: RunResult, limit: int | None = 25) -> str:
 @render.register
 def _(d: Diff, limit: int | None = 12) -> str:
     h = d.headline
-    lines = [h["verdict"], "",
-             f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']})",
-             f"B {h['b']}: {h['b_iterations']} iterations ({h['b_iteration_source']})",
+    warn = [f"WARNING ({side.upper()}): {w}" for side in ("a", "b") for w in h[f"{side}_warnings"]]
+    lines = [*warn, *([""] if warn else []), h["verdict"], "",
+             f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']}); "
+             f"{h['a_verdict']}",
+             f"B {h['b']}: {h['b_iterations']} iterations ({h['b_iteration_source']}); "
+             f"{h['b_verdict']}",
              f"per iteration: {h['a_iteration_ns'] / 1e6:.3f} ms -> {h['b_iteration_ns'] / 1e6:.3f} ms "
              f"(speedup {h['speedup']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
              f"GPU busy {h['a_busy_pct']:.0f}% -> {h['b_busy_pct']:.0f}%, "
@@ -101,7 +104,8 @@ def _(d: Diff, limit: int | None = 12) -> str:
     if len(d.conversion):
         lines += ["precision-conversion kernels (only in B):",
                   ms_table(d.conversion.head(8), ["kernel_class", "b_name", "time_ns"])]
-    lines += ["overheads (median per iteration):",
+    lines += ["where an iteration's time goes (mean per iteration):", ms_table(d.budget),
+              "overheads (median per iteration):",
               ms_table(d.overheads, ["overhead", "a_ns", "b_ns", "a_count", "b_count"])]
     return "\n".join(lines)
 
@@ -115,9 +119,9 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
             if run["kernel_ns"] is not None else ""
         lines.append(f"  iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock{kernel}, "
                      f"GPU busy {run['busy_pct']:.0f}%")
-    if rr.warnings:
-        lines += ["", "warnings:"] + [f"  - {w['severity'].upper()}: {w['message']}"
-                                      for w in rr.warnings]
+    shown = [w for w in rr.warnings if w["severity"] != "note"]
+    if shown:
+        lines += ["", "warnings:"] + [f"  - {w['severity'].upper()}: {w['message']}" for w in shown]
     lines += ["", "findings:"] + [f"  - {f}" for f in rr.findings]
     if len(rr.budget) and not rr.partial:
         lines += ["", "where an iteration's time goes (mean per iteration):", budget_text(rr.budget)]
