@@ -22,6 +22,8 @@ from .units import fmt_ms as _ms
 
 #: GPU idle after host syncs worth a finding (advice starts at the budget's notable_pct)
 SYNC_NOTE_PCT = 5.0
+#: kernel time outside the iterations worth a finding (share of all kernel time)
+WARMUP_NOTE_PCT = 10.0
 #: rows kept of the longer tables
 TOP_KERNELS = 15
 LONGEST_GAPS = 15
@@ -115,7 +117,11 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     empty = pd.DataFrame()
     budget_ = _table(r, "budget", "summary")
     sync_idle = _table(r, "budget", "sync_idle")
-    ks = _table(r, "kernel_sum", "kernel_sum")
+    whole = _table(r, "kernel_sum", "kernel_sum")
+    ks = whole  # the timed iterations' kernels when there are iterations; warm-up said apart
+    iterated = len(budget_) and not str(budget_.iloc[0]["iteration_source"]).startswith("no ")
+    if iterated and len(whole):
+        ks = recipes.run("kernel_sum", r, {"iterations_only": True})["kernel_sum"]
     lc = _table(r, "launch_compute", "summary")
     sg = _run(r, "sync_gaps")
     tc = _table(r, "tensor_core", "summary")
@@ -127,6 +133,15 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
                    api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle)
     rr.findings = findings(rr, ks)
+    outside = float(whole["total_ns"].sum() - ks["total_ns"].sum()) if len(whole) else 0.0
+    if len(whole) and outside > WARMUP_NOTE_PCT / 100 * max(whole["total_ns"].sum(), 1) \
+            and not rr.partial:
+        top = whole.set_index("name")["total_ns"].sub(ks.set_index("name")["total_ns"],
+                                                      fill_value=0).idxmax()
+        rr.findings.append(
+            f"outside the iterations (warm-up, compile, teardown): {_ms(outside)} of kernels, "
+            f"{100 * outside / whole['total_ns'].sum():.0f}% of all kernel time, most in "
+            f"{str(top)[:80]}; the kernel tables count the iterations only")
     return rr
 
 

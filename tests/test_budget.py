@@ -149,3 +149,16 @@ def _check(path):
     assert not re.search(r"\bnan\b", res.stdout, re.I), res.stdout
     verdicts = re.findall(r"^  - (?:GPU \d+: )?([a-z-]+-bound|mixed)", res.stdout, re.M)
     assert len(verdicts) <= max(1, len(r.gpus))
+
+
+def test_report_counts_the_iterations_and_says_the_warmup_apart(scenario, cache_dir):
+    """torch.compile and a long fill before the loop: the report's kernel tables hold the
+    timed iterations only, and the warm-up is its own finding; kernel_sum stays whole-run."""
+    path = scenario("warmup")
+    whole = R.run("kernel_sum", path)["kernel_sum"]
+    timed = R.run("kernel_sum", path, {"iterations_only": True})["kernel_sum"]
+    assert timed["instances"].sum() == 24 * 2 and whole["instances"].sum() > 600
+    res = CliRunner().invoke(cli, ["report", str(path)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.stdout.splitlines() if "outside the iterations" in x)
+    assert "% of all kernel time" in line
