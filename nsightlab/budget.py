@@ -56,6 +56,8 @@ COPY_PARTS = ("h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned", "d2d",
 BUSY_PARTS = ("kernels", *COPY_PARTS, "memset")
 IDLE_PARTS = ("idle_sync", "idle_launch", "idle_host", "idle_unattributed")
 PARTS = (*BUSY_PARTS, *IDLE_PARTS)
+#: the iteration name when there are no iteration ranges
+WHOLE_RUN = "(whole run)"
 #: host time between two iteration ranges still counted in the first (Python loop overhead)
 TILE_GAP_NS = 200_000
 TILE_GAP_FRACTION = 0.05
@@ -183,7 +185,7 @@ def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     else:
         lo = int(ops["start_ns"].min()) if len(ops) else 0
         hi = int(ops["end_ns"].max()) if len(ops) else 0
-        start, end, names = np.array([lo]), np.array([hi]), np.array(["(whole run)"])
+        start, end, names = np.array([lo]), np.array([hi]), np.array([WHOLE_RUN])
         source = ("no NVTX iteration ranges: the whole span of GPU activity as one iteration"
                   if len(ops) else "no GPU activity")
     syncs = _sync_calls(report)
@@ -337,7 +339,8 @@ COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
 def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
               params: dict | None = None) -> pd.DataFrame:
     """One row per GPU: iterations, mean wall time, every part per iteration (``*_ns``) and
-    its share (``*_pct``), hidden copy time, verdict, evidence and advice."""
+    its share (``*_pct``), hidden copy time, verdict, evidence and advice. Without iteration
+    ranges the evidence says that set-up time is in it."""
     params = {**DEFAULTS, **(params or {})}
     rows = []
     for dev, g in table.groupby("device_id", sort=True):
@@ -350,6 +353,9 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
             row[f"{p}_pct"] = 100.0 * row[f"{p}_ns"] / wall if wall else 0.0
         row["hidden_copy_ns"] = float(g["hidden_copy_ns"].mean())
         row["verdict"], row["evidence"], row["advice"] = verdict(row, by_sync, graphs, params)
+        if (g["name"] == WHOLE_RUN).all():
+            row["evidence"] += ("; the whole run, set-up included (no NVTX iteration ranges: "
+                                "name one range per iteration iterN for a steady-state verdict)")
         rows.append(row)
     return pd.DataFrame(rows)
 

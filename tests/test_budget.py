@@ -162,3 +162,18 @@ def test_report_counts_the_iterations_and_says_the_warmup_apart(scenario, cache_
     assert res.exit_code == 0, res.output
     line = next(x for x in res.stdout.splitlines() if "outside the iterations" in x)
     assert "% of all kernel time" in line
+
+
+@pytest.mark.parametrize("stem,verdict,words", [
+    ("pub-realcugan-trt10", "compute-bound", ["137 NVTX iteration ranges (ExecutionContext"]),
+    ("pub-pipit-cloverleaf-a100", "compute-bound", ["set-up included"]),
+    ("pub-pipit-saxpy-a100", "sync-bound", ["cudaMemcpyAsync", "pageable"]),
+    ("h200-launchbound", "launch-bound", ["CUDA graph"]),
+    ("h200-vit-fp16-cudagraph", "compute-bound", []),
+])
+def test_public_and_h200_fixtures_get_the_verdict_an_engineer_gives(stem, verdict, words, sqlite_of,
+                                                                    cache_dir):
+    s = R.run("budget", sqlite_of(stem))["summary"].iloc[0]
+    assert s["verdict"] == verdict, s["evidence"]
+    text = " ".join([s["iteration_source"], s["evidence"], s["advice"]])
+    assert all(w in text for w in words), text

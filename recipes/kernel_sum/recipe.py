@@ -3,7 +3,7 @@ kernel's class and precision. With iterations_only, only kernels that start insi
 budget's wall-clock iterations count (warm-up, compile and teardown left out)."""
 import numpy as np
 
-from nsightlab import recipes
+from nsightlab import budget, recipes
 from nsightlab.classify import annotate
 from nsightlab.stats import describe
 
@@ -12,7 +12,7 @@ def run(report, params):
     k = report.kernels(["name", "start_ns", "duration_ns"])
     if params["iterations_only"]:
         it = recipes.run("budget", report)["iterations"]
-        if len(it) and it["name"].iloc[0] != "(whole run)":
+        if len(it) and it["name"].iloc[0] != budget.WHOLE_RUN:
             ws = np.unique(it["start_ns"].to_numpy())
             we = it.groupby("start_ns")["end_ns"].max().reindex(ws).to_numpy()
             t = k["start_ns"].to_numpy()

@@ -2,6 +2,7 @@
 import numpy as np
 import pandas as pd
 
+from nsightlab import recipes
 from nsightlab.launches import first_of_call, launches
 from nsightlab.projection import project
 from nsightlab.recipes import NoDataError
@@ -17,7 +18,8 @@ def run(report, params):
         raise NoDataError(report.missing_hint("kernels") or report.missing_hint("cuda_api")
                           or f"{report.path.name}: no kernel launches")
     ranges = by_range(report, lk, params)
-    return {"per_kernel": per_kernel(lk), "summary": summary(lk, ranges, params),
+    budget = recipes.run("budget", report)["summary"]
+    return {"per_kernel": per_kernel(lk), "summary": summary(lk, ranges, params, budget),
             "by_range": ranges}
 
 
@@ -47,11 +49,13 @@ def per_kernel(lk):
 
 
 def verdict(busy_pct, kernel_avg, api_avg, params):
-    """launch-bound: the GPU idles most of the window and kernels are no longer than the calls
-    that launch them; compute-bound: the GPU is busy; mixed: in between."""
+    """Per NVTX range: launch-bound when the GPU idles most of the range and its kernels are no
+    longer than the calls that launch them (longer kernels would keep the queue ahead of the
+    host); compute-bound when the GPU is busy; mixed in between. The run's own verdict is the
+    time budget's (recipe budget)."""
     if busy_pct >= params["busy_high_pct"]:
         return "compute-bound"
-    if busy_pct < params["busy_low_pct"] and kernel_avg <= 2 * api_avg:
+    if busy_pct < params["busy_low_pct"] and kernel_avg <= api_avg:
         return "launch-bound"
     return "mixed"
 
@@ -80,7 +84,18 @@ def by_range(report, lk, params):
     return out
 
 
-def summary(lk, ranges, params):
+def _budget_verdict(budget, dev, busy_pct, k_mean, per_kernel_api, n_k):
+    """The run's verdict is the time budget's (wall-clock iterations, idle time by cause), with
+    the launch numbers beside its evidence."""
+    mine = budget[budget["device_id"] == dev]
+    launch = _evidence(busy_pct, k_mean, per_kernel_api, n_k)
+    if not len(mine):
+        return "no GPU activity", launch
+    b = mine.iloc[0]
+    return str(b["verdict"]), f"{b['evidence']}; whole run: {launch}"
+
+
+def summary(lk, ranges, params, budget):
     rows = []
     groups = lk.groupby(["pid", "device_id"], sort=True).indices
     cols = {c: lk[c].to_numpy() for c in ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "api_row")}
@@ -109,15 +124,7 @@ def summary(lk, ranges, params):
         del kdur
         busy_pct = 100.0 * busy_ns / max(span, 1)
         per_kernel_api = launch_sum / n_k
-        v = verdict(busy_pct, k_mean, per_kernel_api, params)
-        ev = _evidence(busy_pct, k_mean, per_kernel_api, n_k)
-        top = ranges[(ranges["pid"] == pid) & (ranges["depth"] == 0)]
-        if len(top):  # steady state: the outermost NVTX ranges, weighted by the GPU work in them
-            weight = top.groupby("verdict")["kernel_time_ns"].sum()
-            v = str(weight.idxmax())
-            ev = (f"{(top['verdict'] == v).sum()} of {len(top)} outermost NVTX ranges "
-                  f"({100 * weight[v] / weight.sum():.0f}% of their kernel time) are {v}; "
-                  "whole run: " + ev)
+        v, ev = _budget_verdict(budget, dev, busy_pct, k_mean, per_kernel_api, n_k)
         rows.append({
             "pid": pid, "device": dev, "kernel_count": n_k, "kernel_time_ns": k_sum,
             "gpu_span_ns": span, "gpu_busy_ns": busy_ns, "gpu_busy_pct": busy_pct,
