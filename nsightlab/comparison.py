@@ -252,6 +252,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, overheads) -> dict:
                               - (OUTSIDE in set(by_layer["layer"]))),
         "verdict": verdict,
         "a_verdict": _run_verdict(pa), "b_verdict": _run_verdict(pb),
+        "a_outside_kernel_ns": pa.outside_kernel_ns, "b_outside_kernel_ns": pb.outside_kernel_ns,
         "a_warnings": [w["message"] for w in pa.warnings],
         "b_warnings": [w["message"] for w in pb.warnings],
     }

@@ -56,6 +56,7 @@ class RunProfile:
     overheads: dict = field(default_factory=dict)
     tensor_core: dict = field(default_factory=dict)
     gpu_span_ns: float = 0.0     # mean GPU span (first kernel start to last kernel end)
+    outside_kernel_ns: float = 0.0  # kernel time outside the iterations (warm-up, compile), total
     budget: dict = field(default_factory=dict)  # the budget summary of the first GPU
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
 
@@ -89,6 +90,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     if lk.empty:
         raise NsightlabError(f"{report.path}: no kernel launches to compare "
                              f"({report.missing_hint('kernels') or 'profile with --trace=cuda'})")
+    all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum())
     lk, iters, n, source = _assign_iterations(report, lk)
     lk = annotate(lk, copy=False).drop(columns=["precision_confidence"])
     dur = (lk["end_ns"] - lk["start_ns"]).to_numpy()
@@ -120,7 +122,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         label=label, iterations=n, iteration_source=source, iteration_ns=wall,
         kernel_ns=float(dur.sum()) / n, kernels=len(lk) / n,
         busy_pct=100.0 - idle if summary else (100.0 * busy / span_ns if span_ns else 0.0),
-        gpu_span_ns=span_ns, budget=summary,
+        gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - float(dur.sum()),
         warnings=[w for w in report.completeness if w["severity"] != "note"],
         by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
         flat_slots=flat_slots,

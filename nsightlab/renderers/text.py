@@ -94,7 +94,10 @@ def _(d: Diff, limit: int | None = 12) -> str:
              f"per iteration: {h['a_iteration_ns'] / 1e6:.3f} ms -> {h['b_iteration_ns'] / 1e6:.3f} ms "
              f"(speedup {h['speedup']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
              f"GPU busy {h['a_busy_pct']:.0f}% -> {h['b_busy_pct']:.0f}%, "
-             f"conversion overhead {h['conversion_overhead_ns'] / 1e6:.3f} ms", "",
+             f"conversion overhead {h['conversion_overhead_ns'] / 1e6:.3f} ms",
+             *([f"outside the iterations (warm-up, compile; not in the numbers below): kernels "
+                f"{h['a_outside_kernel_ns'] / 1e6:.2f} ms in A, {h['b_outside_kernel_ns'] / 1e6:.2f} "
+                "ms in B"] if h["a_outside_kernel_ns"] or h["b_outside_kernel_ns"] else []), "",
              "by kernel class (ms per iteration):",
              ms_table(d.by_class, ["kernel_class", "a_ns", "b_ns", "delta_ns", "a_count", "b_count"])]
     if (d.by_layer["layer"] != OUTSIDE).any():
