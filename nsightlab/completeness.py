@@ -92,13 +92,19 @@ def _launch_calls(report: Report) -> tuple[int, int]:
     """(kernel launch calls, graph launch calls) in the API trace."""
     if not report.has_rows("cuda_api"):
         return 0, 0
-    api = report.cuda_api(["name", "pid", "correlation_id"])
-    cats = api["name"].cat.categories.astype(str)
-    codes = api["name"].cat.codes.to_numpy()
+    names = report.cuda_api(["name"])["name"]
+    cats = names.cat.categories.astype(str)
+    codes = names.cat.codes.to_numpy()
+    del names
 
     def calls(rx: re.Pattern) -> int:  # one call per (pid, correlation id): 2022-era exports
-        sel = np.isin(codes, [i for i, c in enumerate(cats) if rx.match(c)])  # hold duplicates
-        return int(api.loc[sel, ["pid", "correlation_id"]].drop_duplicates().shape[0])
+        rows = np.flatnonzero(np.isin(codes, [i for i, c in enumerate(cats) if rx.match(c)]))
+        if not len(rows):  # hold two API rows for one call (CUDA backtraces)
+            return 0
+        k = report.take("cuda_api", ["pid", "correlation_id"], rows)
+        key = (k["pid"].to_numpy(np.int64) << 32) | k["correlation_id"].to_numpy(np.int64)
+        key.sort()
+        return int(1 + np.count_nonzero(key[1:] != key[:-1]))
 
     return calls(LAUNCH_CALLS), calls(GRAPH_LAUNCH)
 

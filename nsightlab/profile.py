@@ -84,7 +84,10 @@ def _split(p: RunProfile) -> tuple[dict[str, pd.DataFrame], dict]:
 
 def _compute(report: Report, label: str) -> RunProfile:
     """The profile itself (``profile`` adds the result store around it)."""
-    summary = _budget(report)  # first: its scratch memory is gone before the launches are read
+    # first the budget and the completeness checks: their scratch memory is gone before the
+    # launch table (the big one) is read
+    summary = _budget(report)
+    warnings = [w for w in report.completeness if w["severity"] != "note"]
     lk = launches(report, op_columns=("start_ns", "end_ns", "name"),
                   api_columns=("start_ns", "end_ns")).drop(columns="pid")
     if lk.empty:
@@ -123,7 +126,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         kernel_ns=float(dur.sum()) / n, kernels=len(lk) / n,
         busy_pct=100.0 - idle if summary else (100.0 * busy / span_ns if span_ns else 0.0),
         gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - float(dur.sum()),
-        warnings=[w for w in report.completeness if w["severity"] != "note"],
+        warnings=warnings,
         by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
         flat_slots=flat_slots,
         overheads=_overheads(report, lk, iters, n, spans, busy_i),

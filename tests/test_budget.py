@@ -48,6 +48,7 @@ def summary(path) -> dict:
     ("host", "host-bound", "launches nothing"),
     ("launch", "launch-bound", "capture the loop as a CUDA graph"),
     ("graph", "launch-bound", "already replays CUDA graphs"),
+    ("sync_work", "sync-bound", "cudaStreamSynchronize (40 per iteration)"),
 ])
 def test_each_scenario_gets_its_verdict_and_advice(name, verdict, advice, scenario, cache_dir):
     s = summary(scenario(name))

@@ -20,9 +20,10 @@ run() {  # name, extra nsys flags..., -- mode
     -o "$out/expected/$name/stats" "$out/$name.sqlite" > /dev/null 2>&1
   rm -f "$out/$name.nsys-rep"
 }
-for m in h2d_pinned h2d_pageable d2h compute host sync launch graph overlap warmup crash; do
+for m in ${MODES:-h2d_pinned h2d_pageable d2h compute host sync sync_work launch graph overlap warmup crash}; do
   run "$m" -- "$m"
 done
+[ -n "${MODES:-}" ] && exit 0  # only the modes asked for
 run compute-gpumetrics --gpu-metrics-devices=all -- compute
 run h2d_pageable-gpumetrics --gpu-metrics-devices=all -- h2d_pageable
 # GPU metrics but no CUDA trace: activity the kernel trace does not hold

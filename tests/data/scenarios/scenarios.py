@@ -12,6 +12,7 @@ host), the way a real inference loop does. Modes and what bounds them:
   compute        large FP16 GEMMs, nothing else
   host           5 ms of CPU work (an NVTX range that launches nothing) between short kernels
   sync           200 tiny steps, each followed by .item() (a host sync)
+  sync_work      40 GEMMs, each followed by .item() and 0.1 ms of CPU work on the result
   launch         2000 tiny elementwise kernels
   graph          the launch loop captured once as a CUDA graph and replayed
   overlap        a big H2D copy on a side stream overlapping GEMMs on the main stream
@@ -94,6 +95,16 @@ elif mode == "sync":
     def step(it):
         for _ in range(200):
             (x * 1.0001).sum().item()
+    loop(step)
+elif mode == "sync_work":
+    a, b = gemm_inputs(2048)
+
+    def step(it):
+        for _ in range(40):
+            v = (a @ b)[0, 0].item()  # the host waits for the result...
+            t = time.perf_counter()
+            while time.perf_counter() - t < 0.0001:  # ...then works with it before going on
+                v = v * 1.0
     loop(step)
 elif mode in ("launch", "crash"):
     x = torch.randn(256, device=dev)
