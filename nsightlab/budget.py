@@ -56,6 +56,9 @@ COPY_PARTS = ("h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned", "d2d",
 BUSY_PARTS = ("kernels", *COPY_PARTS, "memset")
 IDLE_PARTS = ("idle_sync", "idle_launch", "idle_host", "idle_unattributed")
 PARTS = (*BUSY_PARTS, *IDLE_PARTS)
+OP_COLUMNS = ("device_id", "start_ns", "end_ns", "api_start_ns", "part")
+DTYPES = {"device_id": np.int32, "start_ns": np.int64, "end_ns": np.int64,
+          "api_start_ns": np.float64, "part": np.int8}
 #: the iteration name when there are no iteration ranges
 WHOLE_RUN = "(whole run)"
 #: host time between two iteration ranges still counted in the first (Python loop overhead)
@@ -100,12 +103,12 @@ def iteration_ranges(report: Report) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
-def gpu_ops(report: Report) -> pd.DataFrame:
-    """Every kernel, copy and memset with its device, budget part (a categorical of
-    ``BUSY_PARTS``) and the start of the API call that launched it (NaN where none was
-    recorded), in start order. The join is ``launches.match`` on integer keys: no pandas merge
-    over millions of rows."""
-    frames = []
+def gpu_ops(report: Report) -> dict[str, np.ndarray]:
+    """Every kernel, copy and memset as arrays in start order: device_id, start_ns, end_ns,
+    api_start_ns (the start of the API call that launched it; NaN where none was recorded) and
+    part (the index of its ``BUSY_PARTS`` entry). The join is ``launches.match`` on integer
+    keys, and plain arrays, not a DataFrame: no copies of millions of rows."""
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in OP_COLUMNS}
     api = report.cuda_api(["pid", "correlation_id"]) if report.has_rows("cuda_api") else None
     for table in ("kernels", "memcpy", "memset"):
         if not report.has_rows(table):
@@ -118,26 +121,39 @@ def gpu_ops(report: Report) -> pd.DataFrame:
             oi, ai = match(*keys(ops, api))
             api_start[oi] = report.take("cuda_api", ["start_ns"], ai)["start_ns"].to_numpy()
         if table == "memcpy":
-            code = [BUSY_PARTS.index(copy_part(str(k), str(s), str(d))) for k, s, d in zip(
-                ops["copy_kind"], ops["src_kind"], ops["dst_kind"])]
+            code = _copy_codes(ops)
         else:
-            code = BUSY_PARTS.index("kernels" if table == "kernels" else "memset")
-        frames.append(pd.DataFrame({
-            "device_id": ops["device_id"].to_numpy(np.int32),
-            "start_ns": ops["start_ns"].to_numpy(np.int64),
-            "end_ns": ops["end_ns"].to_numpy(np.int64), "api_start_ns": api_start,
-            "part": pd.Categorical.from_codes(np.broadcast_to(np.asarray(code, np.int8), len(ops)),
-                                              categories=list(BUSY_PARTS))}))
+            code = np.full(len(ops), BUSY_PARTS.index("kernels" if table == "kernels" else "memset"),
+                           np.int8)
+        for c, v in (("device_id", ops["device_id"].to_numpy(np.int32)),
+                     ("start_ns", ops["start_ns"].to_numpy(np.int64)),
+                     ("end_ns", ops["end_ns"].to_numpy(np.int64)), ("api_start_ns", api_start),
+                     ("part", code)):
+            cols[c].append(v)
         del ops
     del api
-    if not frames:
-        return pd.DataFrame({"device_id": np.array([], np.int32), "start_ns": np.array([], np.int64),
-                             "end_ns": np.array([], np.int64), "api_start_ns": np.array([]),
-                             "part": pd.Categorical([], categories=list(BUSY_PARTS))})
-    out = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    if not out["start_ns"].is_monotonic_increasing:
-        out = out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    out = {c: np.concatenate(v) if len(v) > 1 else (v[0] if v else np.empty(0, DTYPES[c]))
+           for c, v in cols.items()}
+    if len(cols["start_ns"]) > 1 and not np.all(out["start_ns"][1:] >= out["start_ns"][:-1]):
+        order = np.argsort(out["start_ns"], kind="stable")
+        out = {c: v[order] for c, v in out.items()}
     return out
+
+
+def _copy_codes(copies: pd.DataFrame) -> np.ndarray:
+    """The ``BUSY_PARTS`` index of every copy, classifying each distinct (copy kind, source
+    memory, destination memory) once."""
+    trio = [copies[c].astype("category") for c in ("copy_kind", "src_kind", "dst_kind")]
+    codes = np.stack([t.cat.codes.to_numpy(np.int32) for t in trio], axis=1)
+    uniq, inverse = np.unique(codes, axis=0, return_inverse=True)
+    label = lambda t, i: str(t.cat.categories[i]) if i >= 0 else ""  # noqa: E731
+    per = np.array([BUSY_PARTS.index(copy_part(*(label(t, i) for t, i in zip(trio, row))))
+                    for row in uniq], np.int8)
+    return per[inverse.reshape(-1)] if len(per) else np.empty(0, np.int8)
+
+
+def _select(ops: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    return {c: v[rows] for c, v in ops.items()}
 
 
 def windows(iters: pd.DataFrame, gpu_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,15 +171,15 @@ def windows(iters: pd.DataFrame, gpu_end: np.ndarray) -> tuple[np.ndarray, np.nd
     return start, end
 
 
-def _gpu_end_per_iteration(iters: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+def _gpu_end_per_iteration(iters: pd.DataFrame, ops: dict) -> np.ndarray:
     """End of the last GPU op whose launch call started inside each iteration range."""
     out = np.full(len(iters), -1, np.int64)
-    api = ops["api_start_ns"].to_numpy()
+    api = ops["api_start_ns"]
     known = ~np.isnan(api)
     if not known.any() or not len(iters):
         return out
     rs, re_ = iters["start_ns"].to_numpy(np.int64), iters["end_ns"].to_numpy(np.int64)
-    t, e = api[known].astype(np.int64), ops["end_ns"].to_numpy(np.int64)[known]
+    t, e = api[known].astype(np.int64), ops["end_ns"][known]
     i = np.searchsorted(rs, t, "right") - 1
     inside = (i >= 0) & (t <= re_[np.maximum(i, 0)])
     np.maximum.at(out, i[inside], e[inside])
@@ -177,22 +193,23 @@ def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     column per part (``PARTS``; they add up to wall_ns), hidden_copy_ns.
     """
     ops = gpu_ops(report)
+    n_ops = len(ops["start_ns"])
     iters = iteration_ranges(report)
-    if len(iters) and len(ops):
+    if len(iters) and n_ops:
         start, end = windows(iters, _gpu_end_per_iteration(iters, ops))
         names = iters["name"].map(base_name).to_numpy()
         source = f"{len(iters)} NVTX iteration ranges ({names[0]}...), wall-clock"
     else:
-        lo = int(ops["start_ns"].min()) if len(ops) else 0
-        hi = int(ops["end_ns"].max()) if len(ops) else 0
+        lo = int(ops["start_ns"].min()) if n_ops else 0
+        hi = int(ops["end_ns"].max()) if n_ops else 0
         start, end, names = np.array([lo]), np.array([hi]), np.array([WHOLE_RUN])
         source = ("no NVTX iteration ranges: the whole span of GPU activity as one iteration"
-                  if len(ops) else "no GPU activity")
+                  if n_ops else "no GPU activity")
     syncs = _sync_calls(report)
     rows, causes = [], []
-    devices = np.unique(ops["device_id"].to_numpy()) if len(ops) else []
+    devices = np.unique(ops["device_id"]) if n_ops else []
     for dev in devices:
-        mine = ops if len(devices) == 1 else ops[ops["device_id"] == dev].reset_index(drop=True)
+        mine = ops if len(devices) == 1 else _select(ops, np.flatnonzero(ops["device_id"] == dev))
         parts, idle = _device_budget(mine, start, end, syncs)
         frame = pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
                               "device_id": int(dev), "start_ns": start, "end_ns": end,
@@ -224,18 +241,18 @@ def _sync_calls(report: Report) -> pd.DataFrame:
     return pd.DataFrame({"api_name": api[order], "end_ns": ends[order]})
 
 
-def _device_budget(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray,
+def _device_budget(ops: dict, start: np.ndarray, end: np.ndarray,
                    syncs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     """Parts per window for one GPU's operations, and the idle time per sync API."""
     parts: dict[str, np.ndarray] = {}
-    s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
-    kind = ops["part"].cat.codes.to_numpy()
+    s, e, kind = ops["start_ns"], ops["end_ns"], ops["part"]
+    present = np.bincount(kind, minlength=len(BUSY_PARTS)) > 0
     done = np.zeros(len(start), np.int64)
     cum_s, cum_e = np.empty(0, np.int64), np.empty(0, np.int64)
     copy_total = np.zeros(len(start), np.int64)
     for code, part in enumerate(BUSY_PARTS):
-        sel = kind == code
-        if sel.any():
+        if present[code]:
+            sel = kind == code if present.sum() > 1 else slice(None)
             cs, ce = union(np.concatenate([cum_s, s[sel]]), np.concatenate([cum_e, e[sel]]))
             now = covered(cs, ce, start, end)
             if part in COPY_PARTS:
@@ -253,15 +270,15 @@ def _device_budget(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray,
 
 
 def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
-          ops: pd.DataFrame, syncs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+          ops: dict, syncs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     """Idle stretches (the complement of the busy union inside each window) by cause; the
     gaps are taken ``GAP_CHUNK`` at a time, so a launch-bound run of 8M kernels (8M gaps) needs
     a few hundred MB of scratch, not a few GB."""
     # gaps of the busy union, including before the first and after the last busy interval
     gs = np.concatenate([[np.iinfo(np.int64).min], me])
     ge = np.concatenate([ms, [np.iinfo(np.int64).max]])
-    ctx = {"start": start, "end": end, "op_start": ops["start_ns"].to_numpy(np.int64),
-           "api_start": ops["api_start_ns"].to_numpy(), "se": syncs["end_ns"].to_numpy(np.int64),
+    ctx = {"start": start, "end": end, "op_start": ops["start_ns"],
+           "api_start": ops["api_start_ns"], "se": syncs["end_ns"].to_numpy(np.int64),
            "sync_api": syncs["api_name"].to_numpy()}
     api = ctx["api_start"]
     ctx["launches_at"] = np.unique(api[~np.isnan(api)])

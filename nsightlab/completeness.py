@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from .cache import code_fingerprint
 from .metadata import traced
 from .report import Report
 
@@ -35,11 +36,20 @@ SM_ACTIVE_PCT = 1.0
 
 
 def check(report: Report) -> list[dict]:
-    """Every completeness finding for ``report`` (empty when nothing is missing)."""
+    """Every completeness finding for ``report`` (empty when nothing is missing), kept in the
+    report's result store: the checks read the whole API table once."""
+    if report.results is None:
+        return _check(report)
+    _, attrs = report.results.get_or_compute("completeness", {}, [report.path], code_fingerprint(),
+                                             lambda: ({}, {"findings": _check(report)}))
+    return attrs["findings"]
+
+
+def _check(report: Report) -> list[dict]:
     out: list[dict] = []
     cuda_on = traced(report.capture_options, "CUDA")
     kernels = report.row_count("kernels")
-    launches, graph_launches = _launch_calls(report)
+    launches, graph_launches = _launch_calls(report, kernels)
     if kernels == 0 and launches:
         out.append(_f("kernels_missing", "partial",
                       f"{launches:,} kernel launch calls are recorded but no kernel: the kernel "
@@ -88,25 +98,33 @@ def _f(check_: str, severity: str, message: str) -> dict:
     return {"check": check_, "severity": severity, "message": message}
 
 
-def _launch_calls(report: Report) -> tuple[int, int]:
-    """(kernel launch calls, graph launch calls) in the API trace."""
+def _launch_calls(report: Report, kernels: int) -> tuple[int, int]:
+    """(kernel launch calls, graph launch calls) in the API trace. Rows are counted first; only
+    when they outnumber the kernels are calls counted by (pid, correlation id), since 2022-era
+    exports hold two API rows for one call (CUDA backtraces)."""
     if not report.has_rows("cuda_api"):
         return 0, 0
     names = report.cuda_api(["name"])["name"]
     cats = names.cat.categories.astype(str)
+    counts = np.bincount(names.cat.codes.to_numpy() + 1, minlength=len(cats) + 1)[1:]
+    launch_ids = [i for i, c in enumerate(cats) if LAUNCH_CALLS.match(c)]
+    graph_ids = [i for i, c in enumerate(cats) if GRAPH_LAUNCH.match(c)]
+    launch, graph = int(counts[launch_ids].sum()), int(counts[graph_ids].sum())
+    if kernels >= KERNEL_RECORD_SHARE * (launch - graph):
+        return launch, graph
     codes = names.cat.codes.to_numpy()
     del names
 
-    def calls(rx: re.Pattern) -> int:  # one call per (pid, correlation id): 2022-era exports
-        rows = np.flatnonzero(np.isin(codes, [i for i, c in enumerate(cats) if rx.match(c)]))
-        if not len(rows):  # hold two API rows for one call (CUDA backtraces)
+    def calls(ids: list[int]) -> int:
+        rows = np.flatnonzero(np.isin(codes, ids))
+        if not len(rows):
             return 0
         k = report.take("cuda_api", ["pid", "correlation_id"], rows)
         key = (k["pid"].to_numpy(np.int64) << 32) | k["correlation_id"].to_numpy(np.int64)
         key.sort()
         return int(1 + np.count_nonzero(key[1:] != key[:-1]))
 
-    return calls(LAUNCH_CALLS), calls(GRAPH_LAUNCH)
+    return calls(launch_ids), calls(graph_ids)
 
 
 def _sm_active(report: Report) -> float | None:

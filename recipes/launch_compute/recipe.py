@@ -12,13 +12,13 @@ from nsightlab.timeline import busy_time
 
 
 def run(report, params):
+    budget = recipes.run("budget", report)["summary"]  # first: its scratch is freed before lk
     lk = launches(report, op_columns=("start_ns", "end_ns", "device_id", "name"),
                   api_columns=("start_ns", "end_ns", "tid", "name"))
     if lk.empty:
         raise NoDataError(report.missing_hint("kernels") or report.missing_hint("cuda_api")
                           or f"{report.path.name}: no kernel launches")
     ranges = by_range(report, lk, params)
-    budget = recipes.run("budget", report)["summary"]
     return {"per_kernel": per_kernel(lk), "summary": summary(lk, ranges, params, budget),
             "by_range": ranges}
 
