@@ -21,7 +21,7 @@ import pandas as pd
 from . import budget, gpu_metrics as gm
 from .budget import ITERATION, base_name
 from .cache import code_fingerprint
-from .classify import annotate, sync_kind
+from .classify import MATH_CLASSES as MATH, annotate, sync_kind
 from .errors import NsightlabError
 from .launches import first_of_call, launches
 from .report import Report
@@ -29,7 +29,6 @@ from .timeline import busy_time
 
 OUTSIDE = "(outside layers)"
 ITERATION_LAYER = "(iteration)"
-MATH = {"gemm", "attention", "conv"}
 
 
 def layer_key(name: str) -> str:
@@ -301,8 +300,7 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
 
 
 def _tensor_core(report: Report, lk: pd.DataFrame, spans: pd.DataFrame) -> dict:
-    tc_time = lk.loc[lk["kernel_class"].isin(MATH)
-                     & ~lk["precision"].isin(["fp32", "fp64", "unknown"]), "dur"].sum()
+    tc_time = lk.loc[lk["tensor_core"], "dur"].sum()
     out = {"source": "estimate", "tensor_kernel_time_pct": 100.0 * tc_time / max(lk["dur"].sum(), 1),
            "tensor_active_pct": float("nan")}
     samples = gm.samples(report, ("Tensor Active",))

@@ -14,6 +14,7 @@ import pandas as pd
 
 from . import recipes
 from .budget import IDLE_PARTS
+from .classify import MATH_CLASSES
 from .errors import NsightlabError
 from .profile import RunProfile, profile
 from .report import Report, as_report
@@ -188,7 +189,7 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
         top = ks.iloc[0]
         out.append(f"top kernel: {top['kernel_class']} {top['precision']} takes {top['time_pct']:.0f}% of "
                    f"GPU time ({str(top['name'])[:80]})")
-        fp32 = ks[(ks["precision"] == "fp32") & ks["kernel_class"].isin(["gemm", "attention", "conv"])]
+        fp32 = ks[(ks["precision"] == "fp32") & ks["kernel_class"].isin(MATH_CLASSES)]
         if len(fp32) and fp32["time_pct"].sum() > 5:
             out.append(f"FP32 math left over: {fp32['time_pct'].sum():.0f}% of GPU time in FP32 "
                        "GEMM/attention/conv kernels")

@@ -22,4 +22,4 @@ def run(report, params):
     out = out.rename(columns={"count": "instances"})
     out["time_pct"] = 100.0 * out["total_ns"] / max(out["total_ns"].sum(), 1)
     out = out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
-    return {"kernel_sum": annotate(out)}
+    return {"kernel_sum": annotate(out, explain=True)}

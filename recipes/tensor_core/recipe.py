@@ -6,8 +6,6 @@ from nsightlab import gpu_metrics as gm, ncu
 from nsightlab.classify import annotate
 from nsightlab.projection import project
 
-TC_CLASSES = {"gemm", "attention", "conv"}
-TC_PRECISIONS = {"fp16", "bf16", "fp8", "nvfp4", "mxfp8", "int8", "tf32"}
 
 
 def run(report, params):
@@ -18,8 +16,7 @@ def run(report, params):
     if k.empty:  # allowed only with an ncu report (metadata.json: requires ... unless ncu)
         return out
     k = annotate(k)
-    k["uses_tensor_cores"] = (k["kernel_class"].astype(str).isin(TC_CLASSES)
-                              & k["precision"].astype(str).isin(TC_PRECISIONS))
+    k["uses_tensor_cores"] = k["tensor_core"]  # classify.uses_tensor_cores: one definition
     tensor = gm.samples(report, ("Tensor Active",))
     sm = gm.samples(report, ("SMs Active", "SM Active"))
     out["summary"] = summary(k, tensor, sm)
