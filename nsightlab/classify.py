@@ -56,7 +56,7 @@ CLASS_RULES: list[tuple[str, str, str]] = [
     ("normalization", "norm", r"layer_?norm|rms_?norm|group_?norm|instance_?norm|l2_?norm"
                               r"|_norm_|normaliz"),
     ("softmax", "softmax", r"softmax"),
-    ("reduction", "reduce", r"reduce_?kernel|reduction|::reduce|reduceop|argmax|argmin|nll_loss"
+    ("reduction", "reduce", r"reduce_?kernel|reduction|::reduce\b|reduceop|argmax|argmin|nll_loss"
                             r"|pool|cub::.*(sum|min|max)|\bmean"
                             r"|nvfuser_(inner_|outer_)?persistent"),
     ("copy/layout", "reformat/copy", r"copy|reformat|transpose|permut|shuffle|nchwtonhwc"
