@@ -42,10 +42,11 @@ CLASS_RULES: list[tuple[str, str, str]] = [
     ("memset", "memset", r"\[cuda memset|memset"),
     ("memcpy", "reformat/copy", r"\[cuda memcpy"),
     ("collective", "communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|sendrecv"
-                                    r"|all_?to_?all"),
+                                    r"|all_?to_?all|cross_device_reduce"),
     ("attention", "attention", r"fmha|flash_?(fwd|bwd|fprop|attn)|attention|sdpa|_mha_|\bmha"
                                r"|paged_?attn|decode_?attn|xformers"),
     ("batch norm", "norm", r"bn_fw|bn_bw|batch_?norm|bn_inf"),
+    ("KV-cache write", "reformat/copy", r"reshape_and_cache|cache_kernel"),
     ("convolution", "conv", r"conv|fprop|dgrad|wgrad|implicit_?gemm|winograd|[hs]\d{3,5}cudnn"
                             r"|scudnn|s16816fprop|\bcudnn.*nhwc_linkable|implicit_convolve"),
     ("matmul", "gemm", r"nvjet|gemm|gemv|matmul|cublas|cutlass.*tensorop|bstensorop|xmma_gemm"
@@ -78,6 +79,9 @@ _NVJET_TYPES = {"q": "fp8", "r": "fp8", "e": "fp8", "o": "nvfp4", "h": "fp16", "
 # library tokens (high confidence), block-scaled formats first, then lowest precision first: a
 # name that mentions an FP8 input and an FP32 accumulator is an FP8 kernel
 PRECISION_RULES: list[tuple[str, str, str]] = [
+    # TensorRT-LLM attention names its Q, KV and output types: the math runs in Q's type (an FP4
+    # KV cache is dequantized to it)
+    ("TensorRT-LLM FMHA Q type (E4M3)", "fp8", r"fmha\w*_?QE4m3"),
     ("NVFP4 block scale (UE4M3 x E2M1)", "nvfp4", r"ue4m3x(e2m1|f4)|nvf4|nvfp4"),
     ("MXFP4 block scale (UE8M0 x E2M1)", "mxfp4", r"ue8m0x(e2m1|f4)|mxf4|mxfp4"),
     ("MXFP6 block scale (UE8M0 x E3M2/E2M3)", "mxfp6", r"ue8m0x(e3m2|e2m3|f6)|mxf6|mxfp6"),
@@ -86,9 +90,10 @@ PRECISION_RULES: list[tuple[str, str, str]] = [
     ("FP8 token", "fp8", r"e4m3|e5m2|fp8|float8"),
     ("INT8 token", "int8", r"imma|i8816|(?<![a-z])int8|igemm|s8s8|i8i8|_s8_"),
     ("BF16 token", "bf16", r"bf16|bfloat16"),
-    ("TF32 token", "tf32", r"tf32|s1688gemm|tensorop_s1688"),
     ("FP16 token", "fp16", r"f16f16|_f16|fp16|hmma|h1688|h16816|h884|hgemm|(?<!b)float16"
                            r"|s16816|s884|_h16|half8"),
+    # after FP16: ampere_fp16_s1688gemm_fp16 is an FP16 kernel, cutlass_80_tensorop_s1688gemm TF32
+    ("TF32 token", "tf32", r"tf32|s1688gemm|tensorop_s1688"),
     ("FP32 token", "fp32", r"f32f32|fp32|_f32(_|$)"),
     ("FP64 token", "fp64", r"dgemm|fp64|f64"),
 ]
@@ -106,6 +111,8 @@ TEMPLATE_TYPES: list[tuple[str, str]] = [
 # implicit_convolve_sgemm<__half, ...>): the template arguments decide first
 _LOW = [("FP32 SIMT GEMM (sgemm)", "fp32", re.compile(r"sgemm", re.I))]
 _PREC_RES = [(name, p, re.compile(r, re.I)) for name, p, r in PRECISION_RULES]
+#: identifiers that spell a precision but name an option type, not the kernel's data
+_NOT_A_TYPE = re.compile(r"Fp8KVCacheDataType", re.I)
 _TEMPLATE_RES = [(p, re.compile(r, re.I)) for p, r in TEMPLATE_TYPES]
 
 
@@ -128,6 +135,7 @@ def precision(name: str) -> tuple[str, str]:
 
 
 def _precision_rule(name: str) -> tuple[str, str, str]:
+    name = _NOT_A_TYPE.sub("", name)
     m = _NVJET.search(name)
     if m and m.group(1)[0].lower() in _NVJET_TYPES:
         prec = _NVJET_TYPES[m.group(1)[0].lower()]

@@ -80,7 +80,8 @@ def test_vocabularies_and_annotate_on_categoricals():
 # (found with the code search tool; the capture it came from in the comment), with the class,
 # precision and Tensor-Core use a performance engineer gives them.
 ISSUE10 = [
-    # pub-fuser-crossentropy-h200 (BF16 run): c10::BFloat16 is not FP16
+    # a prefix of a pub-fuser-crossentropy-h200 name (BF16 run), and an nsys kernel table of a
+    # BF16 model: c10::BFloat16 is not FP16
     ("void at::native::<unnamed>::distribution_elementwise_grid_stride_kernel<float, (int)4, void "
      "at::native::templates::cuda::normal_and_transform<c10::BFloat16, float, at::CUDAGeneratorImpl *>",
      "elementwise", "bf16", False),
@@ -95,9 +96,9 @@ ISSUE10 = [
      "256x192x256_0_tnn_align32_o_vs16_2sm_bias_f16_relu", "gemm", "nvfp4", True),
     # a CUTLASS profiler benchmark script's MXFP6 operation prefix
     ("cutlass3x_sm120_bstensorop_gemm_ue8m0xe3m2_ue8m0xe3m2_f32_void_f16_", "gemm", "mxfp6", True),
-    # a vLLM/TRT-LLM decode profile on Blackwell: the MoE batched GEMM is a GEMM
-    ("Bmm_E4m3_E4m3E4m3_Fp32_t128x8x256u2_s6_et128x8_m128x8x32_cga1x1x1_16dp256b_TN_transOut_"
-     "schedS_bN_dynBatch_sm100a", "gemm", "fp8", True),
+    # TensorRT-LLM's batched MoE GEMM on Blackwell, as a FlashInfer error message prints it: a GEMM
+    ("bmm_E4m3_E4m3E4m3_Fp32_t128x8x128u2_s8_et64x8_m64x8x32_cga1x1x1_16dp256b_rM_TN_transOut_"
+     "noShflA_dsFp8_schedP4x2x2x3_bN_ldgsts_tmaOpt_clmp_dynBatch_sm100f", "gemm", "fp8", True),
     # Inductor kinds in the kernel name decide, whatever the fused ops are called
     ("triton_poi_fused_mul_silu_2", "elementwise", "unknown", False),
     ("triton_poi_fused_arange_ge_index_put_lift_fresh_0", "elementwise", "unknown", False),
