@@ -92,6 +92,8 @@ PRECISION_RULES: list[tuple[str, str, str]] = [
     ("BF16 token", "bf16", r"bf16|bfloat16"),
     ("FP16 token", "fp16", r"f16f16|_f16|fp16|hmma|h1688|h16816|h884|hgemm|(?<!b)float16"
                            r"|s16816|s884|_h16|half8"),
+    # cuDNN's SIMT families name their type: scudnn single precision (h884cudnn is FP16)
+    ("cuDNN single precision (scudnn)", "fp32", r"scudnn"),
     # after FP16: ampere_fp16_s1688gemm_fp16 is an FP16 kernel, cutlass_80_tensorop_s1688gemm TF32
     ("TF32 token", "tf32", r"tf32|s1688gemm|tensorop_s1688"),
     ("FP32 token", "fp32", r"f32f32|fp32|_f32(_|$)"),
