@@ -377,6 +377,11 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
     return pd.DataFrame(rows)
 
 
+def busy_pct(row) -> float:
+    """Share of the iteration with GPU work (everything but the idle parts) of a summary row."""
+    return 100.0 - sum(float(row[f"{p}_pct"]) for p in IDLE_PARTS)
+
+
 def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict
             ) -> tuple[str, str, str]:
     """(verdict, evidence, advice) for one GPU's mean iteration (a ``summarize`` row)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import budget, gpu_metrics as gm
+from . import budget, gpu_metrics as gm, recipes
 from .budget import ITERATION, base_name
 from .cache import code_fingerprint
 from .classify import MATH_CLASSES as MATH, annotate, sync_kind
@@ -119,11 +119,10 @@ def _compute(report: Report, label: str) -> RunProfile:
     slots = _slots(lk, n)
     flat_slots = _slots(lk, n, by_layer=False)
     wall = summary.get("wall_ns") or span_ns
-    idle = sum(summary.get(f"{p}_pct", 0.0) for p in budget.IDLE_PARTS)
     return RunProfile(
         label=label, iterations=n, iteration_source=source, iteration_ns=wall,
         kernel_ns=float(dur.sum()) / n, kernels=len(lk) / n,
-        busy_pct=100.0 - idle if summary else (100.0 * busy / span_ns if span_ns else 0.0),
+        busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
         gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - float(dur.sum()),
         warnings=warnings,
         by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
@@ -133,13 +132,13 @@ def _compute(report: Report, label: str) -> RunProfile:
 
 
 def _budget(report: Report) -> dict:
-    """The time budget's summary for the first GPU, as plain data (empty without GPU work)."""
-    table, by_sync, _ = budget.compute(report)
-    if table.empty:
+    """The budget recipe's summary for the first GPU, as plain data (empty without GPU work);
+    through the recipe, so ``report`` and ``diff`` share one stored budget."""
+    try:
+        rows = recipes.run("budget", report)["summary"]
+    except recipes.NoDataError:
         return {}
-    names = report.cuda_api(["name"])["name"].cat.categories.astype(str)
-    row = budget.summarize(table, by_sync, bool(names.str.startswith("cudaGraphLaunch").any()))
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.iloc[0].items()}
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in rows.iloc[0].items()}
 
 
 def _assign_iterations(report: Report, lk: pd.DataFrame

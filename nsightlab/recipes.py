@@ -298,9 +298,7 @@ def run(name: str, report: Report | str | os.PathLike, params: dict[str, Any] | 
     r = as_report(report, **open_options)
     values = recipe.parse_params(params)
     tables = recipe.run(r, values)
-    entry = {"input": str(r.source), "status": "ok", "nsys_version": r.nsys_version,
-             "schema_version": r.schema_version,
-             "warnings": [w["message"] for w in r.completeness],
+    entry = {"input": str(r.source), "status": "ok", **_about(r),
              "seconds": round(time.perf_counter() - t0, 3)}
     return RunResult(recipe.name, tables, _info(recipe, values, [entry], t0))
 
@@ -312,6 +310,12 @@ def _info(recipe: Recipe, values: dict, entries: list[dict], t0: float) -> dict:
 
 
 # ---- many reports ----------------------------------------------------------------------------
+def _about(report: Report) -> dict:
+    """What a manifest says of each input report: versions and completeness warnings."""
+    return {"nsys_version": report.nsys_version, "schema_version": report.schema_version,
+            "warnings": [w["message"] for w in report.completeness]}
+
+
 def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> dict:
     """Worker: run one recipe on one report and classify the outcome (picklable)."""
     t0 = time.perf_counter()
@@ -319,8 +323,7 @@ def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> 
     try:
         recipe = Recipe.load(Path(recipe_path))
         report = as_report(source, **open_kwargs)
-        entry.update(nsys_version=report.nsys_version, schema_version=report.schema_version,
-                     warnings=[w["message"] for w in report.completeness])
+        entry.update(_about(report))
         entry["tables"] = recipe.run(report, params)
         entry["status"] = "ok"
     except NoDataError as e:

@@ -58,6 +58,12 @@ def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":
     return x if isinstance(x, Report) else open(x, **open_options)
 
 
+def _rows_of(table: str) -> str:
+    """SQL that keeps the source rows of ``table``: NVTX_EVENTS also holds domain and
+    registration events, which are not ranges or marks."""
+    return f" WHERE eventType IN ({NVTX_TYPES})" if table == "nvtx" else ""
+
+
 class Report:
     """One nsys SQLite export, read-only. Tables come back as DataFrames (see ``TABLES``)."""
 
@@ -147,18 +153,14 @@ class Report:
         spec = self.spec(table)
         if not spec.present(self.db):
             return 0
-        if table == "nvtx":
-            return self.db.query(
-                f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN ({NVTX_TYPES})")[0][0]
-        return self.db.count(spec.source)
+        return self.db.query(f'SELECT count(*) FROM "{spec.source}"{_rows_of(table)}')[0][0]
 
     def has_rows(self, table: str) -> bool:
         """Whether ``table`` is present and holds at least one row (one cheap query)."""
         spec = self.spec(table)
         if not spec.present(self.db):
             return False
-        where = f" WHERE eventType IN ({NVTX_TYPES})" if table == "nvtx" else ""
-        return bool(self.db.query(f'SELECT 1 FROM "{spec.source}"{where} LIMIT 1'))
+        return bool(self.db.query(f'SELECT 1 FROM "{spec.source}"{_rows_of(table)} LIMIT 1'))
 
     @cached_property
     def row_counts(self) -> dict[str, int]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from . import recipes
-from .budget import IDLE_PARTS
+from .budget import busy_pct
 from .classify import MATH_CLASSES
 from .errors import NsightlabError
 from .profile import RunProfile, profile
@@ -68,8 +68,7 @@ class RunReport(Result):
                 (p.iteration_source if p else "no GPU activity"),
                 "iteration_ns": float(b["wall_ns"]) if b is not None else None,
                 "kernel_ns": p.kernel_ns if p else None, "kernels": p.kernels if p else None,
-                "busy_pct": (100.0 - sum(float(b[f"{x}_pct"]) for x in IDLE_PARTS))
-                if b is not None else None,
+                "busy_pct": busy_pct(b) if b is not None else None,
                 "verdict": str(b["verdict"]) if b is not None and not self.partial else None}
 
     @property
@@ -116,8 +115,8 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
         except NsightlabError:  # kernels without launch records
             p = None
     empty = pd.DataFrame()
-    budget_ = _table(r, "budget", "summary")
-    sync_idle = _table(r, "budget", "sync_idle")
+    b = _run(r, "budget")
+    budget_, sync_idle = (b["summary"], b["sync_idle"]) if b is not None else (empty, empty)
     whole = _table(r, "kernel_sum", "kernel_sum")
     ks = whole  # the timed iterations' kernels when there are iterations; warm-up said apart
     iterated = len(budget_) and not str(budget_.iloc[0]["iteration_source"]).startswith("no ")

@@ -13,6 +13,7 @@ from .. import charts
 from ..comparison import Diff
 from ..recipes import RunResult
 from ..summary import RunReport
+from ..units import ms_columns
 
 STYLE = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
          "table{border-collapse:collapse;font-size:13px;margin:0.5em 0}"
@@ -41,10 +42,7 @@ def page(title: str, sections: list[tuple[str, str]], chart_list: list) -> str:
 def table_html(df: pd.DataFrame, max_rows: int = 40) -> str:
     """A DataFrame as a compact HTML table (times in ms, whole numbers without decimals,
     long names cut at the end; the full name in the cell's title)."""
-    show = df.head(max_rows).copy()
-    for c in list(show.columns):
-        if str(c).endswith("_ns"):
-            show.insert(list(show.columns).index(c), str(c)[:-3] + "_ms", show.pop(c) / 1e6)
+    show = ms_columns(df.head(max_rows))
     rows = []
     for r in show.itertuples(index=False, name=None):
         rows.append("<tr>" + "".join(_td(v) for v in r) + "</tr>")

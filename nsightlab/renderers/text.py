@@ -17,6 +17,7 @@ from ..metadata import ReportInfos
 from ..profile import OUTSIDE
 from ..recipes import RunResult
 from ..summary import RunReport
+from ..units import ms_columns
 
 #: widest cell before it is cut (with "…")
 MAX_CELL = 60
@@ -55,11 +56,7 @@ def table_text(df: pd.DataFrame, max_width: int = MAX_CELL) -> str:
 
 def ms_table(df: pd.DataFrame, cols: list[str] | None = None) -> str:
     """``table_text`` of ``cols`` with every ``*_ns`` column shown as ``*_ms``."""
-    out = df[cols].copy() if cols else df.copy()
-    for c in list(out.columns):
-        if str(c).endswith("_ns"):
-            out.insert(list(out.columns).index(c), str(c)[:-3] + "_ms", out.pop(c) / 1e6)
-    return table_text(out)
+    return table_text(ms_columns(df[cols] if cols else df))
 
 
 @singledispatch
