@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from . import recipes
-from .budget import busy_pct
+from .budget import busy_pct, iteration_ranges
 from .classify import MATH_CLASSES
 from .errors import NsightlabError
 from .profile import RunProfile, profile
@@ -58,14 +58,17 @@ class RunReport(Result):
     api: pd.DataFrame
     ranges: pd.DataFrame
     sync_idle: pd.DataFrame
+    iteration_ranges: int = 0  # NVTX iteration ranges, said when no GPU work was traced
 
     def run_row(self) -> dict:
         """The run's per-iteration summary as one dict (None where the report cannot say)."""
         p, b = self.profile, self.budget.iloc[0] if len(self.budget) else None
+        n = self.iteration_ranges
+        no_gpu = f"{n} NVTX iteration ranges, no GPU work traced" if n else "no GPU activity"
         return {"label": self.label,
-                "iterations": int(b["iterations"]) if b is not None else (p.iterations if p else None),
+                "iterations": int(b["iterations"]) if b is not None else (p.iterations if p else n),
                 "iteration_source": b["iteration_source"] if b is not None else
-                (p.iteration_source if p else "no GPU activity"),
+                (p.iteration_source if p else no_gpu),
                 "iteration_ns": float(b["wall_ns"]) if b is not None else None,
                 "kernel_ns": p.kernel_ns if p else None, "kernels": p.kernels if p else None,
                 "busy_pct": busy_pct(b) if b is not None else None,
@@ -131,7 +134,8 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
     warnings = r.completeness
     rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
-                   api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle)
+                   api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle,
+                   0 if b is not None else len(iteration_ranges(r)))
     rr.findings = findings(rr, ks)
     outside = float(whole["total_ns"].sum() - ks["total_ns"].sum()) if len(whole) else 0.0
     if len(whole) and outside > WARMUP_NOTE_PCT / 100 * max(whole["total_ns"].sum(), 1) \
