@@ -38,8 +38,10 @@ _SIMT = re.compile(r"simt|ffma|sgemm|dgemm|scudnn|gemv|implicit_convolve", re.I)
 CLASS_RULES: list[tuple[str, str, str]] = [
     ("triton pointwise", "elementwise", r"^triton_poi_"),
     ("triton reduction", "reduce", r"^triton_(red|per)_"),
+    # Inductor templates: flex attention is a template too; every other template is a matmul
+    ("triton template (attention)", "attention", r"^triton_tem_\w*attention"),
     ("triton template (matmul)", "gemm", r"^triton_tem_"),
-    ("memset", "memset", r"\[cuda memset|memset"),
+    ("memset", "memset", r"\[cuda memset|memset|init_device_workspace"),
     ("memcpy", "reformat/copy", r"\[cuda memcpy"),
     ("collective", "communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|sendrecv"
                                     r"|all_?to_?all|cross_device_reduce"),
@@ -61,7 +63,7 @@ CLASS_RULES: list[tuple[str, str, str]] = [
                             r"|pool|cub::.*(sum|min|max)|\bmean"
                             r"|nvfuser_(inner_|outer_)?persistent"),
     ("copy/layout", "reformat/copy", r"copy|reformat|transpose|permut|shuffle|nchwtonhwc"
-                                     r"|nhwctonchw|nhwc2nchw|nchw2nhwc|catarray|concat|slice"
+                                     r"|nhwctonchw|nhwc2nchw|nchw2nhwc|catarray|concat|slice|addpadding"
                                      r"|\bpad\b|::pad<|gather|scatter|index_?select|contiguous"),
     ("elementwise", "elementwise", r"elementwise|pointwise|vectorized|unrolled|functor|gelu|relu"
                                    r"|silu|sigmoid|tanh|clamp|fill|where|compare|bitwise"
@@ -76,6 +78,7 @@ _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]+)_\d", re.I)
 _MX_VECTOR = re.compile(r"vec32ue8m0", re.I)  # nvjet's AvecNN<type>: the block-scale vector
 _NVJET_TYPES = {"q": "fp8", "r": "fp8", "e": "fp8", "o": "nvfp4", "h": "fp16", "t": "bf16",
                 "s": "fp32", "d": "fp64", "i": "int8"}
+AMBIGUOUS_16 = "cuDNN f16 (FP16 or BF16)"
 # library tokens (high confidence), block-scaled formats first, then lowest precision first: a
 # name that mentions an FP8 input and an FP32 accumulator is an FP8 kernel
 PRECISION_RULES: list[tuple[str, str, str]] = [
@@ -90,6 +93,9 @@ PRECISION_RULES: list[tuple[str, str, str]] = [
     ("FP8 token", "fp8", r"e4m3|e5m2|fp8|float8"),
     ("INT8 token", "int8", r"imma|i8816|(?<![a-z])int8|igemm|s8s8|i8i8|_s8_"),
     ("BF16 token", "bf16", r"bf16|bfloat16"),
+    # cuDNN's runtime-compiled kernels spell any 16-bit float "f16": the same SDPA kernel name
+    # runs BF16 in a BF16 model (ncu counters, h100-gpt-compile-bf16); the run decides below
+    (AMBIGUOUS_16, "fp16", r"cudnn_generated\w*_f16_"),
     ("FP16 token", "fp16", r"f16f16|_f16|fp16|hmma|h1688|h16816|h884|hgemm|(?<!b)float16"
                            r"|s16816|s884|_h16|half8"),
     # cuDNN's SIMT families name their type: scudnn single precision (h884cudnn is FP16)
@@ -147,7 +153,7 @@ def _precision_rule(name: str) -> tuple[str, str, str]:
         return prec, "high", "cuBLAS nvjet type letters"
     for rule, prec, rx in _PREC_RES:
         if rx.search(name):
-            return prec, "high", rule
+            return prec, "medium" if rule == AMBIGUOUS_16 else "high", rule
     for prec, rx in _TEMPLATE_RES:
         if rx.search(name):
             return prec, "medium", "template argument"
@@ -157,42 +163,129 @@ def _precision_rule(name: str) -> tuple[str, str, str]:
     return "unknown", "none", "nothing in the name"
 
 
+# element-type tokens of library names -> precision labels (output types, nvjet letters)
+_TYPE_TOKENS = {"f16": "fp16", "fp16": "fp16", "h": "fp16", "bf16": "bf16", "t": "bf16",
+                "f32": "fp32", "fp32": "fp32", "s": "fp32", "tf32": "tf32", "f64": "fp64",
+                "d": "fp64", "e4m3": "fp8", "e5m2": "fp8", "q": "fp8", "r": "fp8", "i8": "int8",
+                "s8": "int8", "i": "int8"}
+_T = r"(?:ue[48]m[03]x)?[a-z]*\d[a-z0-9]*"  # one CUTLASS type token (bf16, f32, ue4m3xe2m1)
+# where library names spell the output (D) type, in the order tried: (rule, pattern, group)
+OUTPUT_RULES: list[tuple[str, re.Pattern, int]] = [
+    # cuBLASLt nvjet: the last type letter is D (hsh, tst, qqhsh, oohsh)
+    ("nvjet D type letter", re.compile(r"nvjet_(?:sm\d+_)?[a-z]*([a-z])_\d", re.I), 1),
+    # CUTLASS 3 library: gemm_<A>_<B>_<accumulator>_<C>_<D>_
+    ("CUTLASS A_B_acc_C_D types", re.compile(
+        rf"cutlass3x_\w*?gemm_(?:block_scaled_)?{_T}_{_T}_{_T}_(?:{_T}|void)_({_T})_", re.I), 1),
+    # cuBLAS/cuDNN/TensorRT xmma: <A><C/D>_<B><accumulator>_<epilogue> (e4m3bf16 = FP8 in, BF16 out)
+    ("xmma A, C/D types", re.compile(
+        r"xmma_[a-z0-9_]*?_(?:e4m3|e5m2|bf16|tf32|f16|f32|f64|i8|s8)"
+        r"(e4m3|e5m2|bf16|tf32|f16|f32|f64|i8|s8)_", re.I), 1),
+    # cuBLAS/CUTLASS 2 tensor-op GEMMs: ampere_fp16_s16816gemm_fp16_..., ..._s16816gemm_relu_bf16_
+    ("<type>_sNNNgemm_<type>", re.compile(r"_s\d+gemm_(?:relu_)?(fp16|bf16|fp32|f16|tf32)_", re.I), 1),
+    ("fmha output type", re.compile(r"_output_(bf16|fp16|e4m3)", re.I), 1),
+    # TensorRT-LLM attention names Q, KV and O types: fmhaSm100aKernel_QE4m3KvE2m1OE4m3H128...
+    ("TensorRT-LLM FMHA O type", re.compile(r"fmha\w*?O(E4m3|Bf16|Fp16|Fp32)H\d"), 1),
+]
+_ELEMENT = re.compile(r"ue4m3|ue8m0|e4m3|e5m2|e2m1|e3m2|e2m3", re.I)
+_NVJET_ELEMENT = {"q": "e4m3", "r": "e5m2", "o": "e2m1"}
+_SCALE_VECTOR = re.compile(r"vec(\d+)(ue4m3|ue8m0)|_vs(\d+)", re.I)
+
+
+def output_precision(name: str) -> str:
+    """The precision of the kernel's output (D) where the library spells it in the name
+    (nvjet's last type letter, CUTLASS's D type, xmma's C/D type); "unknown" otherwise."""
+    for _, rx, group in OUTPUT_RULES:
+        m = rx.search(name)
+        if m:
+            tok = m.group(group).lower()
+            return _TYPE_TOKENS.get(tok, "fp8" if "e4m3" in tok or "e5m2" in tok else "unknown")
+    return "unknown"
+
+
+def precision_detail(name: str) -> str:
+    """The narrow element formats the name spells (FP8 stays one precision label; this says
+    e4m3 or e5m2) and block-scale types with their vector length: e.g. "e2m1; ue4m3 scales x16".
+    Empty when the name names no FP8/FP6/FP4 format."""
+    elements, scales = [], []
+    m = _NVJET.search(name)
+    if m:
+        letters = m.group(1).lower()
+        for ch in letters[:-3] if len(letters) > 3 else letters[:1]:
+            if ch in _NVJET_ELEMENT:
+                elements.append(_NVJET_ELEMENT[ch])
+    for tok in _ELEMENT.findall(name.replace("float8_e4m3fn", "e4m3").replace("Float8_e4m3fn", "e4m3")):
+        (scales if tok.lower().startswith("u") else elements).append(tok.lower())
+    if re.search(r"ue[48]m[03]xf4", name, re.I):
+        elements.append("e2m1")
+    elements, scales = list(dict.fromkeys(elements)), list(dict.fromkeys(scales))
+    vec = _SCALE_VECTOR.search(name)
+    size = (vec.group(1) or vec.group(3)) if vec else None
+    if vec and vec.group(2):
+        scales = list(dict.fromkeys([*scales, vec.group(2).lower()]))
+    out = "+".join(elements)
+    if scales:
+        out += f"; {'+'.join(scales)} scales" + (f" x{size}" if size else "")
+    return out.strip("; ")
+
+
 def uses_tensor_cores(name: str, cls: str, prec: str) -> bool:
     """Whether the kernel's math runs on Tensor Cores: a math class in a Tensor-Core precision,
     and not a SIMT kernel (simt/ffma/sgemm/gemv in the name)."""
     return cls in MATH_CLASSES and prec in TENSOR_CORE_PRECISIONS and not _SIMT.search(name)
 
 
+#: the columns ``annotate`` always adds, and those it adds with ``explain``
+LABELS = ("kernel_class", "precision", "precision_confidence", "tensor_core")
+EXPLAIN = ("rule", "precision_detail", "output_precision")
+
+
 def classify_names(names: Iterable[str]) -> pd.DataFrame:
-    """One row per distinct name: name, kernel_class, precision, precision_confidence,
-    tensor_core, rule (which class and precision rules decided, so a label can be checked)."""
+    """One row per distinct name: name, the ``LABELS`` and the ``EXPLAIN`` columns: rule
+    (which class and precision rules decided, so a label can be checked), precision_detail
+    (e4m3/e5m2/e2m1 and block-scale types the name spells) and output_precision."""
     rows = []
     for n in dict.fromkeys(str(x) for x in names):
         cls, crule = _class_rule(n)
         p, conf, prule = _precision_rule(n)
-        rows.append((n, cls, p, conf, uses_tensor_cores(n, cls, p), f"{crule}; {prule}"))
-    return pd.DataFrame(rows, columns=["name", "kernel_class", "precision", "precision_confidence",
-                                       "tensor_core", "rule"])
+        rows.append((n, cls, p, conf, uses_tensor_cores(n, cls, p), f"{crule}; {prule}",
+                     precision_detail(n), output_precision(n)))
+    return _resolve_16_bit(pd.DataFrame(rows, columns=["name", *LABELS, *EXPLAIN]))
+
+
+def _resolve_16_bit(t: pd.DataFrame) -> pd.DataFrame:
+    """Names that say "a 16-bit float" (cuDNN's f16) read BF16 when the other math kernels of
+    the same run are BF16 and none FP16: ``names`` are one run's kernels."""
+    vague = t["rule"].str.endswith(AMBIGUOUS_16)
+    if not vague.any():
+        return t
+    known = t.loc[~vague & t["kernel_class"].isin(MATH_CLASSES), "precision"]
+    if (known == "bf16").any() and not (known == "fp16").any():
+        t.loc[vague, "precision"] = "bf16"
+        t.loc[vague, "rule"] += ", BF16 as the run's other math kernels"
+    return t
 
 
 def annotate(df: pd.DataFrame, column: str = "name", copy: bool = True,
-             explain: bool = False) -> pd.DataFrame:
+             explain: bool = False, evidence: pd.DataFrame | None = None) -> pd.DataFrame:
     """``df`` with kernel_class, precision, precision_confidence and tensor_core added for
-    ``df[column]`` (and ``rule`` with ``explain``).
+    ``df[column]`` (and rule, precision_detail, output_precision with ``explain``).
 
     Each distinct name is classified once and the result is spread with integer codes, so
     this costs the same for 8 million rows as for 8 thousand. ``copy=False`` adds the columns
-    to ``df`` itself (no copy of a big frame).
+    to ``df`` itself (no copy of a big frame). ``evidence`` (see ``refine``) corrects the
+    labels with measurements.
     """
     key = df[column]
     if not isinstance(key.dtype, pd.CategoricalDtype):
         key = key.astype("category")
     cats = key.cat.categories.astype(str)
-    table = classify_names(cats).set_index("name")
+    table = classify_names(cats)
+    if evidence is not None and len(evidence):
+        table = refine(table, evidence)
+    table = table.set_index("name")
     codes = key.cat.codes.to_numpy()
     out = df.copy() if copy else df
-    for col in ("kernel_class", "precision", "precision_confidence", "tensor_core",
-                *(["rule"] if explain else [])):
+    for col in (*LABELS, *(EXPLAIN if explain else ())):
         if col == "tensor_core":
             tc = table[col].reindex(cats).to_numpy(dtype=bool)
             out[col] = np.where(codes >= 0, tc[np.maximum(codes, 0)] if len(tc) else False, False)
@@ -201,6 +294,53 @@ def annotate(df: pd.DataFrame, column: str = "name", copy: bool = True,
         labels, inverse = np.unique(per_cat, return_inverse=True)
         new = np.where(codes >= 0, inverse[np.maximum(codes, 0)] if len(inverse) else -1, -1)
         out[col] = pd.Categorical.from_codes(new, categories=labels)
+    return out
+
+
+#: GPU-metrics Tensor Active (% over a kernel's duration) from which a kernel whose name says
+#: nothing counts as Tensor Core work; Nsight Compute shows 0-4% Tensor Active on kernels that
+#: run no tensor-pipe operation (layer norm, elementwise: h200-vit-fp8-block3) and 30-95% on GEMMs
+TENSOR_ACTIVE_MIN_PCT = 10.0
+
+
+def refine(labels: pd.DataFrame, evidence: pd.DataFrame) -> pd.DataFrame:
+    """``labels`` (one row per name: ``classify_names`` or ``annotate`` output with ``name``)
+    with what measurements say about each kernel, where the name said nothing or the
+    measurement contradicts it.
+
+    ``evidence`` is indexed by kernel name with any of: ``tensor_precision`` and ``tensor_ops``
+    (Nsight Compute per-type tensor-pipe counters, ``ncu.kernels``) and ``tensor_active_pct``
+    (GPU-metrics Tensor Active over the kernel's duration). Counters decide precision and
+    ``tensor_core`` (confidence ``measured``); Tensor Active only ``tensor_core``, and only for
+    kernels whose precision is unknown. ``rule`` (added if absent) says what decided."""
+    out = labels.copy()
+    for col in ("precision", "precision_confidence", "rule"):
+        if col in out and isinstance(out[col].dtype, pd.CategoricalDtype):
+            out[col] = out[col].astype(str)
+    if "rule" not in out:
+        out["rule"] = ""
+    ev = evidence.reindex(out["name"].astype(str))
+    for i, (name, row) in enumerate(ev.iterrows()):
+        ops = row.get("tensor_ops", np.nan)
+        src = row.get("tensor_precision")
+        active = row.get("tensor_active_pct", np.nan)
+        j = out.index[i]
+        if pd.notna(ops):
+            if ops > 0:
+                out.at[j, "tensor_core"] = True
+                if isinstance(src, str) and src != "unknown" and src != out.at[j, "precision"]:
+                    said = out.at[j, "precision"]
+                    out.at[j, "precision"], out.at[j, "precision_confidence"] = src, "measured"
+                    out.at[j, "rule"] += (f"; ncu: tensor-pipe ops on {src} operands"
+                                          + (f" (name said {said})" if said != "unknown" else ""))
+                else:
+                    out.at[j, "rule"] += "; ncu: tensor-pipe ops"
+            else:
+                out.at[j, "tensor_core"] = False
+                out.at[j, "rule"] += "; ncu: no tensor-pipe ops"
+        elif pd.notna(active) and out.at[j, "precision"] == "unknown":
+            out.at[j, "tensor_core"] = bool(active >= TENSOR_ACTIVE_MIN_PCT)
+            out.at[j, "rule"] += f"; GPU metrics: Tensor Active {active:.0f}% while it ran"
     return out
 
 

@@ -1,13 +1,15 @@
 """Nsight Compute reports (.ncu-rep) through NVIDIA's ``ncu-report`` wheel.
 
 ``kernels(path)`` gives one row per profiled kernel with the metrics nsightlab uses (duration,
-SM and DRAM throughput, occupancy, tensor-pipe utilization for the architecture). Needs the
+SM and DRAM throughput, occupancy, tensor-pipe utilization for the architecture, and the operand
+precision of its tensor-pipe operations from the per-type counters, ``tensor_precision``). Needs the
 optional dependency: ``pip install 'nsightlab[ncu]'``. ``.ncu-rep.xz`` files are decompressed
 to a temporary file first.
 """
 from __future__ import annotations
 
 import lzma
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,6 +37,14 @@ METRICS = {
     "gmma_inst_pct": ["sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"],
     "imma_inst_pct": ["sm__inst_executed_pipe_tensor_op_imma.avg.pct_of_peak_sustained_active"],
 }
+
+
+# per-precision tensor-pipe operation counters: sm__ops_path_tensor_src_<type>[_dst_..][_sparsity_..]
+_TENSOR_SRC = re.compile(r"^sm__ops_path_tensor_src_([a-z0-9]+?)(?:_dst_\w+?)?(?:_sparsity_o(?:n|ff))?\.sum$")
+#: counter source types -> nsightlab precision labels (int1 and types not seen in a real report
+#: are left unmapped: the kernel still counts as Tensor Core work, its precision stays unknown)
+TENSOR_SRC_PRECISION = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8",
+                        "tf32": "tf32", "fp64": "fp64"}
 
 
 def _module():
@@ -85,8 +95,10 @@ class NcuReport:
             row = {"range": ri, "id": ai, "name": a.name(self._demangled), "nvtx": _nvtx(a)}
             for col, names in METRICS.items():
                 row[col] = _first_value(a, names)
+            row["tensor_precision"], row["tensor_ops"] = _tensor_source(a)
             rows.append(row)
-        return pd.DataFrame(rows, columns=["range", "id", "name", "nvtx", *METRICS])
+        return pd.DataFrame(rows, columns=["range", "id", "name", "nvtx", *METRICS,
+                                           "tensor_precision", "tensor_ops"])
 
     def metrics(self) -> pd.DataFrame:
         """Every metric of every kernel, long form: range, id, name, nvtx, metric, value
@@ -114,6 +126,19 @@ def kernels(path: str | Path) -> pd.DataFrame:
     return NcuReport(path).kernels()
 
 
+def tensor_evidence(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel name, what the tensor-pipe counters of ``kernels`` (``NcuReport.kernels``)
+    measured: tensor_ops (summed over its profiled launches) and tensor_precision (of the
+    launch with the most ops); the ``evidence`` of ``classify.refine``."""
+    k = kernels[kernels["tensor_ops"].notna()]
+    if k.empty:
+        return pd.DataFrame(columns=["tensor_precision", "tensor_ops"])
+    top = k.sort_values("tensor_ops", ascending=False).drop_duplicates("name").set_index("name")
+    out = pd.DataFrame({"tensor_ops": k.groupby("name")["tensor_ops"].sum()})
+    out["tensor_precision"] = top["tensor_precision"].reindex(out.index)
+    return out
+
+
 def _first_value(action, names: list[str]) -> float:
     for n in names:
         m = action.metric_by_name(n)
@@ -124,6 +149,29 @@ def _first_value(action, names: list[str]) -> float:
             except (TypeError, ValueError):
                 continue
     return float("nan")
+
+
+def _tensor_source(action) -> tuple[str | None, float]:
+    """(precision of the operand type with the most tensor-pipe operations, all tensor ops);
+    (None, NaN) when the report holds no per-type counters (not collected by the section set),
+    (None, 0) when the kernel ran no tensor-pipe operation, ("unknown", ops) when the busiest
+    type has no precision label (int1)."""
+    ops: dict[str, float] = {}
+    for m in action.metric_names():
+        hit = _TENSOR_SRC.match(m)
+        if hit:
+            try:
+                v = float(action.metric_by_name(m).value())
+            except (TypeError, ValueError):
+                continue
+            ops[hit.group(1)] = ops.get(hit.group(1), 0.0) + v
+    if not ops:
+        return None, float("nan")
+    total = sum(ops.values())
+    if total <= 0:
+        return None, 0.0
+    src = max(ops, key=ops.get)
+    return TENSOR_SRC_PRECISION.get(src, "unknown"), total
 
 
 def _nvtx(action) -> str | None:

@@ -66,5 +66,20 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
     return d
 
 
+def xz_fixtures(tmp_path_factory, folder: Path, prefix: str = ""):
+    """Function: name -> path of ``folder/nsys/<prefix><name>.sqlite.xz`` decompressed once into
+    a session folder (the captured fixtures of tests/data/scenarios and tests/data/models)."""
+    out_dir = tmp_path_factory.mktemp(folder.name)
+
+    def get(name: str) -> Path:
+        out = out_dir / f"{prefix}{name}.sqlite"
+        if not out.exists():
+            with lzma.open(folder / "nsys" / f"{prefix}{name}.sqlite.xz") as a, open(out, "wb") as b:
+                shutil.copyfileobj(a, b)
+        return out
+
+    return get
+
+
 def expected_dir(stem: str) -> Path:
     return SOURCES[stem][1]

@@ -3,9 +3,7 @@ H100 for this purpose (tests/data/scenarios: each bound by one thing) and on eve
 from __future__ import annotations
 
 import csv
-import lzma
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ import nsightlab.recipes as R
 from nsightlab import budget
 from nsightlab.cli import cli
 
-from conftest import STEMS
+from conftest import STEMS, xz_fixtures
 
 SCENARIOS = Path(__file__).parent / "data" / "scenarios"
 
@@ -24,16 +22,7 @@ SCENARIOS = Path(__file__).parent / "data" / "scenarios"
 @pytest.fixture(scope="session")
 def scenario(tmp_path_factory):
     """Function: scenario name -> path of its decompressed SQLite."""
-    folder = tmp_path_factory.mktemp("scenarios")
-
-    def get(name: str) -> Path:
-        out = folder / f"h100-{name}.sqlite"
-        if not out.exists():
-            with lzma.open(SCENARIOS / "nsys" / f"h100-{name}.sqlite.xz") as a, open(out, "wb") as b:
-                shutil.copyfileobj(a, b)
-        return out
-
-    return get
+    return xz_fixtures(tmp_path_factory, SCENARIOS, "h100-")
 
 
 def summary(path) -> dict:

@@ -1,9 +1,10 @@
 """kernel_sum: GPU time by kernel name, like `nsys stats -r cuda_gpu_kern_sum`, plus the
 kernel's class and precision. With iterations_only, only kernels that start inside the
-budget's wall-clock iterations count (warm-up, compile and teardown left out)."""
+budget's wall-clock iterations count (warm-up, compile and teardown left out). With ncu, the
+tensor-pipe counters of an Nsight Compute report label kernels whose name says nothing."""
 import numpy as np
 
-from nsightlab import budget, recipes
+from nsightlab import budget, ncu, recipes
 from nsightlab.classify import annotate
 from nsightlab.stats import describe
 
@@ -22,4 +23,5 @@ def run(report, params):
     out = out.rename(columns={"count": "instances"})
     out["time_pct"] = 100.0 * out["total_ns"] / max(out["total_ns"].sum(), 1)
     out = out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
-    return {"kernel_sum": annotate(out, explain=True)}
+    evidence = ncu.tensor_evidence(ncu.kernels(params["ncu"])) if params["ncu"] else None
+    return {"kernel_sum": annotate(out, explain=True, evidence=evidence)}

@@ -10,21 +10,43 @@ from nsightlab.projection import project
 
 def run(report, params):
     out = {}
+    evidence = None
     if params["ncu"]:
-        out["ncu_kernels"] = annotate(ncu.kernels(params["ncu"]))
+        nk = ncu.kernels(params["ncu"])
+        evidence = ncu.tensor_evidence(nk)
+        out["ncu_kernels"] = annotate(nk, evidence=evidence)
     k = report.kernels(["device_id", "name", "start_ns", "end_ns", "duration_ns"])
     if k.empty:  # allowed only with an ncu report (metadata.json: requires ... unless ncu)
         return out
-    k = annotate(k)
-    k["uses_tensor_cores"] = k["tensor_core"]  # classify.uses_tensor_cores: one definition
     tensor = gm.samples(report, ("Tensor Active",))
     sm = gm.samples(report, ("SMs Active", "SM Active"))
+    measured = per_kernel_activity(k, tensor)
+    # measured evidence refines the name-based labels: ncu counters first, Tensor Active after
+    if len(measured):
+        active = measured[["activity_pct"]].rename(columns={"activity_pct": "tensor_active_pct"})
+        evidence = active if evidence is None else evidence.join(active, how="outer")
+    k = annotate(k, evidence=evidence)
+    k["uses_tensor_cores"] = k["tensor_core"]  # classify.uses_tensor_cores: one definition
     out["summary"] = summary(k, tensor, sm)
     if tensor is not None:
         out["over_time"] = over_time(tensor, sm, params["bin_ms"])
         out["by_range"] = by_range(report, tensor, sm)
-    out["by_kernel"] = by_kernel(k, tensor)
+    out["by_kernel"] = by_kernel(k, measured)
     return out
+
+
+def per_kernel_activity(k, tensor):
+    """Tensor Active per kernel name over the sampled windows (gpu_metrics.per_kernel), for
+    names with an estimate: activity_pct, covered_ns. Empty without GPU metrics."""
+    if tensor is None:
+        return pd.DataFrame(columns=["activity_pct", "covered_ns"])
+    parts = []
+    for dev, kd in k.groupby("device_id"):
+        t, y = _on(tensor, dev)
+        est = gm.per_kernel(kd[["name", "start_ns", "end_ns"]], t, y).set_index("name")
+        parts.append(est[est["activity_pct"].notna()][["activity_pct", "covered_ns"]])
+    est = pd.concat(parts) if parts else pd.DataFrame(columns=["activity_pct", "covered_ns"])
+    return est[~est.index.duplicated()]
 
 
 def _on(samples, gpu):
@@ -88,21 +110,14 @@ def by_range(report, tensor, sm):
     return out
 
 
-def by_kernel(k, tensor):
+def by_kernel(k, measured):
     g = k.groupby("name", observed=True, sort=False)
     out = g.agg(kernel_class=("kernel_class", "first"), precision=("precision", "first"),
                 instances=("duration_ns", "size"), total_ns=("duration_ns", "sum"),
                 uses_tensor_cores=("uses_tensor_cores", "first")).reset_index()
-    out["source"] = "estimate"
-    out["tensor_active_avg_pct"] = np.nan
-    out["covered_ns"] = 0
-    if tensor is not None:
-        for dev, kd in k.groupby("device_id"):
-            t, y = _on(tensor, dev)
-            est = gm.per_kernel(kd[["name", "start_ns", "end_ns"]], t, y).set_index("name")
-            est = est[est["activity_pct"].notna()]
-            hit = out["name"].isin(est.index)
-            out.loc[hit, "tensor_active_avg_pct"] = out.loc[hit, "name"].map(est["activity_pct"])
-            out.loc[hit, "covered_ns"] = out.loc[hit, "name"].map(est["covered_ns"])
-            out.loc[hit, "source"] = "gpu_metrics"
+    names = out["name"].astype(str)
+    hit = names.isin(measured.index)
+    out["source"] = np.where(hit, "gpu_metrics", "estimate")
+    out["tensor_active_avg_pct"] = names.map(measured["activity_pct"]).astype(float)
+    out["covered_ns"] = names.map(measured["covered_ns"]).fillna(0).astype("int64")
     return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)

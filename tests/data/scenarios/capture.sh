@@ -16,7 +16,7 @@ run() {  # name, extra nsys flags..., -- mode
   echo "   exit $?"
   nsys export --type sqlite --force-overwrite true -o "$out/$name.sqlite" "$out/$name.nsys-rep" > /dev/null 2>&1
   mkdir -p "$out/expected/$name"
-  nsys stats -q -f csv -r cuda_gpu_mem_time_sum,cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum \
+  nsys stats -q --force-overwrite true -f csv -r cuda_gpu_mem_time_sum,cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum \
     -o "$out/expected/$name/stats" "$out/$name.sqlite" > /dev/null 2>&1
   rm -f "$out/$name.nsys-rep"
 }
