@@ -1,26 +1,48 @@
 """``nsightlab.diff(a, b)``: where two runs differ, per iteration, and why.
 
 Runs are lined up per iteration, kernel class, precision, layer and kernel slot (see
-``nsightlab.profile``). Kernels that exist only in B and sit in a layer whose math (GEMM, conv,
-attention) changed precision are precision-conversion work (amax/abs reductions,
-divide-by-scale, casts to and from FP8/FP4, Q/DQ, reformats): names alone cannot tell a
-divide-by-scale from any other divide, the context can. Every time is in ns per iteration;
-sections are DataFrames (``headline`` a dict).
+``nsightlab.profile``). Kernels only in B are precision-conversion work when they convert:
+kernels named for FP8/FP4/INT8, Q/DQ and quantize kernels anywhere; casts, abs/amax reductions
+and scale multiplies/divides/clamps only in a layer whose math (GEMM, conv, attention) changed
+precision (names alone cannot tell a divide-by-scale from any other divide, the context can).
+Every other new kernel (a pooling or layout kernel) is "only in B", named. The verdict explains
+the change of the wall-clock iteration by the time budget's parts (GPU work, copies, waits) and
+names the kernels, layers or classes that make up >= 80% of a kernel-time change. Every time is
+in ns per iteration; sections are DataFrames (``headline`` a dict).
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from . import budget
-from .profile import OUTSIDE, RunProfile, profile
+from .classify import MATH_CLASSES
+from .profile import ITERATION_LAYER, OUTSIDE, RunProfile, profile
 from .report import Report, as_report
 from .result import Result, json_records, json_value
-from .units import fmt_ms as _ms
+from .units import fmt_ms as _ms, kernel_label
 
-CONVERSION_CLASSES = {"quantize", "elementwise", "reduce", "reformat/copy"}
+#: kernels that convert to or from a narrow format by what they are called: Q/DQ, FP8/FP4/INT8
+_NARROW = re.compile(r"quantiz|qdq|float8|fp8|e4m3|e5m2|fp4|e2m1|(?<!u)int8|nvfp4|mxfp", re.I)
+#: casts, abs-max reductions and scale arithmetic: conversion only where the math precision
+#: changed (elsewhere a cast is a dtype change of the program, e.g. for .item())
+_SCALE = re.compile(r"WithCast|(?<!broad)cast|convert|_to_copy|Abs|amax|absmax|MaxNanFunctor"
+                    r"|MaxOps|max_all|DivFunctor|MulFunctor|\bdiv_|\bmul_|scale|clamp|saturat"
+                    r"|reformat", re.I)
+_SCALE_CLASSES = {"elementwise", "reduce", "reformat/copy"}
+
+
+def is_conversion(name: str, kernel_class: str, math_changed: bool) -> bool:
+    """Whether a kernel new in B converts precision (see the module docstring): a quantize or
+    FP8/FP4/INT8 kernel anywhere; casts, abs/amax and scale arithmetic only in a layer whose
+    math precision changed. A pooling or layout kernel never is."""
+    if kernel_class == "quantize" or _NARROW.search(name):
+        return True
+    return math_changed and kernel_class in _SCALE_CLASSES and bool(_SCALE.search(name))
 
 
 #: overhead rows of the diff: (name, time key, count key) in ``RunProfile.overheads``
@@ -42,7 +64,9 @@ class Diff(Result):
       math_precision_changed, status (matched / only_a / only_b), delta_ns;
     - ``kernels``: layer, kernel_class, slot, a/b_name, a/b_precision, a_ns, b_ns, status
       (matched / new / vanished), delta_ns;
-    - ``conversion``: kernel_class, b_name, time_ns (precision-conversion work only in B);
+    - ``conversion``: kernel_class, b_name, label, time_ns (precision-conversion work only in
+      B: casts, Q/DQ, amax and scaling where the math precision changed);
+    - ``only_b``: the other kernels only in B (kernel_class, b_name, label, time_ns);
     - ``overheads``: overhead, a_ns, b_ns, delta_ns, a_count, b_count (medians per iteration;
       counts are launch calls, API calls, syncs or copies; none for gpu_idle);
     - ``tensor_core``: run, source, tensor_kernel_time_pct, tensor_active_pct;
@@ -59,12 +83,13 @@ class Diff(Result):
     by_layer: pd.DataFrame
     kernels: pd.DataFrame
     conversion: pd.DataFrame
+    only_b: pd.DataFrame
     overheads: pd.DataFrame
     tensor_core: pd.DataFrame
     budget: pd.DataFrame
 
-    SECTIONS = ("by_class", "by_precision", "by_layer", "kernels", "conversion", "overheads",
-                "tensor_core", "budget")
+    SECTIONS = ("by_class", "by_precision", "by_layer", "kernels", "conversion", "only_b",
+                "overheads", "tensor_core", "budget")
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every section as a DataFrame (the headline as a one-row frame)."""
@@ -104,16 +129,33 @@ def compare(pa: RunProfile, pb: RunProfile) -> Diff:
     else:  # no layers in common (e.g. a CUDA graph replay has no per-layer ranges): per iteration
         kernels = _match_slots(pa.flat_slots, pb.flat_slots)
     changed = set(by_layer.loc[by_layer["math_precision_changed"], "layer"])
-    conv = kernels[(kernels["status"] == "new") & kernels["kernel_class"].isin(CONVERSION_CLASSES)
-                   & kernels["layer"].isin(changed)]
-    conversion = (conv.groupby(["kernel_class", "b_name"], sort=False)["b_ns"].sum()
-                  .rename("time_ns").reset_index().sort_values("time_ns", ascending=False)
-                  .reset_index(drop=True))
+    ma, mb = _math_precisions(pa), _math_precisions(pb)
+    if ma and mb and ma != mb:  # kernels outside layers, or runs without layers
+        changed |= {OUTSIDE, ITERATION_LAYER}
+    new = kernels[kernels["status"] == "new"]
+    conv_mask = np.array([is_conversion(str(n), c, lay in changed) for n, c, lay in
+                          zip(new["b_name"], new["kernel_class"], new["layer"])], dtype=bool)
+    conversion, only_b = _new_kernels(new[conv_mask]), _new_kernels(new[~conv_mask])
     overheads = _overheads(pa.overheads, pb.overheads)
     tensor_core = pd.DataFrame([{"run": "a", **pa.tensor_core}, {"run": "b", **pb.tensor_core}])
-    headline = _headline(pa, pb, by_class, conversion["time_ns"].sum(), by_layer, overheads)
+    budget_parts = _budget(pa.budget, pb.budget)
+    headline = _headline(pa, pb, by_class, conversion["time_ns"].sum(), by_layer, kernels,
+                         budget_parts)
     return Diff(pa, pb, headline, by_class.reset_index(drop=True), by_precision, by_layer,
-                kernels, conversion, overheads, tensor_core, _budget(pa.budget, pb.budget))
+                kernels, conversion, only_b, overheads, tensor_core, budget_parts)
+
+
+def _math_precisions(p: RunProfile) -> set:
+    return set(p.by_precision.loc[p.by_precision["kernel_class"].isin(MATH_CLASSES)
+                                  & (p.by_precision["time_ns"] > 0), "precision"]) - {"unknown"}
+
+
+def _new_kernels(new: pd.DataFrame) -> pd.DataFrame:
+    """New kernels per (class, name), largest first: kernel_class, b_name, label, time_ns."""
+    out = (new.groupby(["kernel_class", "b_name"], sort=False)["b_ns"].sum().rename("time_ns")
+           .reset_index().sort_values("time_ns", ascending=False).reset_index(drop=True))
+    out.insert(2, "label", [kernel_label(n) for n in out["b_name"]])
+    return out
 
 
 def _budget(a: dict, b: dict) -> pd.DataFrame:
@@ -129,10 +171,13 @@ def _budget(a: dict, b: dict) -> pd.DataFrame:
 
 def _overheads(a: dict, b: dict) -> pd.DataFrame:
     nan = float("nan")
-    return pd.DataFrame([
+    out = pd.DataFrame([
         {"overhead": name, "a_ns": a[t], "b_ns": b[t], "delta_ns": b[t] - a[t],
          "a_count": a[c] if c else nan, "b_count": b[c] if c else nan}
         for name, t, c in OVERHEADS])
+    for c in ("a_count", "b_count"):  # whole numbers (none for gpu_idle)
+        out[c] = out[c].round().astype("Int64")
+    return out
 
 
 def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys) -> pd.DataFrame:
@@ -142,8 +187,9 @@ def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys) -> pd.DataFrame:
     out = m[keys].copy()
     out["a_ns"], out["b_ns"] = m["time_ns_a"], m["time_ns_b"]
     out["delta_ns"] = out["b_ns"] - out["a_ns"]
-    if "count" in cols:
-        out["a_count"], out["b_count"] = m["count_a"], m["count_b"]
+    if "count" in cols:  # kernels per iteration, as whole numbers
+        out["a_count"] = m["count_a"].round().astype("int64")
+        out["b_count"] = m["count_b"].round().astype("int64")
     return out
 
 
@@ -165,6 +211,7 @@ def _layers(pa: RunProfile, pb: RunProfile) -> pd.DataFrame:
                      "status": "matched" if ina and inb else ("only_a" if ina else "only_b")})
     out = pd.DataFrame(rows)
     out["delta_ns"] = out["b_ns"] - out["a_ns"]
+    out[["a_count", "b_count"]] = out[["a_count", "b_count"]].round().astype("int64")
     return out.sort_values("delta_ns", key=abs, ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -204,13 +251,76 @@ def _match_slots(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("delta_ns", key=abs, ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _headline(pa, pb, by_class, conversion_ns, by_layer, overheads) -> dict:
+#: the time budget's parts as the verdict names them (copies are one part)
+_WALL_PARTS = (("GPU work", ("kernels",)), ("copies", budget.COPY_PARTS), ("memsets", ("memset",)),
+               ("waits on host syncs", ("idle_sync",)),
+               ("GPU idle waiting for launches", ("idle_launch",)),
+               ("host work between launches", ("idle_host",)),
+               ("other GPU idle", ("idle_unattributed",)))
+
+
+def _wall_parts(pa: RunProfile, pb: RunProfile) -> list[tuple[str, float, float]]:
+    return [(name, sum(pa.budget.get(f"{p}_ns", 0.0) for p in parts),
+             sum(pb.budget.get(f"{p}_ns", 0.0) for p in parts)) for name, parts in _WALL_PARTS]
+
+
+def explaining(deltas: pd.Series, target: float, share: float = 0.8, most: int = 3) -> list | None:
+    """The index labels of at most ``most`` rows of ``deltas`` that together make up
+    >= ``share`` of ``target`` (rows moving the same way as ``target``, largest first);
+    None when more rows would be needed."""
+    if not target:
+        return None
+    same = deltas[np.sign(deltas) == np.sign(target)].abs().sort_values(ascending=False)
+    got = 0.0
+    for i, (key, v) in enumerate(same.items()):
+        got += v
+        if got >= share * abs(target):
+            return list(same.index[:i + 1]) if i < most else None
+    return None
+
+
+def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.DataFrame,
+                   target: float) -> str:
+    """Which kernels, layers or classes make up >= 80% of a kernel-time change ``target``
+    (the finest grain that needs at most three rows); when gains and losses cancel, the
+    largest of each."""
+    k = kernels.assign(key=[f"{kernel_label(b if isinstance(b, str) else a, 56)} "
+                            f"({'outside layers' if lay == OUTSIDE else lay})"
+                            if lay not in (ITERATION_LAYER,) else kernel_label(b if isinstance(b, str) else a, 56)
+                            for a, b, lay in zip(kernels["a_name"], kernels["b_name"], kernels["layer"])])
+    grains = [(k.groupby("key", sort=False)[["a_ns", "b_ns", "delta_ns"]].sum(), "kernel"),
+              (by_layer.set_index("layer")[["a_ns", "b_ns", "delta_ns"]], "layer"),
+              (by_class.set_index("kernel_class")[["a_ns", "b_ns", "delta_ns"]], "class")]
+    gross = by_class["delta_ns"].abs().sum()
+    for table, grain in grains:
+        if grain == "layer" and (len(table) <= 1 or set(table.index) <= {OUTSIDE}):
+            continue
+        if abs(target) >= 0.5 * gross:
+            rows = explaining(table["delta_ns"], target)
+            if rows:
+                return ", ".join(f"{r} {_ms(table.loc[r, 'a_ns'])} -> {_ms(table.loc[r, 'b_ns'])}"
+                                 for r in rows)
+    if abs(target) >= 0.5 * gross:  # one way, but spread over many rows: the largest classes
+        table = grains[2][0]
+        top = table["delta_ns"][np.sign(table["delta_ns"]) == np.sign(target)].abs().nlargest(3)
+        return (f"spread over many kernels ({100 * top.sum() / abs(target):.0f}% in "
+                + ", ".join(f"{r} {_ms(table.loc[r, 'a_ns'])} -> {_ms(table.loc[r, 'b_ns'])}"
+                            for r in top.index) + ")")
+    table = grains[0][0]
+    up, down = table["delta_ns"].idxmax(), table["delta_ns"].idxmin()
+    return (f"gains and losses cancel: largest gain {down} {_ms(table.loc[down, 'a_ns'])} -> "
+            f"{_ms(table.loc[down, 'b_ns'])}, largest loss {up} {_ms(table.loc[up, 'a_ns'])} -> "
+            f"{_ms(table.loc[up, 'b_ns'])}")
+
+
+def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, budget_parts) -> dict:
     speedup = pa.iteration_ns / pb.iteration_ns if pb.iteration_ns else float("nan")
     delta = pb.iteration_ns - pa.iteration_ns
     cls = by_class.set_index("kernel_class")
     gemm_a = cls["a_ns"].get("gemm", 0.0)
     gemm_b = cls["b_ns"].get("gemm", 0.0)
     gemm_change = 100.0 * (gemm_b - gemm_a) / gemm_a if gemm_a else float("nan")
+    base = max(pa.iteration_ns, 1.0)
     parts = []
     if abs(speedup - 1) < 0.02:
         parts.append(f"B runs an iteration in the same time as A ({_ms(pb.iteration_ns)} vs "
@@ -218,28 +328,47 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, overheads) -> dict:
     else:
         word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
         parts.append(f"B is {word} per iteration ({_ms(pb.iteration_ns)} vs {_ms(pa.iteration_ns)})")
-    if gemm_a and abs(gemm_change) >= 5:
-        parts.append(f"its GEMMs take {abs(gemm_change):.0f}% {'less' if gemm_change < 0 else 'more'} "
-                     f"time ({_ms(gemm_a)} -> {_ms(gemm_b)})")
-    if conversion_ns > 0.05 * max(pa.iteration_ns, 1):
+    # the wall-clock change, part by part of the time budget: a launch-idle change is a cause
+    # only in a run the budget calls launch-bound (else it is queue back-pressure)
+    wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
+    bound = {r for r, p in (("A", pa), ("B", pb)) if str(p.budget.get("verdict", "")).startswith("launch")}
+    if "GPU idle waiting for launches" in wall and not bound:
+        wall.pop("GPU idle waiting for launches")
+    deltas = pd.Series({n: b - a for n, (a, b) in wall.items()})
+    named = explaining(deltas, delta) if abs(delta) >= 0.02 * base else None
+    if len(deltas) and (named is None or deltas.abs().sum() > 2 * abs(delta)) \
+            and deltas.abs().max() >= 0.02 * base:
+        # gains and losses cancel (or the change is small): the largest of each way
+        named = sorted({deltas.idxmin(), deltas.idxmax()}, key=lambda n: -deltas[n] * np.sign(delta or 1))
+    kernel_delta = pb.kernel_ns - pa.kernel_ns
+    for n in named or []:
+        a, b = wall[n]
+        if abs(b - a) < 0.02 * base:
+            continue
+        text = f"{n} {'rose' if b > a else 'fell'} {_ms(a)} -> {_ms(b)}"
+        if n == "GPU idle waiting for launches":
+            r = "B" if b > a else "A"
+            p = pb if r == "B" else pa
+            text += (f" ({r} is launch-bound: {p.kernels:.0f} kernels per iteration, "
+                     f"{_ms(p.overheads.get('api_ns', 0.0))} in CUDA API calls)")
+        parts.append(text)
+    if abs(kernel_delta) >= 0.05 * base or (named and "GPU work" in named):
+        reason = _kernel_reason(kernels, by_layer, by_class, kernel_delta)
+        parts.append("kernel time: " + reason)
+        if gemm_a and abs(gemm_change) >= 5 and "gemm" not in reason:  # what a precision is for
+            parts.append(f"its GEMMs take {abs(gemm_change):.0f}% "
+                         f"{'less' if gemm_change < 0 else 'more'} time ({_ms(gemm_a)} -> {_ms(gemm_b)})")
+    if conversion_ns > 0.05 * base:
         tail = ""
         if delta > 0:
             tail = (", more than the whole regression" if conversion_ns > delta
                     else f", {100 * conversion_ns / delta:.0f}% of the regression")
         parts.append(f"precision-conversion kernels only in B (casts, scaling, amax) add "
                      f"{_ms(conversion_ns)}{tail}")
-    ov = overheads.set_index("overhead")
-    la, lb = ov.loc["launch_overhead", "a_ns"], ov.loc["launch_overhead", "b_ns"]
-    if la and lb < 0.5 * la and not (conversion_ns > 0.05 * pa.iteration_ns):
-        parts.append(f"launch overhead per iteration fell from {_ms(la)} to {_ms(lb)}")
-    if len(parts) == 1 and len(cls):
-        top = cls["delta_ns"].abs().idxmax()
-        if abs(cls.loc[top, "delta_ns"]) < 0.02 * max(pa.iteration_ns, 1):
-            parts.append("no kernel class changes by more than 2% of an iteration")
-        else:
-            parts.append(f"the biggest change is {top} ({_ms(cls.loc[top, 'a_ns'])} -> "
-                         f"{_ms(cls.loc[top, 'b_ns'])})")
+    if len(parts) == 1:
+        parts.append("no part of the iteration changes by more than 2% of it")
     verdict = parts[0] + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "") + "."
+    warnings = workload_warnings(pa, pb)
     return {
         "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,
         "a_iteration_source": pa.iteration_source, "b_iteration_source": pb.iteration_source,
@@ -255,7 +384,40 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, overheads) -> dict:
         "a_outside_kernel_ns": pa.outside_kernel_ns, "b_outside_kernel_ns": pb.outside_kernel_ns,
         "a_warnings": [w["message"] for w in pa.warnings],
         "b_warnings": [w["message"] for w in pb.warnings],
+        "workload_warnings": warnings,
     }
+
+
+def _class_shares(p: RunProfile) -> pd.Series:
+    t = p.by_class.set_index("kernel_class")["time_ns"]
+    return t / t.sum() if t.sum() else t
+
+
+def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
+    """Signs that A and B are not the same workload: different NVTX layers, iteration counts,
+    whole-run pseudo-iterations of different lengths, a different kernel-class mix."""
+    out = []
+    la = set(pa.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
+    lb = set(pb.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
+    if la and lb and len(la & lb) < 0.5 * min(len(la), len(lb)):
+        out.append(f"the runs have different NVTX layers ({len(la & lb)} names in common of "
+                   f"{len(la)} and {len(lb)}): are they the same model?")
+    whole = [p for p in (pa, pb) if p.iteration_source.startswith("no NVTX iteration")]
+    if whole:
+        ratio = max(pa.iteration_ns, pb.iteration_ns) / max(min(pa.iteration_ns, pb.iteration_ns), 1)
+        out.append(("neither run has" if len(whole) == 2 else f"{'A' if whole[0] is pa else 'B'} has no")
+                   + " NVTX iteration ranges: whole runs are compared"
+                   + (f", and they differ {ratio:.1f}x in length" if ratio > 1.5 else ""))
+    elif pa.iterations != pb.iterations:
+        out.append(f"A has {pa.iterations} iterations, B {pb.iterations}: times are per iteration")
+    sa, sb = _class_shares(pa), _class_shares(pb)
+    tvd = 0.5 * (sa.reindex(sa.index.union(sb.index), fill_value=0)
+                 - sb.reindex(sa.index.union(sb.index), fill_value=0)).abs().sum()
+    if tvd > 0.5:
+        ta, tb = sa.idxmax(), sb.idxmax()
+        out.append(f"their kernel-class mix differs ({100 * tvd:.0f}% of kernel time moved "
+                   f"class; A {100 * sa[ta]:.0f}% {ta}, B {100 * sb[tb]:.0f}% {tb})")
+    return out
 
 
 def _run_verdict(p: RunProfile) -> str:

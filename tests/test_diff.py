@@ -53,7 +53,7 @@ def test_fp8_diff_sections(fp16_vs_fp8):
     for token in ("DivFunctor", "float8_copy", "MaxNanFunctor", "AbsFunctor", "direct_copy"):
         assert token in names, token
     assert set(d.to_json()) == {"headline", "by_class", "by_precision", "by_layer", "kernels",
-                                "conversion", "overheads", "tensor_core", "budget"}
+                                "conversion", "only_b", "overheads", "tensor_core", "budget"}
     # the budget of each run adds up to its wall-clock iteration, and both are compute-bound
     for side in ("a", "b"):
         assert d.budget[f"{side}_ns"].sum() == pytest.approx(d.headline[f"{side}_iteration_ns"])
@@ -68,7 +68,10 @@ def test_cuda_graph_diff_same_kernels_less_launch_overhead(sqlite_of, cache_dir)
         assert ov.loc[k, "b_ns"] < 0.4 * ov.loc[k, "a_ns"], k
     assert ov.loc["launch_overhead", "a_count"] == 129 and ov.loc["launch_overhead", "b_count"] == 1
     assert 0.97 < d.headline["speedup"] < 1.05
-    assert "launch overhead per iteration fell" in d.headline["verdict"]
+    # both runs are >= 95% busy (compute-bound): fewer launches are not a cause of anything
+    assert d.headline["a_verdict"] == "compute-bound"
+    assert "launch" not in d.headline["verdict"]
+    assert "no part of the iteration changes by more than 2%" in d.headline["verdict"]
 
 
 def test_diff_cli_outputs(sqlite_of, cache_dir, tmp_path):
@@ -85,7 +88,7 @@ def test_diff_cli_outputs(sqlite_of, cache_dir, tmp_path):
     assert "2.16x slower" in res.stdout
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["budget.parquet", "by_class.parquet", "by_layer.parquet", "by_precision.parquet", "conversion.parquet",
-         "headline.parquet", "kernels.parquet", "manifest.json", "overheads.parquet", "tensor_core.parquet"])
+         "headline.parquet", "kernels.parquet", "manifest.json", "only_b.parquet", "overheads.parquet", "tensor_core.parquet"])
     assert pd.read_parquet(out / "headline.parquet").iloc[0]["b_kernels"] == 513
     pngs = sorted((tmp_path / "png").glob("*.png"))
     assert [p.name for p in pngs] == ["classes.png", "kernels.png", "layers.png"]
@@ -209,3 +212,55 @@ def test_exact_text_output(args, golden, sqlite_of, cache_dir, monkeypatch):
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     assert res.stdout == (GOLDEN / golden).read_text()
+
+
+# --- explanations on the model fixtures (tests/data/models, H100) ---
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from conftest import xz_fixtures
+    return xz_fixtures(tmp_path_factory, Path(__file__).parent / "data" / "models")
+
+
+def test_new_pooling_and_layout_kernels_are_not_conversion(model, cache_dir):
+    """ResNet-50 FP32 -> FP16 channels-last: the NHWC max-pool and batch-norm kernels new in B
+    are 'only in B', not precision conversion; the one conversion is a cast in a changed layer."""
+    d = nsightlab.diff(model("h100-resnet50-fp32"), model("h100-resnet50-fp16"))
+    only_b = " ".join(d.only_b["label"])
+    assert "batch_norm_transform_input_channels_last" in only_b
+    pool = d.kernels[d.kernels["b_name"].fillna("").str.contains("max_pool_forward_nhwc")]
+    assert len(pool) and (pool["status"] == "matched").all()  # takes the NCHW pool's slot
+    assert not d.conversion["label"].str.contains("pool|batch_norm").any()
+    assert d.headline["conversion_overhead_ns"] < 0.02e6
+    assert d.headline["workload_warnings"] == []
+
+
+def test_launch_idle_is_a_cause_only_in_a_launch_bound_run(model, cache_dir):
+    """The FP16 ResNet run is launch-bound (32% busy): its extra GPU idle is named, with the
+    kernel and API counts behind it, and the fall in GPU work beside it."""
+    d = nsightlab.diff(model("h100-resnet50-fp32"), model("h100-resnet50-fp16"))
+    v = d.headline["verdict"]
+    assert d.headline["b_verdict"] == "launch-bound"
+    assert "GPU idle waiting for launches rose" in v and "B is launch-bound" in v
+    assert "GPU work fell" in v
+
+
+def test_lm_head_outside_the_layers_is_named(model, cache_dir):
+    """GPT FP16 -> BF16: the only real change is the LM-head GEMM after the blocks; the verdict
+    names it (and says it is outside the layers)."""
+    d = nsightlab.diff(model("h100-gpt-fp16"), model("h100-gpt-bf16"))
+    v = d.headline["verdict"]
+    assert "cutlass_75_tensorop_bf16_s1688gemm" in v and "(outside layers)" in v
+    assert d.headline["workload_warnings"] == []
+
+
+def test_different_models_get_the_workload_warning(model, sqlite_of, cache_dir):
+    d = nsightlab.diff(model("h100-resnet50-fp16"), model("h100-gpt-fp16"))
+    assert any("kernel-class mix differs" in w for w in d.headline["workload_warnings"])
+    # ViT-B/16 and a GPT-2-small-shaped decoder share block names and class mix (both are 12
+    # transformer blocks of width 768): the iteration counts still differ, and it says so
+    d = nsightlab.diff(sqlite_of("h200-vit-fp16"), model("h100-gpt-fp16"))
+    assert "A has 20 iterations, B 10: times are per iteration" in d.headline["workload_warnings"]
+    text = CliRunner().invoke(cli, ["diff", str(model("h100-resnet50-fp16")),
+                                    str(model("h100-gpt-fp16"))]).stdout
+    assert text.startswith("WARNING (workload): their kernel-class mix differs")

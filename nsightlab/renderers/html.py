@@ -7,13 +7,14 @@ from __future__ import annotations
 import html
 from functools import singledispatch
 
+import numpy as np
 import pandas as pd
 
 from .. import charts
 from ..comparison import Diff
 from ..recipes import RunResult
 from ..summary import RunReport
-from ..units import ms_columns
+from ..units import kernel_label, ms_columns
 
 STYLE = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
          "table{border-collapse:collapse;font-size:13px;margin:0.5em 0}"
@@ -23,36 +24,50 @@ STYLE = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100
          "</style>")
 
 
-def page(title: str, sections: list[tuple[str, str]], chart_list: list) -> str:
-    """One self-contained HTML page: a title, HTML sections (heading, body) and the charts."""
+def page(title: str, sections: list[tuple[str, str]], chart_list: list, lead: int = 1) -> str:
+    """One self-contained HTML page: a title, the first ``lead`` sections (the verdict), the
+    charts, then the other sections (tables a reader looks up)."""
     body = [f"<h1>{html.escape(title)}</h1>"]
-    for heading, content in sections:
-        body.append(f"<h2>{html.escape(heading)}</h2>\n{content}")
+    tail = []
+    for i, (heading, content) in enumerate(sections):
+        (body if i < lead else tail).append(f"<h2>{html.escape(heading)}</h2>\n{content}")
     if not chart_list:
         return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-                f"</title>{STYLE}</head><body>" + "\n".join(body) + "</body></html>")
+                f"</title>{STYLE}</head><body>" + "\n".join(body + tail) + "</body></html>")
     import altair as alt
 
     doc = alt.vconcat(*chart_list).resolve_scale(color="independent").to_html(inline=True)
     doc = doc.replace("<head>", f"<head>\n<title>{html.escape(title)}</title>\n{STYLE}", 1)
     at = doc.rfind("<body>") + len("<body>")  # the last one: the inlined JS mentions "<body>" too
-    return doc[:at] + "\n" + "\n".join(body) + "\n<h2>Charts</h2>" + doc[at:]
+    end = doc.rfind("</body>")
+    return (doc[:at] + "\n" + "\n".join(body) + "\n<h2>Charts</h2>" + doc[at:end]
+            + "\n".join(tail) + doc[end:])
 
 
-def table_html(df: pd.DataFrame, max_rows: int = 40) -> str:
+def table_html(df: pd.DataFrame, max_rows: int = 15) -> str:
     """A DataFrame as a compact HTML table (times in ms, whole numbers without decimals,
-    long names cut at the end; the full name in the cell's title)."""
-    show = ms_columns(df.head(max_rows))
-    rows = []
-    for r in show.itertuples(index=False, name=None):
-        rows.append("<tr>" + "".join(_td(v) for v in r) + "</tr>")
+    booleans as yes/no, long names cut at the end with the full name in the cell's title);
+    rows past ``max_rows`` behind a fold (all of them are in the Parquet output)."""
+    show = ms_columns(df)
+
+    def rows(frame):
+        return "".join("<tr>" + "".join(_td(v) for v in r) + "</tr>"
+                       for r in frame.itertuples(index=False, name=None))
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in show.columns)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    out = f"<table><thead><tr>{head}</tr></thead><tbody>{rows(show.head(max_rows))}</tbody></table>"
+    if len(show) > max_rows:
+        out += (f"<details><summary>{len(show) - max_rows} more rows</summary><table><thead><tr>"
+                f"{head}</tr></thead><tbody>{rows(show.iloc[max_rows:max_rows + 500])}</tbody>"
+                "</table></details>")
+    return out
 
 
 def _td(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return f"<td>{'yes' if v else 'no'}</td>"
     if isinstance(v, float):
-        text = "" if pd.isna(v) else (f"{v:.0f}" if v == int(v) else f"{v:.3f}")
+        text = "" if pd.isna(v) else (f"{v:.0f}" if v == int(v) or abs(v) >= 1000
+                                      else f"{v:.1f}" if abs(v) >= 100 else f"{v:.3f}")
         return f"<td>{text}</td>"
     s = "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
     if len(s) > 90:
@@ -76,8 +91,10 @@ def _(d: Diff) -> str:
         {"": "GPU busy %", "A": h["a_busy_pct"], "B": h["b_busy_pct"]},
     ])
     sections = [
-        ("Verdict", "".join(f"<p class='verdict'>warning ({side.upper()}): {html.escape(w)}</p>"
-                            for side in ("a", "b") for w in h[f"{side}_warnings"])
+        ("Verdict", "".join(f"<p class='verdict'>warning (workload): {html.escape(w)}</p>"
+                            for w in h.get("workload_warnings", []))
+                    + "".join(f"<p class='verdict'>warning ({side.upper()}): {html.escape(w)}</p>"
+                              for side in ("a", "b") for w in h[f"{side}_warnings"])
                     + f"<p class='verdict'>{html.escape(h['verdict'])}</p>"
                     f"<p>A: {html.escape(str(h['a']))} ({html.escape(h['a_iteration_source'])}; "
                     f"{html.escape(h['a_verdict'])})<br>"
@@ -87,12 +104,17 @@ def _(d: Diff) -> str:
         ("By kernel class (per iteration)", table_html(d.by_class)),
         ("By precision (per iteration)", table_html(d.by_precision)),
         ("By layer (per iteration)", table_html(d.by_layer)),
-        ("Precision-conversion kernels (only in B, in layers whose math changed precision)",
-         table_html(d.conversion)),
+        ("Precision-conversion kernels (only in B)",
+         table_html(d.conversion[["kernel_class", "label", "time_ns"]])),
+        ("Other kernels only in B", table_html(d.only_b[["kernel_class", "label", "time_ns"]])),
         ("Where an iteration's time goes (mean per iteration)", table_html(d.budget)),
         ("Overheads (median per iteration)", table_html(d.overheads)),
         ("Tensor Core activity", table_html(d.tensor_core)),
-        ("Kernels (matched by layer, class and position)", table_html(d.kernels, 60)),
+        ("Kernels (matched by layer, class and position)",
+         table_html(d.kernels.assign(kernel=[kernel_label(b if isinstance(b, str) else a) for a, b in
+                                             zip(d.kernels["a_name"], d.kernels["b_name"])])
+                    [["layer", "kernel_class", "kernel", "a_precision", "b_precision", "a_ns",
+                      "b_ns", "delta_ns", "status"]])),
     ]
     return page(f"nsightlab diff: {h['a']} vs {h['b']}", sections,
                 list(charts.diff_charts(d).values()))

@@ -17,7 +17,7 @@ from ..metadata import ReportInfos
 from ..profile import OUTSIDE
 from ..recipes import RunResult
 from ..summary import RunReport
-from ..units import ms_columns
+from ..units import kernel_label, ms_columns
 
 #: widest cell before it is cut (with "…")
 MAX_CELL = 60
@@ -82,7 +82,8 @@ def _(result: RunResult, limit: int | None = 25) -> str:
 @render.register
 def _(d: Diff, limit: int | None = 12) -> str:
     h = d.headline
-    warn = [f"WARNING ({side.upper()}): {w}" for side in ("a", "b") for w in h[f"{side}_warnings"]]
+    warn = [f"WARNING (workload): {w}" for w in h.get("workload_warnings", [])] + \
+        [f"WARNING ({side.upper()}): {w}" for side in ("a", "b") for w in h[f"{side}_warnings"]]
     lines = [*warn, *([""] if warn else []), h["verdict"], "",
              f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']}); "
              f"{h['a_verdict']}",
@@ -101,9 +102,21 @@ def _(d: Diff, limit: int | None = 12) -> str:
         lines += ["by layer (largest changes):",
                   ms_table(d.by_layer.head(limit), ["layer", "a_ns", "b_ns", "delta_ns",
                                                     "a_math_precision", "b_math_precision"])]
+    k = d.kernels.assign(kernel=[kernel_label(b if isinstance(b, str) else a)
+                                 for a, b in zip(d.kernels["a_name"], d.kernels["b_name"])])
+    top = (k.groupby(["kernel", "status"], sort=False)
+           .agg(layers=("layer", "nunique"), a_ns=("a_ns", "sum"), b_ns=("b_ns", "sum"),
+                delta_ns=("delta_ns", "sum")).reset_index())
+    top = top[top["delta_ns"].abs() > 0].sort_values("delta_ns", key=abs, ascending=False).head(limit)
+    if len(top):
+        lines += ["kernels (largest changes, summed over layers; full names in --json / -o):",
+                  ms_table(top, ["kernel", "status", "layers", "a_ns", "b_ns", "delta_ns"])]
     if len(d.conversion):
         lines += ["precision-conversion kernels (only in B):",
-                  ms_table(d.conversion.head(8), ["kernel_class", "b_name", "time_ns"])]
+                  ms_table(d.conversion.head(8), ["kernel_class", "label", "time_ns"])]
+    if len(d.only_b):
+        lines += ["other kernels only in B (not conversion):",
+                  ms_table(d.only_b.head(8), ["kernel_class", "label", "time_ns"])]
     lines += ["where an iteration's time goes (mean per iteration):", ms_table(d.budget),
               "overheads (median per iteration):",
               ms_table(d.overheads, ["overhead", "a_ns", "b_ns", "a_count", "b_count"])]
