@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 
 #: public name -> module that defines it
 _LAZY = {"open": "report", "Report": "report", "TABLES": "tables", "diff": "comparison",
-         "open_ncu": "ncu"}
-__all__ = ["NsightlabError", "Report", "TABLES", "diff", "open", "open_ncu",
+         "compare": "lineup", "open_ncu": "ncu"}
+__all__ = ["NsightlabError", "Report", "TABLES", "compare", "diff", "open", "open_ncu",
            "__version__"]
 
 

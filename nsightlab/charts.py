@@ -1,4 +1,4 @@
-"""Altair charts of the documented result tables (a diff, a run report).
+"""Altair charts of the documented result tables (a diff, a lineup of runs, a run report).
 
 Analyses never plot; these functions take their outputs. ``nsightlab.renderers.html`` puts
 them into self-contained pages; ``save_pngs`` renders them as PNG (both through vl-convert,
@@ -13,6 +13,7 @@ import altair as alt
 import pandas as pd
 
 from .comparison import Diff
+from .lineup import Lineup
 from .summary import RunReport
 
 alt.data_transformers.disable_max_rows()
@@ -86,6 +87,31 @@ def report_charts(rr: RunReport) -> dict[str, alt.Chart]:
     return {"classes": classes, "layers": layer}
 
 
+def lineup_charts(l: Lineup) -> dict[str, alt.Chart]:
+    """Several runs: the distribution of wall-clock iteration latency per run, GPU time per
+    iteration by kernel class (stacked), and the change per layer of each run against the
+    baseline."""
+    order = list(l.runs)
+    lat = l.latency.assign(ms=l.latency["wall_ns"] / 1e6)
+    latency = alt.Chart(lat, title="Wall-clock iteration latency per run").mark_boxplot(
+        extent="min-max").encode(
+        x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("run:N", sort=order, title=None),
+        color=alt.Color("run:N", sort=order, legend=None)).properties(width=WIDTH)
+    cls = l.by_class.assign(ms=l.by_class["time_ns"] / 1e6)
+    classes = alt.Chart(cls, title="GPU time per iteration by kernel class").mark_bar().encode(
+        x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("run:N", sort=order, title=None),
+        color=alt.Color("kernel_class:N", title="class"),
+        tooltip=["run", "kernel_class", alt.Tooltip("ms:Q", format=".3f")]).properties(width=WIDTH)
+    layers = pd.concat([d.by_layer.assign(run=d.b.label, delta_ms=d.by_layer["delta_ns"] / 1e6)
+                        for d in l.diffs], ignore_index=True)
+    layer = alt.Chart(layers, title=f"Change per layer against {order[0]}").mark_bar().encode(
+        x=alt.X("delta_ms:Q", title="ms per iteration"), y=alt.Y("layer:N", title=None),
+        yOffset=alt.YOffset("run:N", sort=order), color=alt.Color("run:N", sort=order),
+        tooltip=["run", "layer", "status", alt.Tooltip("delta_ms:Q", format=".3f")],
+    ).properties(width=WIDTH)
+    return {"latency": latency, "classes": classes, "layers": layer}
+
+
 @singledispatch
 def charts_for(result) -> dict[str, alt.Chart]:
     """The charts of any result that has some, by name."""
@@ -94,6 +120,7 @@ def charts_for(result) -> dict[str, alt.Chart]:
 
 charts_for.register(Diff, diff_charts)
 charts_for.register(RunReport, report_charts)
+charts_for.register(Lineup, lineup_charts)
 
 
 def save_pngs(charts: dict[str, alt.Chart], folder: str | Path) -> list[Path]:

@@ -57,6 +57,7 @@ class RunProfile:
     gpu_span_ns: float = 0.0     # mean GPU span (first kernel start to last kernel end)
     outside_kernel_ns: float = 0.0  # kernel time outside the iterations (warm-up, compile), total
     budget: dict = field(default_factory=dict)  # the budget summary of the first GPU
+    latency: dict = field(default_factory=dict)  # wall-clock iteration: mean/p50/p95/p99/min/max_ns
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
 
 
@@ -128,7 +129,29 @@ def _compute(report: Report, label: str) -> RunProfile:
         by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
         flat_slots=flat_slots,
         overheads=_overheads(report, lk, iters, n, spans, busy_i),
-        tensor_core=_tensor_core(report, lk, spans))
+        tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall))
+
+
+def iteration_walls(report: Report) -> np.ndarray:
+    """The wall-clock time (ns) of every iteration of the time budget, first GPU; empty when
+    the report has no GPU work."""
+    try:
+        it = recipes.run("budget", report)["iterations"]
+    except recipes.NoDataError:
+        return np.array([], float)
+    if len(it):
+        it = it[it["device_id"] == it["device_id"].iloc[0]]
+    return it["wall_ns"].to_numpy(float)
+
+
+def _latency(report: Report, mean_ns: float) -> dict:
+    """Statistics of the wall-clock iterations: mean, p50, p95, p99, min, max in ns (one
+    iteration, the mean, when the budget has none)."""
+    w = iteration_walls(report)
+    w = w if len(w) else np.array([mean_ns], float)
+    q = np.percentile(w, [50, 95, 99])
+    return {"mean_ns": float(w.mean()), "p50_ns": float(q[0]), "p95_ns": float(q[1]),
+            "p99_ns": float(q[2]), "min_ns": float(w.min()), "max_ns": float(w.max())}
 
 
 def _budget(report: Report) -> dict:

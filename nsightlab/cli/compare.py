@@ -1,4 +1,4 @@
-"""``nsightlab diff`` and ``nsightlab report``."""
+"""``nsightlab diff``, ``nsightlab compare`` and ``nsightlab report``."""
 from __future__ import annotations
 
 import click
@@ -29,14 +29,48 @@ def _charts_out(result, html_file: str | None, png_dir: str | None) -> None:
         wrote(charts.save_pngs(charts.charts_for(result), png_dir), png_dir)
 
 
+def fail_if_option(f):
+    """--fail-if RULE (repeatable): a CI gate, exit status 3 when a run breaks a rule."""
+    return click.option(
+        "--fail-if", "fail_if", multiple=True, metavar="RULE",
+        help="CI gate: exit 3 when B breaks RULE, 'METRIC OP CHANGE' against A, e.g. "
+             "'latency_p50 > +5%', 'class:quantize > +0.5ms', 'conversion > 1ms', "
+             "'throughput < -5%', 'layer:block3 > +10%' (repeatable; see docs/ci.md).")(f)
+
+
+def _gate(rules: tuple[str, ...], pairs) -> None:
+    """Check every (baseline, run, conversion_ns) of ``pairs`` against the --fail-if rules;
+    print what broke and exit 3."""
+    if not rules:
+        return
+    from .. import gate
+
+    parsed = [gate.parse(r) for r in rules]
+    failed = [line for a, b, conv in pairs for line in gate.check(parsed, a, b, conv)]
+    for line in failed:
+        click.echo(line, err=True)
+    if failed:
+        click.get_current_context().exit(gate.EXIT_FAILED)
+
+
+def _parse_rules(rules: tuple[str, ...]) -> None:
+    """Reject a malformed --fail-if before any report is read."""
+    if rules:
+        from .. import gate
+
+        for r in rules:
+            gate.parse(r)
+
+
 @cli.command()
 @click.argument("a")
 @click.argument("b")
 @output_options("dir", FORMATS)
 @chart_options
+@fail_if_option
 @report_options
 def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
-         png_dir: str | None, open_options: dict) -> None:
+         png_dir: str | None, fail_if: tuple[str, ...], open_options: dict) -> None:
     """Compare run B with run A (capture names, capture folders or reports) where they line
     up: per iteration, kernel class, precision, NVTX/TensorRT layer and kernel, with the
     precision-conversion work B added, launch/sync/idle overheads and Tensor Core activity.
@@ -50,13 +84,54 @@ def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
       nsightlab diff captures/examples/vit-fp16 captures/examples/vit-fp8 --html diff.html
       nsightlab diff a.sqlite b.nsys-rep --json > diff.json
       nsightlab diff fp16 fp8 -o diff/ --png diff/charts
+      nsightlab diff main.sqlite pr.sqlite --fail-if 'latency_p50 > +5%'   # CI: exit 3
     """
     import nsightlab
     from ..renderers import emit
 
+    _parse_rules(fail_if)
     d = nsightlab.diff(a, b, **open_options)
     wrote(emit(d, fmt, output), output)
     _charts_out(d, html_file, png_dir)
+    _gate(fail_if, [(d.a, d.b, d.headline["conversion_overhead_ns"])])
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--batch", type=click.IntRange(min=1),
+              help="Items per iteration, for items/s (else from the capture manifest).")
+@output_options("dir", FORMATS)
+@chart_options
+@fail_if_option
+@report_options
+def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | None,
+            html_file: str | None, png_dir: str | None, fail_if: tuple[str, ...],
+            open_options: dict) -> None:
+    """Line up several runs of one model (precisions, runtimes) against the first: latency
+    (mean, p50, p95, p99, min, max of the wall-clock iterations), throughput, speedup, GPU time
+    by class and precision, conversion overhead, copies, Tensor Core activity and each run's
+    verdict; then every run against the baseline, with the reasons.
+
+    Tables (with -o DIR, one Parquet file each): summary, by_class, by_precision, latency,
+    pairs. --html adds charts: latency distribution, class time, per-layer change.
+
+    \b
+    Examples:
+      nsightlab compare fp32 tf32 bf16 fp16 fp8
+      nsightlab compare ort-cuda ort-trt trt --batch 64 --html runs.html
+      nsightlab compare base.sqlite new.sqlite --json > lineup.json
+      nsightlab compare main.sqlite pr.sqlite --fail-if 'latency_p95 > +5%'
+    """
+    import nsightlab
+    from ..renderers import emit
+
+    if len(runs) < 2:
+        raise click.UsageError("give at least two runs (the first is the baseline)")
+    _parse_rules(fail_if)
+    lineup = nsightlab.compare(list(runs), batch=batch, **open_options)
+    wrote(emit(lineup, fmt, output), output)
+    _charts_out(lineup, html_file, png_dir)
+    _gate(fail_if, [(d.a, d.b, d.headline["conversion_overhead_ns"]) for d in lineup.diffs])
 
 
 @cli.command()

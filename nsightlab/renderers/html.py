@@ -12,6 +12,7 @@ import pandas as pd
 
 from .. import charts
 from ..comparison import Diff
+from ..lineup import Lineup
 from ..recipes import RunResult
 from ..summary import RunReport
 from ..units import kernel_label, ms_columns
@@ -118,6 +119,26 @@ def _(d: Diff) -> str:
     ]
     return page(f"nsightlab diff: {h['a']} vs {h['b']}", sections,
                 list(charts.diff_charts(d).values()))
+
+
+@render.register
+def _(l: Lineup) -> str:
+    s = l.summary
+    verdicts = "".join(
+        "".join(f"<p class='verdict'>warning (workload, {html.escape(d.b.label)}): "
+                f"{html.escape(w)}</p>" for w in d.headline["workload_warnings"])
+        + f"<p><b>{html.escape(d.b.label)}</b> against {html.escape(d.a.label)}: "
+        f"{html.escape(d.headline['verdict'])}</p>" for d in l.diffs)
+    summary = s.drop(columns=["iteration_source"])
+    sections = [
+        ("Verdict", verdicts + table_html(summary[["run", "latency_mean_ns", "latency_p50_ns",
+                                                   "latency_p95_ns", "speedup", "verdict"]])),
+        ("Runs (per iteration; latency over the wall-clock iterations)", table_html(summary)),
+        ("By kernel class (ms per iteration)", table_html(l.wide_ms("by_class"))),
+        ("By precision (ms per iteration)", table_html(l.wide_ms("by_precision"))),
+    ]
+    return page(f"nsightlab compare: {', '.join(l.runs)}", sections,
+                list(charts.lineup_charts(l).values()))
 
 
 @render.register

@@ -8,17 +8,20 @@ always keeps the full text.
 from __future__ import annotations
 
 import io
+import re
 from functools import singledispatch
 
 import pandas as pd
 
 from ..comparison import Diff
+from ..lineup import Lineup
 from ..metadata import ReportInfos
 from ..profile import OUTSIDE
 from ..recipes import RunResult
 from ..summary import RunReport
 from ..units import kernel_label, ms_columns
 
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$|^$")
 #: widest cell before it is cut (with "…")
 MAX_CELL = 60
 
@@ -38,8 +41,8 @@ def table_text(df: pd.DataFrame, max_width: int = MAX_CELL) -> str:
         return "(no rows)\n" if len(df.columns) == 0 else "  ".join(map(str, df.columns)) + "\n(no rows)\n"
     cols = [str(c) for c in df.columns]
     rows = [[cell(v, max_width) for v in r] for r in df.itertuples(index=False, name=None)]
-    numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-               for c in df.columns]
+    numeric = [(pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]))
+               or all(_NUMBER.match(r[i]) for r in rows) for i, c in enumerate(df.columns)]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     buf = io.StringIO()
 
@@ -121,6 +124,40 @@ def _(d: Diff, limit: int | None = 12) -> str:
               "overheads (median per iteration):",
               ms_table(d.overheads, ["overhead", "a_ns", "b_ns", "a_count", "b_count"])]
     return "\n".join(lines)
+
+
+def _one(v: float) -> str:
+    """A share or rate to one decimal ('' when missing)."""
+    return "" if pd.isna(v) else f"{v:.1f}"
+
+
+@render.register
+def _(l: Lineup, limit: int | None = 12) -> str:
+    s = l.summary
+    table = pd.DataFrame({
+        "run": s["run"], "iters": s["iterations"],
+        "mean_ms": s["latency_mean_ns"] / 1e6, "p50_ms": s["latency_p50_ns"] / 1e6,
+        "p95_ms": s["latency_p95_ns"] / 1e6, "p99_ms": s["latency_p99_ns"] / 1e6,
+        "min_ms": s["latency_min_ns"] / 1e6, "max_ms": s["latency_max_ns"] / 1e6,
+        "iter/s": s["iterations_per_s"].map(_one), **({"items/s": s["items_per_s"]}
+                                           if s["items_per_s"].notna().any() else {}),
+        "speedup": s["speedup"].round(3), "kernel_ms": s["kernel_ns"] / 1e6,
+        "busy_%": s["busy_pct"].map(_one),
+        "conversion_ms": s["conversion_ns"] / 1e6, "copies_ms": s["copies_ns"] / 1e6,
+        "tensor_%": s["tensor_active_pct"].fillna(s["tensor_kernel_time_pct"]).map(_one),
+        "verdict": s["verdict"]})
+    lines = [f"{len(l.runs)} runs, baseline {l.runs[0]} (latency: wall-clock iterations; "
+             "times per iteration; tensor_%: Tensor Active, else share of kernel time on Tensor Cores)",
+             table_text(table),
+             "GPU time by kernel class (ms per iteration):",
+             table_text(l.wide_ms("by_class")),
+             "GPU time by precision (ms per iteration):",
+             table_text(l.wide_ms("by_precision"))]
+    for d in l.diffs:
+        warn = d.headline["workload_warnings"]
+        lines += [f"{d.b.label} against {d.a.label} (B = {d.b.label}):",
+                  *[f"  WARNING (workload): {w}" for w in warn], f"  {d.headline['verdict']}"]
+    return "\n".join(lines) + "\n"
 
 
 @render.register
