@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from . import budget
+from . import budget, trt_layers
 from .classify import MATH_CLASSES
 from .profile import ITERATION_LAYER, OUTSIDE, RunProfile, profile
 from .report import Report, as_report
@@ -60,7 +60,8 @@ class Diff(Result):
       ``conversion_overhead_ns``, ``layers_matched`` and the ``verdict`` sentence;
     - ``by_class``: kernel_class, a_ns, b_ns, delta_ns, a_count, b_count, delta_share_pct;
     - ``by_precision``: precision, kernel_class, a_ns, b_ns, delta_ns;
-    - ``by_layer``: layer, a_ns, b_ns, a_count, b_count, a/b_math_precision,
+    - ``by_layer``: layer, b_layer (B's name for it when the names differ: TensorRT layers of
+      another precision, ``trt_layers``), a_ns, b_ns, a_count, b_count, a/b_math_precision,
       math_precision_changed, status (matched / only_a / only_b), delta_ns;
     - ``kernels``: layer, kernel_class, slot, a/b_name, a/b_precision, a_ns, b_ns, status
       (matched / new / vanished), delta_ns;
@@ -117,6 +118,8 @@ def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike, **open_op
 
 def compare(pa: RunProfile, pb: RunProfile) -> Diff:
     """The diff of two run profiles (see ``Diff`` for the sections)."""
+    warnings = workload_warnings(pa, pb)  # on the layer names as recorded
+    pb = _align_layers(pa, pb)
     by_class = _side_by_side(pa.by_class, pb.by_class, "kernel_class")
     total_delta = by_class["delta_ns"].sum()
     by_class["delta_share_pct"] = 100.0 * by_class["delta_ns"] / total_delta if total_delta else 0.0
@@ -140,9 +143,28 @@ def compare(pa: RunProfile, pb: RunProfile) -> Diff:
     tensor_core = pd.DataFrame([{"run": "a", **pa.tensor_core}, {"run": "b", **pb.tensor_core}])
     budget_parts = _budget(pa.budget, pb.budget)
     headline = _headline(pa, pb, by_class, conversion["time_ns"].sum(), by_layer, kernels,
-                         budget_parts)
+                         warnings)
     return Diff(pa, pb, headline, by_class.reset_index(drop=True), by_precision, by_layer,
                 kernels, conversion, only_b, overheads, tensor_core, budget_parts)
+
+
+def _align_layers(pa: RunProfile, pb: RunProfile) -> RunProfile:
+    """``pb`` with its layers renamed to A's where the names differ but the layers are the same
+    (TensorRT engines of different precisions: Q/DQ tokens, weight names, Myelin suffixes,
+    renumbered ONNX nodes; ``trt_layers.match``); the B name stays in ``by_layer.b_layer``."""
+    la = pa.by_layer[~pa.by_layer["layer"].isin(pb.by_layer["layer"]) & (pa.by_layer["layer"] != OUTSIDE)]
+    lb = pb.by_layer[~pb.by_layer["layer"].isin(pa.by_layer["layer"]) & (pb.by_layer["layer"] != OUTSIDE)]
+    by_layer = pb.by_layer.assign(b_layer=pb.by_layer["layer"])
+    if len(la) and len(lb):
+        m = trt_layers.match(la.rename(columns={"layer": "name"}).assign(ms=la["time_ns"] / 1e6),
+                             lb.rename(columns={"layer": "name"}).assign(ms=lb["time_ns"] / 1e6))
+        pairs = m.layers[m.layers["how"].isin(["name", "signature"])]
+        mapping = dict(zip(pairs["b_layer"], pairs["a_layer"]))
+        if mapping:
+            by_layer["layer"] = by_layer["layer"].replace(mapping)
+            return replace(pb, by_layer=by_layer,
+                           slots=pb.slots.assign(layer=pb.slots["layer"].replace(mapping)))
+    return replace(pb, by_layer=by_layer)
 
 
 def _math_precisions(p: RunProfile) -> set:
@@ -202,7 +224,8 @@ def _layers(pa: RunProfile, pb: RunProfile) -> pd.DataFrame:
         ina, inb = n in la.index, n in lb.index
         ga = la.loc[n, "math_precision"] if ina else ""
         gb = lb.loc[n, "math_precision"] if inb else ""
-        rows.append({"layer": n, "a_ns": la.loc[n, "time_ns"] if ina else 0.0,
+        rows.append({"layer": n, "b_layer": lb.loc[n, "b_layer"] if inb and "b_layer" in lb else n,
+                     "a_ns": la.loc[n, "time_ns"] if ina else 0.0,
                      "b_ns": lb.loc[n, "time_ns"] if inb else 0.0,
                      "a_count": la.loc[n, "count"] if ina else 0.0,
                      "b_count": lb.loc[n, "count"] if inb else 0.0,
@@ -313,7 +336,7 @@ def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.D
             f"{_ms(table.loc[up, 'b_ns'])}")
 
 
-def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, budget_parts) -> dict:
+def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> dict:
     speedup = pa.iteration_ns / pb.iteration_ns if pb.iteration_ns else float("nan")
     delta = pb.iteration_ns - pa.iteration_ns
     cls = by_class.set_index("kernel_class")
@@ -368,7 +391,6 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, budget_parts) 
     if len(parts) == 1:
         parts.append("no part of the iteration changes by more than 2% of it")
     verdict = parts[0] + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "") + "."
-    warnings = workload_warnings(pa, pb)
     return {
         "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,
         "a_iteration_source": pa.iteration_source, "b_iteration_source": pb.iteration_source,

@@ -74,6 +74,31 @@ def layer_info(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["name", "layer_type", "precision", "output_format", "tactic"])
 
 
+def layer_details(path: str | Path) -> pd.DataFrame:
+    """``--exportLayerInfo`` JSON with what identifies a layer across engines: name,
+    layer_type, parameter_type, precision, kernel, stride, out_maps, groups, in_dims, out_dims
+    (shapes as text without the batch dimension, e.g. "64x56x56"); None where not recorded."""
+    base = layer_info(path)
+    layers = [x for x in _load(path).get("Layers", []) if isinstance(x, (dict, str))]
+
+    def dims(tensors) -> str | None:
+        if not tensors or not isinstance(tensors[0], dict) or not tensors[0].get("Dimensions"):
+            return None
+        return "x".join(str(d) for d in tensors[0]["Dimensions"][1:])
+
+    def text(v) -> str | None:
+        return None if v is None else "x".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    extra = [{"parameter_type": x.get("ParameterType"), "kernel": text(x.get("Kernel")),
+              "stride": text(x.get("Stride")), "out_maps": text(x.get("OutMaps")),
+              "groups": text(x.get("Groups")), "in_dims": dims(x.get("Inputs")),
+              "out_dims": dims(x.get("Outputs"))} if isinstance(x, dict) else {}
+             for x in layers]
+    return pd.concat([base, pd.DataFrame(extra, index=base.index,
+                                         columns=["parameter_type", "kernel", "stride", "out_maps",
+                                                  "groups", "in_dims", "out_dims"])], axis=1)
+
+
 def precision_of(fmt: str | None) -> str | None:
     if not fmt:
         return None

@@ -1,4 +1,4 @@
-"""``nsightlab diff``, ``nsightlab compare`` and ``nsightlab report``."""
+"""``nsightlab diff``, ``compare``, ``layers`` and ``report``."""
 from __future__ import annotations
 
 import click
@@ -132,6 +132,53 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
     wrote(emit(lineup, fmt, output), output)
     _charts_out(lineup, html_file, png_dir)
     _gate(fail_if, [(d.a, d.b, d.headline["conversion_overhead_ns"]) for d in lineup.diffs])
+
+
+def _engine(path: str):
+    """A trtexec --exportProfile JSON, or a capture folder holding trtexec.profile.json."""
+    from pathlib import Path
+
+    from ..errors import NotAReportError
+    from ..paths import default_store
+
+    p = Path(path)
+    if not p.exists() and len(p.parts) == 1 and (default_store() / p).is_dir():
+        p = default_store() / p  # a capture name
+    if p.is_dir():
+        p = p / "trtexec.profile.json"
+    if not p.is_file():
+        raise NotAReportError(f"{path}: no trtexec profile; give X.profile.json (trtexec "
+                              "--exportProfile) or a capture made with --trtexec")
+    return p
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@output_options("dir", FORMATS)
+@chart_options
+def layers(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
+           png_dir: str | None) -> None:
+    """Match the TensorRT layers of two engines (e.g. FP16 and INT8/FP8 Q/DQ) and compare their
+    time, from trtexec exports alone: --exportProfile JSON (layer info found beside it as
+    X.layers.json or X.graph.json), or capture folders made with --trtexec.
+
+    Layers match by name without Q/DQ, weight and Myelin tokens, then by layer kind and shapes
+    in engine order; standalone Q/DQ and reformat layers are listed as conversion work.
+    Tables (with -o DIR, one Parquet file each): layers, conversion, summary.
+
+    \b
+    Examples:
+      nsightlab layers resnet_fp16.profile.json resnet_qat.profile.json
+      nsightlab layers fp16 int8 --json
+    """
+    from .. import trt_layers
+    from ..renderers import emit
+
+    m = trt_layers.match(trt_layers.engine_layers(_engine(a)), trt_layers.engine_layers(_engine(b)))
+    wrote(emit(m, fmt, output), output)
+    if html_file or png_dir:
+        _charts_out(m, html_file, None)
 
 
 @cli.command()

@@ -13,6 +13,7 @@ import pandas as pd
 from .. import charts
 from ..comparison import Diff
 from ..lineup import Lineup
+from ..trt_layers import LayerMatch
 from ..recipes import RunResult
 from ..summary import RunReport
 from ..units import kernel_label, ms_columns
@@ -139,6 +140,14 @@ def _(l: Lineup) -> str:
     ]
     return page(f"nsightlab compare: {', '.join(l.runs)}", sections,
                 list(charts.lineup_charts(l).values()))
+
+
+@render.register
+def _(m: LayerMatch) -> str:
+    sections = [("Summary (ms per inference)", table_html(m.summary)),
+                ("Layers, matched across the engines", table_html(m.layers, 60)),
+                ("Standalone Q/DQ and reformat layers", table_html(m.conversion, 40))]
+    return page("nsightlab layers", sections, [])
 
 
 @render.register

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..comparison import Diff
 from ..lineup import Lineup
+from ..trt_layers import LayerMatch
 from ..metadata import ReportInfos
 from ..profile import OUTSIDE
 from ..recipes import RunResult
@@ -123,6 +124,25 @@ def _(d: Diff, limit: int | None = 12) -> str:
     lines += ["where an iteration's time goes (mean per iteration):", ms_table(d.budget),
               "overheads (median per iteration):",
               ms_table(d.overheads, ["overhead", "a_ns", "b_ns", "a_count", "b_count"])]
+    return "\n".join(lines)
+
+
+@render.register
+def _(m: LayerMatch, limit: int | None = 40) -> str:
+    s = m.summary.set_index("run")
+    lines = [f"A: {s.loc['a', 'layers']} compute layers, {s.loc['a', 'compute_ms']:.3f} ms; "
+             f"{s.loc['a', 'matched_pct']:.0f}% of it in matched layers; Q/DQ "
+             f"{s.loc['a', 'qdq_ms']:.3f} ms, reformats {s.loc['a', 'reformat_ms']:.3f} ms",
+             f"B: {s.loc['b', 'layers']} compute layers, {s.loc['b', 'compute_ms']:.3f} ms; "
+             f"{s.loc['b', 'matched_pct']:.0f}% of it in matched layers; Q/DQ "
+             f"{s.loc['b', 'qdq_ms']:.3f} ms, reformats {s.loc['b', 'reformat_ms']:.3f} ms",
+             "(ms per inference)", "",
+             table_text(m.layers[["a_layer", "b_layer", "how", "a_ms", "b_ms", "delta_ms",
+                                  "a_precision", "b_precision"]].head(limit), max_width=44)]
+    conv = m.conversion[m.conversion["ms"] > 0].sort_values("ms", ascending=False)
+    if len(conv):
+        lines += ["standalone Q/DQ and reformat layers (conversion and layout work):",
+                  table_text(conv.head(limit), max_width=60)]
     return "\n".join(lines)
 
 
