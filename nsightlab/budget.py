@@ -3,8 +3,9 @@
 **Iterations are wall-clock windows that tile the loop.** An iteration starts at its NVTX range's
 start (``iterN``, ``stepN``, TensorRT's ``ExecutionContext::enqueue``...; see
 ``ITERATION``) and ends at the later of its range's end and the end of the last GPU
-work launched inside it. When the next iteration starts within ``TILE_GAP`` of that end, the
-two are back to back and the iteration runs up to the next one's start; when the host runs
+work launched inside it. When the next iteration starts within ``TILE_GAP`` of that end (or
+within 1.5x the gap the loop leaves between all its iterations: copies and syncs outside the
+iteration range), the two are back to back and the iteration runs up to the next one's start; when the host runs
 ahead (the next range starts before this iteration's GPU work ends), the next iteration starts
 where this one's GPU work ends. Without iteration ranges the whole span of GPU activity is one
 iteration, and ``source`` says so.
@@ -45,9 +46,15 @@ from .timeline import covered, union
 ITERATION = re.compile(r"(?i)^((iter|iteration|step|batch)[ _-]?\d+|ExecutionContext::(enqueue|execute)\w*)$")
 
 
+_DOMAIN = re.compile(r"^[^:]*:(?!:)")
+
+
 def base_name(name: str) -> str:
-    """NVTX range name without its domain prefix, trimmed ('nsightlab:iter3' -> 'iter3')."""
-    return str(name).split(":", 1)[-1].strip() if ":" in str(name) else str(name).strip()
+    """NVTX range name without its domain prefix, trimmed ('nsightlab:iter3' -> 'iter3');
+    a C++ name is not a domain ('ExecutionContext::enqueue' stays, 'TensorRT:Execution
+    Context::enqueue' loses 'TensorRT:')."""
+    s = str(name)
+    return _DOMAIN.sub("", s, count=1).strip() if not s.startswith(":") else s.strip()
 
 
 #: busy parts in priority order: time covered by an earlier part is not counted again
@@ -64,6 +71,9 @@ WHOLE_RUN = "(whole run)"
 #: host time between two iteration ranges still counted in the first (Python loop overhead)
 TILE_GAP_NS = 200_000
 TILE_GAP_FRACTION = 0.05
+#: a gap up to this many times the loop's median gap between iterations is the loop's own
+#: (copies and syncs outside the iteration range, as trtexec's enqueue ranges leave them)
+TYPICAL_GAP_FACTOR = 1.5
 #: host time since the previous launch call under which idle GPU time counts as launch
 #: overhead (the framework issuing work: PyTorch eager dispatch is 5-50 us an op), not as host
 #: work; CPU stretches longer than this between launches are the application's own work
@@ -162,10 +172,15 @@ def windows(iters: pd.DataFrame, gpu_end: np.ndarray) -> tuple[np.ndarray, np.nd
     rs, re_ = iters["start_ns"].to_numpy(np.int64), iters["end_ns"].to_numpy(np.int64)
     end = np.maximum(re_, gpu_end)
     start = rs.copy()
+    # the gap every iteration of a steady loop leaves (trtexec copies results and syncs
+    # outside its enqueue range): part of the loop, not a pause between phases
+    gaps = rs[1:] - end[:-1]
+    typical = float(np.median(gaps[gaps > 0])) if (gaps > 0).sum() >= 3 else 0.0
     for i in range(1, len(rs)):
         start[i] = max(rs[i], end[i - 1])  # the host ran ahead: start when the last one ends
         gap = rs[i] - end[i - 1]
-        if 0 <= gap <= max(TILE_GAP_NS, TILE_GAP_FRACTION * (end[i - 1] - start[i - 1])):
+        if 0 <= gap <= max(TILE_GAP_NS, TILE_GAP_FRACTION * (end[i - 1] - start[i - 1]),
+                           TYPICAL_GAP_FACTOR * typical):
             end[i - 1] = rs[i]  # back to back: the loop's own overhead belongs to the iteration
         end[i] = max(end[i], start[i])
     return start, end

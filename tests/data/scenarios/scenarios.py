@@ -18,6 +18,8 @@ host), the way a real inference loop does. Modes and what bounds them:
   overlap        a big H2D copy on a side stream overlapping GEMMs on the main stream
   warmup         torch.compile (or, without a compiler, a long fill) before a short loop
   crash          the launch loop, killed inside iteration 12 (os._exit, buffers not flushed)
+  enqueue_copy   GEMMs inside a range named ExecutionContext::enqueue, then a 64 MiB copy to
+                 pageable host memory outside it, every iteration (trtexec's loop shape)
 """
 import os
 import sys
@@ -68,6 +70,23 @@ elif mode == "d2h":
         big[: c.numel()].copy_(c.flatten().float())
         host.copy_(big)
     loop(step)
+elif mode == "enqueue_copy":
+    # trtexec's shape: the NVTX range (named like TensorRT's) wraps only the enqueue of the
+    # compute; the device->host copy of the result and the sync happen after it, every time
+    host = torch.empty(64 * MIB // 4, dtype=torch.float32)
+    out = torch.empty(64 * MIB // 4, device=dev)
+    a, b = gemm_inputs(2048)
+    for _ in range(2):
+        out[: 2048 * 2048].copy_((a @ b).flatten())
+        host.copy_(out)
+    torch.cuda.synchronize()
+    for it in range(iters):
+        nvtx.range_push("ExecutionContext::enqueue")
+        for _ in range(4):
+            out[: 2048 * 2048].copy_((a @ b).flatten())
+        nvtx.range_pop()
+        host.copy_(out)  # pageable: synchronous
+    torch.cuda.synchronize()
 elif mode == "compute":
     a, b = gemm_inputs(8192)
 
