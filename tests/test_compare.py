@@ -124,3 +124,33 @@ def test_fail_if_exit_codes(sqlite_of, cache_dir):
     res = CliRunner().invoke(cli, ["compare", a, b, str(sqlite_of("h200-vit-fp16-cudagraph")),
                                    "--fail-if", "latency_mean > +10%"])
     assert res.exit_code == 3 and res.stderr.count("FAIL") == 1 and "h200-vit-fp8" in res.stderr
+
+
+def test_five_precisions_of_one_model(model, cache_dir):
+    """A GPT-2-shaped decoder in FP32, TF32, BF16, FP16 and FP8 (H100): each run's math reads
+    its precision, the speedups order as Tensor Cores predict, FP32 has no Tensor Core work,
+    and only the FP8 run adds conversion work (amax, scale, casts: several ms)."""
+    runs = [model(f"h100-gpt-{p}") for p in ("fp32", "tf32", "bf16", "fp16", "fp8")]
+    lineup = nsightlab.compare(runs, labels=["fp32", "tf32", "bf16", "fp16", "fp8"])
+    s = lineup.summary.set_index("run")
+    assert s.loc["fp32", "tensor_kernel_time_pct"] == 0
+    assert 2.5 < s.loc["tf32", "speedup"] < s.loc["fp16", "speedup"] < s.loc["bf16", "speedup"]
+    assert (s.loc[["fp32", "tf32", "bf16", "fp16"], "conversion_ns"] == 0).all()
+    assert s.loc["fp8", "conversion_ns"] > 3e6
+    prec = lineup.wide_ms("by_precision").set_index("precision")
+    for run, p in (("tf32", "tf32"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp8", "fp8")):
+        assert prec.loc[p, run] > 2.0, (run, prec)
+    assert prec.loc["fp8", ["fp32", "tf32", "bf16", "fp16"]].sum() == 0
+    verdicts = dict(zip(lineup.pairs["run"], lineup.pairs["verdict"]))
+    assert "kernel time: gemm 42.79 ms -> 8.79 ms" in verdicts["tf32"]
+    assert "precision-conversion kernels only in B" in verdicts["fp8"]
+
+
+def test_eager_against_torch_compile(model, cache_dir):
+    """The same BF16 decoder eager and under torch.compile (Triton templates, no NVTX blocks):
+    1.6x faster, the Triton GEMM template of the fused LM head named as the change."""
+    d = nsightlab.diff(model("h100-gpt-bf16"), model("h100-gpt-compile-bf16"))
+    v = d.headline["verdict"]
+    assert 1.5 < d.headline["speedup"] < 1.8
+    assert "triton_tem_fused_add_mm_native_layer_norm_t_view_14" in v
+    assert d.headline["workload_warnings"] == []

@@ -7,7 +7,9 @@ MODEL:
   resnet50     timm ResNet-50, batch 32, 224x224 (conv-heavy). PRECISION fp32 (PyTorch defaults:
                cuDNN convolutions may use TF32, matmuls do not), fp16 or bf16 (channels-last)
   gpt          a GPT-2-small-shaped decoder (12 blocks, d=768, 12 heads, 1024 tokens, batch 8)
-               with its LM head (50257) outside the blocks; fp16, bf16 or fp32
+               with its LM head (50257) outside the blocks; fp32 (matmuls in FP32), tf32
+               (FP32 with TF32 matmuls allowed), bf16, fp16, or fp8 (the blocks' Linear layers
+               as per-tensor dynamic e4m3 torch._scaled_mm with FP16 output, the rest FP16)
   gpt-compile  the same decoder under torch.compile(mode="max-autotune-no-cudagraphs") with
                Triton GEMM templates only: Triton kernels whose names say no precision
   gpt-graphs   the decoder captured as one CUDA graph per batch size (1, 4, 8), each replayed:
@@ -26,10 +28,34 @@ import torch.nn.functional as F
 
 model_name, prec = sys.argv[1], sys.argv[2]
 iters = int(sys.argv[3]) if len(sys.argv) > 3 else 10
-dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[prec]
+dtype = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
+         "bf16": torch.bfloat16, "fp8": torch.float16}[prec]
+torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"  # PyTorch's default is off
+torch.backends.cudnn.allow_tf32 = prec != "fp32" or model_name != "gpt"
 dev = torch.device("cuda")
 nvtx = torch.cuda.nvtx
 torch.manual_seed(0)
+
+
+class FP8Linear(nn.Module):
+    """A Linear layer in per-tensor FP8 (e4m3): the weight quantized once, the input quantized
+    every call (abs-max, divide by scale, cast), then torch._scaled_mm with FP16 output."""
+
+    def __init__(self, lin: nn.Linear):
+        super().__init__()
+        w = lin.weight.detach()
+        self.w_scale = (w.abs().max().float() / 448.0).clamp(min=1e-12)
+        self.wq_t = (w.float() / self.w_scale).to(torch.float8_e4m3fn).t()  # column-major
+        self.bias = lin.bias.detach() if lin.bias is not None else None
+
+    def forward(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        scale = (x2.abs().max().float() / 448.0).clamp(min=1e-12)
+        xq = (x2.float() / scale).to(torch.float8_e4m3fn)
+        out = torch._scaled_mm(xq, self.wq_t, scale_a=scale, scale_b=self.w_scale,
+                               bias=self.bias, out_dtype=torch.float16)
+        return out.reshape(*shape[:-1], -1)
 
 
 class Block(nn.Module):
@@ -97,6 +123,10 @@ if model_name == "resnet50":
     run(lambda: m(x))
 elif model_name in ("gpt", "gpt-compile"):
     m = GPT(marks=model_name == "gpt").to(dev, dtype).eval()
+    if prec == "fp8":  # the blocks' GEMMs in FP8; embeddings, attention and LM head stay FP16
+        for blk in m.blocks:
+            for name in ("qkv", "proj", "fc", "out"):
+                setattr(blk, name, FP8Linear(getattr(blk, name)))
     idx = torch.randint(0, 50257, (8, 1024), device=dev)
     if model_name == "gpt-compile":
         import torch._inductor.config as ic
