@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from . import tables
 from .cache import code_fingerprint
 from .metadata import traced
 from .report import Report
@@ -86,11 +87,32 @@ def _check(report: Report) -> list[dict]:
     for text in diagnostics:
         out.append(_f("nsys_diagnostic", "warning" if LOST.search(text) else "note",
                       f"nsys says: {text}"))
+    bad = _invalid_rows(report)
+    if bad:
+        out.append(_f("invalid_timestamps", "warning",
+                      "left out of every number: " + ", ".join(f"{n:,} {t}" for t, n in bad.items())
+                      + " with a missing or impossible start/end (NULL, end before start, GPU "
+                      "work before the first CUDA call or long after the last): the export is "
+                      "damaged there"))
     unknown = _unknown_devices(report)
     if unknown:
         out.append(_f("unknown_gpus", "warning",
                       f"kernels ran on device(s) {unknown} that the report's GPU list does not "
                       "describe"))
+    return out
+
+
+def _invalid_rows(report: Report) -> dict[str, int]:
+    """Activity rows every read leaves out (``tables.invalid_sql``), per table with any."""
+    out = {}
+    for name in tables.CHECKED:
+        spec = report.spec(name)
+        if spec.present(report.db) and {"start", "end"} <= set(report.db.columns(spec.source)):
+            bounds = tables.session_bounds(report.db, name)
+            n = report.db.query(f'SELECT count(*) FROM "{spec.source}" '
+                                f"WHERE {tables.invalid_sql(bounds)}")[0][0]
+            if n:
+                out[name] = int(n)
     return out
 
 

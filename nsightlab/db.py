@@ -104,12 +104,14 @@ class ExportDB:
             self.conn = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
             self.conn.text_factory = _decode
             rows = self.conn.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+                "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.DatabaseError as e:
             raise CorruptReportError(
                 f"{self.path}: the SQLite file is damaged or truncated ({e}); export the report "
                 "again with nsys export --type sqlite") from None
         self.tables: set[str] = {r[0] for r in rows}
+        self.views: set[str] = {r[0] for r in rows if r[1] == "view"}
+        self._once: dict[str, object] = {}
         self._columns: dict[str, list[str]] = {}
         self._enums: dict[str, dict[int, str]] = {}
         self._strings: StringTable | None = None
@@ -137,6 +139,12 @@ class ExportDB:
             raise CorruptReportError(
                 f"{self.path}: the SQLite file is damaged or truncated ({e}); export the report "
                 "again with nsys export --type sqlite") from None
+
+    def once(self, key: str, compute):
+        """``compute()``, run once per export and remembered (facts derived by a full scan)."""
+        if key not in self._once:
+            self._once[key] = compute()
+        return self._once[key]
 
     def count(self, table: str) -> int:
         if table not in self.tables:
@@ -167,8 +175,11 @@ class ExportDB:
         return out
 
     # ---- bulk reads ---------------------------------------------------------------------
-    def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int]]:
-        """Split ``table`` into ``parts`` contiguous rowid ranges [lo, hi) of similar size."""
+    def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int] | None]:
+        """Split ``table`` into ``parts`` contiguous rowid ranges [lo, hi) of similar size;
+        ``[None]`` (read it whole) for a view, which has no rowid."""
+        if table in self.views:
+            return [None]
         lo, hi = self.query(f'SELECT min(rowid), max(rowid) FROM "{table}"')[0]
         if lo is None:
             return []

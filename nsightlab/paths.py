@@ -8,10 +8,12 @@ for its caches. Nothing here reads the export itself; ``nsightlab.report`` does.
 """
 from __future__ import annotations
 
+import errno
 import json
 import lzma
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,13 +60,11 @@ def locate(path: str | os.PathLike, *, cache: bool = True,
         stored = default_store() / p
         if stored.is_dir():
             p = stored
-    if not p.exists():
-        raise NotAReportError(
-            f"{path}: no such file, directory or capture (captures are looked up in "
-            f"{default_store()}; set NSIGHTLAB_STORE to look elsewhere)")
+    _check_input(p, path)
     capture = None
     if p.is_dir():
         capture, p = p, capture_report(p)
+        _check_input(p, p)
     if p.name.endswith(".sqlite.xz"):  # (a capture keeps the export in its own cache folder)
         p = _decompressed(p, capture / "cache" if capture is not None else keyed_dir(root, p),
                           progress)
@@ -72,6 +72,34 @@ def locate(path: str | os.PathLike, *, cache: bool = True,
         p = _exported(p, capture, root, nsys, progress)
     cache_root = (capture / "cache") if capture is not None else keyed_dir(root, p)
     return Location(p, cache_root if cache else None, Path(path), capture)
+
+
+def _check_input(p: Path, given) -> None:
+    """A report path that can be read without surprises: it exists (a symlink loop or a
+    dangling link says so), it is a regular file or a folder (a FIFO or device would block a
+    read forever), and an SQLite export has no pending write-ahead log beside it (nsightlab
+    reads exports as immutable: the WAL's rows would be missed).
+
+    Raises:
+        NotAReportError: naming ``given`` (what the user typed) and the fix.
+    """
+    try:
+        st = p.stat()
+    except OSError as e:
+        if p.is_symlink():
+            why = "a symlink loop" if e.errno == errno.ELOOP else "a symlink to nothing"
+            raise NotAReportError(f"{given}: {why}; point it at a report file") from None
+        raise NotAReportError(
+            f"{given}: no such file, directory or capture (captures are looked up in "
+            f"{default_store()}; set NSIGHTLAB_STORE to look elsewhere)") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise NotAReportError(f"{given}: not a regular file (a FIFO, socket or device); give an "
+                              "nsys report file (.sqlite, .nsys-rep) or a capture directory")
+    wal = p.with_name(p.name + "-wal")
+    if stat.S_ISREG(st.st_mode) and wal.is_file() and wal.stat().st_size > 0:
+        raise NotAReportError(
+            f"{given}: has a pending write-ahead log ({wal.name}) that nsightlab would not see; "
+            f"finish the export, or fold it in with: sqlite3 {p.name} 'PRAGMA wal_checkpoint'")
 
 
 def _is_nsys_rep(p: Path) -> bool:
@@ -89,11 +117,19 @@ def capture_report(d: Path) -> Path:
     if manifest.is_file():
         try:
             m = json.loads(manifest.read_text())
-        except ValueError:
+        except (ValueError, UnicodeDecodeError):
             raise CorruptReportError(f"{manifest}: not valid JSON; repair it or capture again") from None
+        if not isinstance(m, dict):
+            raise CorruptReportError(f"{manifest}: not a capture manifest (a JSON object); "
+                                     "repair it or capture again")
         for key in ("sqlite", "nsys_rep"):
             if isinstance(m.get(key), str):
                 for name in (m[key], m[key] + ".xz"):  # shared captures may compress the export
+                    target = (d / name).resolve()
+                    if not target.is_relative_to(d.resolve()):
+                        raise CorruptReportError(
+                            f"{manifest}: its {key!r} ({m[key]}) is outside the capture folder; "
+                            "a capture's files live inside it: repair the manifest")
                     if (d / name).is_file():
                         return d / name
     for pattern in REPORT_PATTERNS:

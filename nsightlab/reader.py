@@ -28,7 +28,8 @@ import pyarrow.parquet as pq
 from . import frames
 from .cache import TableCache
 from .db import BATCH_ROWS, ExportDB
-from .tables import TableSpec, build_batch
+from .errors import CorruptReportError
+from .tables import CHECKED, TableSpec, build_batch, drop_invalid, session_bounds
 
 T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
@@ -108,10 +109,22 @@ class TableReader:
                 except (OSError, pa.ArrowException):
                     self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
             try:
-                return self.cache.build(spec.name, from_sqlite, spec.schema)
+                return self._from_sqlite(spec, lambda: self.cache.build(spec.name, from_sqlite,
+                                                                        spec.schema))
             except OSError as e:
                 self._cache_unusable(e)
-        return from_sqlite(None)[1]
+        return self._from_sqlite(spec, lambda: from_sqlite(None)[1])
+
+    def _from_sqlite(self, spec: TableSpec, read: Callable[[], T]) -> T:
+        """``read()``, with values the column contract cannot hold (text in a timestamp
+        column, ids out of range) reported as a damaged export, not a traceback."""
+        try:
+            return read()
+        except (pa.ArrowException, OverflowError, ValueError) as e:
+            raise CorruptReportError(
+                f"{self.db.path}: table {spec.source} holds values nsightlab cannot read "
+                f"({str(e).splitlines()[0][:120]}); the export is damaged: export the report "
+                "again (nsys export --type sqlite)") from None
 
     def _cache_unusable(self, error: OSError) -> None:
         """A cache folder that cannot be written is not fatal: say so once, read SQLite."""
@@ -152,9 +165,10 @@ class TableReader:
     def _frame_from_sqlite(self, spec: TableSpec, keep: list[str], open_part: OpenPart | None
                            ) -> tuple[int, pd.DataFrame]:
         ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS)
-        self._announce(spec, sum(hi - lo for lo, hi in ranges), open_part is not None)
-        offsets = [sum(hi - lo for lo, hi in ranges[:i]) for i in range(len(ranges))]
-        builder = frames.FrameBuilder(spec, keep, sum(hi - lo for lo, hi in ranges))
+        sizes = [r[1] - r[0] if r is not None else self.db.count(spec.source) for r in ranges]
+        self._announce(spec, sum(sizes), open_part is not None)
+        offsets = [sum(sizes[:i]) for i in range(len(ranges))]
+        builder = frames.FrameBuilder(spec, keep, sum(sizes))
         filled = [0] * len(ranges)
 
         def sink(part: int, batch: pa.RecordBatch) -> None:
@@ -195,12 +209,20 @@ class TableReader:
         sql = spec.sql(self.db)
         queries = [sql if r is None else f"{sql} WHERE rowid >= {r[0]} AND rowid < {r[1]}"
                    for r in ranges]
+        checked = spec.name in CHECKED
+        bounds = session_bounds(self.db, spec.name) if checked else None
+        if checked and not {"start", "end"} <= set(self.db.columns(spec.source)):
+            raise CorruptReportError(
+                f"{self.db.path}: table {spec.source} has no start/end columns (renamed or "
+                "dropped: not an nsys export as written); export the report again")
 
         def job(i: int) -> Callable[[], None]:
             def run() -> None:
                 writer = open_part(i) if open_part is not None else None
                 for raw in self.db.stream(queries[i]):
                     b = build_batch(spec, self.db, raw)
+                    if checked:  # rows with impossible timestamps: left out, reported
+                        b = drop_invalid(b, bounds)
                     if writer is not None:
                         writer.write_batch(b)
                     sink(i, b)

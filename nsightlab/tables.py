@@ -80,11 +80,62 @@ class TableSpec:
         return db.has(self.source) and (self.source != GM or db.has(GMI))
 
 
+# ---- data quality of activity rows ------------------------------------------------------------
+#: tables whose rows are activity intervals: a row with a NULL or impossible start/end (end before
+#: start, a GPU operation before the first CUDA call or long after the last) is left out of every
+#: read, counted and reported instead
+CHECKED = ("kernels", "memcpy", "memset", "syncs", "cuda_api")
+#: how long after the last CUDA API call GPU work may still end (queued work draining)
+DRAIN_NS = 60_000_000_000
+_MAX_NS = 1 << 62
+
+
+def session_bounds(db: ExportDB, table: str) -> tuple[int, int]:
+    """(lo, hi) every start and end of ``table`` must lie in. GPU work is launched by a CUDA call,
+    so it cannot start before the first one, nor end long after the last; the API calls
+    themselves only need a non-negative time. (ANALYSIS_DETAILS is no bound: its times are on
+    another clock in captures with a capture range.) The API extent is read once per export."""
+    if table == "cuda_api" or not db.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return 0, _MAX_NS
+    def extent():
+        lo, hi = db.query(
+            'SELECT min(start), max("end") FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE typeof(start) '
+            '= \'integer\' AND typeof("end") = \'integer\' AND "end" >= start AND start >= 0')[0]
+        return None if lo is None else (int(lo), int(hi))
+    ext = db.once("api_extent", extent)
+    return (0, _MAX_NS) if ext is None else (ext[0], min(ext[1] + DRAIN_NS, _MAX_NS))
+
+
+def invalid_sql(bounds: tuple[int, int]) -> str:
+    """SQL condition on the source columns (start, "end") of a row that is left out."""
+    return ('start IS NULL OR "end" IS NULL OR typeof(start) != \'integer\' '
+            f'OR typeof("end") != \'integer\' OR "end" < start OR start < {bounds[0]} '
+            f'OR "end" > {bounds[1]}')
+
+
+def drop_invalid(batch: pa.RecordBatch, bounds: tuple[int, int]) -> pa.RecordBatch:
+    """``batch`` (with start_ns and end_ns) without the rows ``invalid_sql`` describes."""
+    start, end = batch.column("start_ns"), batch.column("end_ns")
+    ok = pc.and_(pc.is_valid(start), pc.is_valid(end))
+    ok = pc.and_(ok, pc.greater_equal(end, start))
+    ok = pc.and_(ok, pc.and_(pc.greater_equal(start, bounds[0]), pc.less_equal(end, bounds[1])))
+    ok = pc.fill_null(ok, False)
+    return batch if pc.all(ok).as_py() else batch.filter(ok)
+
+
 # ---- SQL and Arrow helpers -------------------------------------------------------------------
 def pick(db: ExportDB, table: str, *names: str) -> str:
-    """``name AS name`` for each source column, ``NULL AS name`` where this schema lacks it."""
+    """``name AS name`` for each source column, ``NULL AS name`` where this schema lacks it;
+    a timestamp that is not an integer (a damaged export) reads as NULL (``drop_invalid``)."""
     have = set(db.columns(table))
-    return ", ".join(f'"{n}"' if n in have else f"NULL AS \"{n}\"" for n in names)
+
+    def one(n: str) -> str:
+        if n not in have:
+            return f'NULL AS "{n}"'
+        if n in ("start", "end"):
+            return f'CASE WHEN typeof("{n}") = \'integer\' THEN "{n}" END AS "{n}"'
+        return f'"{n}"'
+    return ", ".join(one(n) for n in names)
 
 
 def select(db: ExportDB, table: str, *names: str, extra: str = "") -> str:

@@ -1,0 +1,199 @@
+"""Damaged and unusual inputs, made from a real fixture: the cases of the fault suite.
+
+    python tests/faults.py SRC.sqlite OUTDIR      # writes one case per file/folder, lists them
+
+Each case is (name, path, kind) where kind says what a correct run does with it:
+``error`` (a one-line error naming the file, exit 1), ``warn:<table>:<rows left out>`` (a result,
+with those rows left out and a data-quality warning), or ``ok`` (a normal result). Nothing here
+is checked in: the cases are generated from the real fixture each time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+K = "CUPTI_ACTIVITY_KIND_KERNEL"
+#: the kernel table without its NOT NULL constraints, so that damage can be written into it
+UNCONSTRAIN = (f"CREATE TABLE K_tmp AS SELECT * FROM {K}", f"DROP TABLE {K}",
+               f"ALTER TABLE K_tmp RENAME TO {K}")
+
+
+def _copy(src: Path, out: Path, name: str) -> Path:
+    p = out / f"{name}.sqlite"
+    shutil.copyfile(src, p)
+    return p
+
+
+def _sql(src: Path, out: Path, name: str, *statements: str) -> Path:
+    p = _copy(src, out, name)
+    con = sqlite3.connect(p)
+    for st in statements:
+        con.execute(st)
+    con.commit()
+    con.close()
+    return p
+
+
+def _bytes(src: Path, out: Path, name: str, edit) -> Path:
+    p = out / f"{name}.sqlite"
+    data = bytearray(src.read_bytes())
+    p.write_bytes(bytes(edit(data)))
+    return p
+
+
+def cases(src: Path, out: Path) -> list[tuple[str, Path, str]]:
+    """Every case (see the module docstring), written under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    size = src.stat().st_size
+    rows = sqlite3.connect(src).execute(f"SELECT count(*) FROM {K}").fetchone()[0]
+    c: list[tuple[str, Path, str]] = []
+
+    def add(name, path, kind):
+        c.append((name, path, kind))
+
+    # damage to the file itself
+    for frac in (0.1, 0.5, 0.9):
+        add(f"truncated-{int(frac * 100)}", _bytes(src, out, f"truncated-{int(frac * 100)}",
+                                                   lambda d, f=frac: d[: int(len(d) * f)]), "error")
+    add("truncated-header", _bytes(src, out, "truncated-header", lambda d: d[:50]), "error")
+    add("empty", _bytes(src, out, "empty", lambda d: b""), "error")
+
+    def flip(d, at):
+        d[at:at + 4096] = os.urandom(4096)
+        return d
+    add("flipped-page-first", _bytes(src, out, "flipped-page-first", lambda d: flip(d, 0)), "error")
+    add("not-sqlite-json", _bytes(src, out, "not-sqlite-json", lambda d: b'{"a": 1}\n'), "error")
+    add("not-sqlite-png", _bytes(src, out, "not-sqlite-png", lambda d: b"\x89PNG\r\n\x1a\n" + d[8:2000]),
+        "error")
+    # schema damage
+    add("no-kernel-table", _sql(src, out, "no-kernel-table", f"DROP TABLE {K}"), "ok")
+    add("kernel-column-renamed", _sql(src, out, "kernel-column-renamed",
+                                      f"ALTER TABLE {K} RENAME COLUMN start TO start_x"), "error")
+    add("kernel-table-is-view", _sql(src, out, "kernel-table-is-view",
+                                     f"ALTER TABLE {K} RENAME TO K2",
+                                     f"CREATE VIEW {K} AS SELECT * FROM K2"), "ok")
+    add("no-stringids", _sql(src, out, "no-stringids", "DROP TABLE StringIds"), "error")
+    # values that still allow an answer: left out and reported
+    add("null-starts", _sql(src, out, "null-starts", *UNCONSTRAIN,
+                            f"UPDATE {K} SET start = NULL WHERE rowid % 312 = 1"), "warn:kernels:10")
+    add("null-ends", _sql(src, out, "null-ends", *UNCONSTRAIN,
+                          f'UPDATE {K} SET "end" = NULL WHERE rowid % 312 = 2'), "warn:kernels:10")
+    add("all-null-starts", _sql(src, out, "all-null-starts", *UNCONSTRAIN, f"UPDATE {K} SET start = NULL"),
+        f"warn:kernels:{rows}")
+    add("end-before-start", _sql(src, out, "end-before-start", *UNCONSTRAIN,
+                                 f'UPDATE {K} SET "end" = start - 1000 WHERE rowid % 312 = 3'),
+        "warn:kernels:10")
+    add("end-at-2^63", _sql(src, out, "end-at-2^63", *UNCONSTRAIN,
+                            f'UPDATE {K} SET "end" = 9223372036854775807 WHERE rowid = 7'),
+        "warn:kernels:1")
+    add("start-at-0", _sql(src, out, "start-at-0", *UNCONSTRAIN, f"UPDATE {K} SET start = 0 WHERE rowid = 9"),
+        "warn:kernels:1")
+    add("text-in-start", _sql(src, out, "text-in-start", *UNCONSTRAIN,
+                              f"UPDATE {K} SET start = 'abc' WHERE rowid = 11"), "warn:kernels:1")
+    add("non-utf8-name", _sql(src, out, "non-utf8-name",
+                              "UPDATE StringIds SET value = CAST(X'fffe41c328' AS TEXT) "
+                              f"WHERE id = (SELECT demangledName FROM {K} LIMIT 1)"), "ok")
+    add("huge-name", _sql(src, out, "huge-name",
+                          "UPDATE StringIds SET value = printf('%.*c', 2000000, 'x') "
+                          f"WHERE id = (SELECT demangledName FROM {K} LIMIT 1)"), "ok")
+    # what surrounds the file
+    wal = _copy(src, out, "pending-wal")
+    (out / "pending-wal.sqlite-wal").write_bytes(b"\x37\x7f\x06\x82" + b"\0" * 28)
+    add("pending-wal", wal, "error")
+    fifo = out / "fifo.sqlite"
+    os.mkfifo(fifo)
+    add("fifo", fifo, "error")
+    loop = out / "loop.sqlite"
+    os.symlink(loop.name, loop)
+    add("symlink-loop", loop, "error")
+    dangling = out / "dangling.sqlite"
+    os.symlink("nothing-here.sqlite", dangling)
+    add("dangling-symlink", dangling, "error")
+    for name, manifest in (("manifest-array", ["report.sqlite"]),
+                           ("manifest-escapes", {"sqlite": "/etc/passwd"}),
+                           ("manifest-not-json", None)):
+        d = out / name
+        d.mkdir()
+        (d / "manifest.json").write_text("{not json" if manifest is None else json.dumps(manifest))
+        add(name, d, "error")
+    empty_dir = out / "empty-dir"
+    empty_dir.mkdir()
+    add("empty-dir", empty_dir, "error")
+    add("missing", out / "missing.sqlite", "error")
+    return c
+
+
+#: the commands every case goes through ({case} is the case's path, {good} the intact fixture)
+COMMANDS = (("info", "{case}"), ("table", "kernels", "{case}", "--format", "csv"),
+            ("recipe", "run", "kernel_sum", "{case}"), ("recipe", "run", "sync_gaps", "{case}"),
+            ("recipe", "run", "launch_compute", "{case}"), ("report", "{case}"),
+            ("diff", "{good}", "{case}"))
+
+
+def outcome(kind: str, case: Path, args: list[str], res) -> tuple[str, str]:
+    """(outcome, problem) of one command on one case, from a click CliRunner result: outcome is
+    "error" (a clean one-line error naming the file, exit 1), "result", "warning" (a result with
+    the data-quality warning) or "BAD"; problem says what was wrong for BAD."""
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        return "BAD", f"traceback: {type(res.exception).__name__}: {res.exception}"
+    out = res.output
+    errors = [line for line in out.splitlines() if line.startswith("Error:")]
+    if res.exit_code == 1:
+        if len(errors) != 1:
+            return "BAD", f"exit 1 without one 'Error:' line: {out[-300:]!r}"
+        if case.name not in errors[0] and str(case) not in errors[0]:
+            return "BAD", f"the error does not name the file: {errors[0]}"
+        if kind.startswith("warn") and "no kernel" not in errors[0]:
+            return "BAD", f"a usable report refused: {errors[0]}"
+        return "error", ""
+    if res.exit_code != 0:
+        return "BAD", f"exit {res.exit_code}: {out[-300:]!r}"
+    if kind == "error":
+        return "BAD", f"a damaged input gave a result (exit 0): {out[:200]!r}"
+    if kind.startswith("warn") and args[0] == "info":
+        n = int(kind.split(":")[2])
+        if f"{n:,} kernels with a missing or impossible" not in out:
+            return "BAD", f"no data-quality warning for {n} kernels: {out[:400]!r}"
+        return "warning", ""
+    return "result", ""
+
+
+def summary_line(tally: dict[str, int], n_cases: int) -> str:
+    total = sum(tally.values())
+    return (f"fault suite: {n_cases} cases x {len(COMMANDS)} commands = {total} runs: "
+            f"{tally.get('error', 0)} clean errors, {tally.get('result', 0)} results, "
+            f"{tally.get('warning', 0)} results with a data-quality warning, "
+            f"{tally.get('BAD', 0)} bad (traceback, hang, unnamed file, silent wrong result)")
+
+
+def run_all(src: Path, out: Path) -> tuple[dict[str, int], list[str], int]:
+    """Every command on every case, in-process: (tally of outcomes, problems, cases)."""
+    from click.testing import CliRunner
+
+    from nsightlab.cli import cli
+
+    all_cases = cases(src, out)
+    tally: dict[str, int] = {}
+    problems = []
+    for name, path, kind in all_cases:
+        for cmd in COMMANDS:
+            args = [a.format(case=path, good=src) for a in cmd]
+            res = CliRunner().invoke(cli, args)
+            o, why = outcome(kind, path, args, res)
+            tally[o] = tally.get(o, 0) + 1
+            if why:
+                problems.append(f"{name} / {' '.join(cmd[:3])}: {why}")
+    return tally, problems, len(all_cases)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python tests/faults.py FIXTURE.sqlite OUTDIR   (prints the suite's summary)")
+    os.environ.setdefault("NSIGHTLAB_CACHE_DIR", str(Path(sys.argv[2]) / "cache"))
+    tally, problems, n = run_all(Path(sys.argv[1]), Path(sys.argv[2]))
+    print("\n".join(problems))
+    print(summary_line(tally, n))
