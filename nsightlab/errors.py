@@ -40,3 +40,7 @@ class UsageError(NsightlabError):
 
 class OutputError(UsageError):
     """An output that cannot be written as asked (e.g. Parquet without a destination)."""
+
+
+class CacheError(NsightlabError):
+    """A cache or scratch folder that cannot hold what must be written there (full, read-only)."""

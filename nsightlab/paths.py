@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import nsys as nsys_cli
-from .cache import default_root, keyed_dir
+from .cache import default_root, keyed_dir, remove_stale
 from .db import NSYS_REP_MAGIC
-from .errors import CorruptReportError, NotAReportError
+from .errors import CacheError, CorruptReportError, NotAReportError
 
 Progress = Callable[[str], None] | None
 #: report files a folder of reports may hold (a capture holds one of them)
@@ -167,14 +167,19 @@ def _decompressed(xz: Path, folder: Path, progress: Progress) -> Path:
         if progress is not None:
             progress(f"decompressing {xz.name} ...")
         out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(out.parent)
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         try:
             with lzma.open(xz) as src, tmp.open("wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(tmp, out)
         except (lzma.LZMAError, EOFError) as e:
-            tmp.unlink(missing_ok=True)
             raise CorruptReportError(f"{xz}: not a complete xz file ({e}); copy it again") from None
-        os.replace(tmp, out)
+        except OSError as e:
+            raise CacheError(f"{xz}: cannot decompress it into {out.parent} ({e.strerror}); free "
+                             "space there or set NSIGHTLAB_CACHE_DIR to another folder") from None
+        finally:
+            tmp.unlink(missing_ok=True)
     return out
 
 

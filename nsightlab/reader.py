@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import frames
-from .cache import TableCache
+from .cache import READ, TableCache
 from .db import BATCH_ROWS, ExportDB
 from .errors import CorruptReportError
 from .tables import CHECKED, TableSpec, build_batch, drop_invalid, session_bounds
@@ -51,7 +51,7 @@ class TableReader:
     def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
         """Columns ``keep`` of ``spec`` as an Arrow table."""
         return self._cached(
-            spec, lambda files: pq.read_table(files, columns=keep, schema=spec.schema),
+            spec, lambda files: pq.read_table(files, columns=keep, schema=spec.schema, **READ),
             lambda open_part: self._collect(spec, open_part, keep))
 
     def frame(self, spec: TableSpec, keep: list[str]) -> pd.DataFrame:
@@ -138,13 +138,13 @@ class TableReader:
                     on_batch: Callable[[int, pa.RecordBatch], None]) -> list[int]:
         """Stream every part (one thread each), calling ``on_batch(first_row, batch)`` with
         the batch's row position in the whole table. Returns the parts' row counts."""
-        sizes = [pq.ParquetFile(f).metadata.num_rows for f in files]
+        sizes = [pq.ParquetFile(f, **READ).metadata.num_rows for f in files]
         bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
         def job(i: int) -> Callable[[], None]:
             def run() -> None:
                 at = int(bases[i])
-                for b in pq.ParquetFile(files[i]).iter_batches(
+                for b in pq.ParquetFile(files[i], **READ).iter_batches(
                         batch_size=BATCH_ROWS, columns=keep, use_threads=False):
                     on_batch(at, b)
                     at += b.num_rows
@@ -155,7 +155,7 @@ class TableReader:
 
     def _frame_from_parts(self, spec: TableSpec, keep: list[str], files: list[Path]
                           ) -> pd.DataFrame:
-        sizes = [pq.ParquetFile(f).metadata.num_rows for f in files]
+        sizes = [pq.ParquetFile(f, **READ).metadata.num_rows for f in files]
         builder = frames.FrameBuilder(spec, keep, sum(sizes))
         self._scan_parts(files, keep, builder.put)
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int).tolist()

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from . import frames, metadata
-from .cache import TableCache, identity
+from .cache import TableCache, identity, remove_stale
 from .db import ExportDB
 from .errors import UnknownTableError
 from .paths import locate
@@ -74,6 +74,9 @@ class Report:
         self.db = ExportDB(self.path)
         self._meta = metadata.export_meta(self.db)
         cache = TableCache(cache_root, self.path) if cache_root is not None else None
+        if cache_root is not None:  # what killed runs left behind
+            remove_stale(cache_root)
+            remove_stale(cache_root / "results")
         self._reader = TableReader(self.db, cache, progress)
         #: derived results (recipes, run profiles) of this report; None without a cache
         self.results = ResultStore(cache_root / "results") if cache_root is not None else None

@@ -11,7 +11,8 @@ covers everything the result depends on:
 
 A result is a set of DataFrames plus a JSON dict of scalars (``attrs``). An entry is a folder
 ``<root>/<name>-<key>/`` of Parquet files and a ``meta.json`` written last; it is built in a
-temporary folder and renamed into place. An entry that cannot be read is deleted and
+temporary folder and renamed into place. meta.json records the SHA-256 of every Parquet file
+and of the attributes; an entry whose bytes changed, or that cannot be read, is deleted and
 recomputed; a store that cannot be written is not an error (the result is returned, not kept).
 Old entries are pruned: entries of the same name made by other code, and the least recently
 used beyond ``MAX_ENTRIES``.
@@ -68,7 +69,15 @@ class ResultStore:
     def _load(self, folder: Path) -> tuple[Tables, dict] | None:
         try:
             meta = json.loads((folder / META).read_text())
-            tables = {t: pd.read_parquet(folder / f"{t}.parquet") for t in meta["tables"]}
+            sums = meta["sha256"]
+            if sums["attrs"] != _digest(json.dumps(meta["attrs"], sort_keys=True).encode()):
+                raise ValueError("attributes changed since they were written")
+            tables = {}
+            for t in meta["tables"]:
+                f = folder / f"{t}.parquet"
+                if sums[t] != _digest(f.read_bytes()):
+                    raise ValueError(f"{f.name} changed since it was written")
+                tables[t] = pd.read_parquet(f)
             os.utime(folder / META)  # recently used: pruned last
             return tables, meta["attrs"]
         except FileNotFoundError:
@@ -82,10 +91,14 @@ class ResultStore:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=self.root))
+            sums = {}
             for t, df in tables.items():
                 df.to_parquet(tmp / f"{t}.parquet", index=False)
+                sums[t] = _digest((tmp / f"{t}.parquet").read_bytes())
+            attrs = json.loads(json.dumps(attrs, default=_json_default))  # as it will be read
+            sums["attrs"] = _digest(json.dumps(attrs, sort_keys=True).encode())
             meta = {"name": name, "code": code, "tables": list(tables), "attrs": attrs,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                    "sha256": sums, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             (tmp / META).write_text(json.dumps(meta, default=_json_default))
             shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
@@ -117,6 +130,10 @@ def _read_meta(folder: Path) -> dict | None:
         return json.loads((folder / META).read_text())
     except (OSError, ValueError):
         return None
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _json_default(v):
