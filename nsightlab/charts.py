@@ -6,6 +6,7 @@ no network).
 """
 from __future__ import annotations
 
+import os
 from functools import singledispatch
 from pathlib import Path
 
@@ -130,6 +131,11 @@ def save_pngs(charts: dict[str, alt.Chart], folder: str | Path) -> list[Path]:
     out = []
     for name, chart in charts.items():
         path = folder / f"{name}.png"
-        chart.save(str(path), format="png", scale_factor=2)
+        tmp = folder / f".{name}.{os.getpid()}.tmp.png"
+        try:  # complete or absent, as every output
+            chart.save(str(tmp), format="png", scale_factor=2)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
         out.append(path)
     return out

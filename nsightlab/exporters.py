@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import ncu, nsys as nsys_cli, ort_profile, trtexec
 from .errors import NotAReportError
+from .result import atomic_file
 
 
 def _stem(path: Path) -> str:
@@ -64,8 +65,9 @@ def export_file(src: Path, outdir: Path, nsys: str | None = None) -> list[Path]:
     if name.endswith((".ncu-rep", ".ncu-rep.xz")):
         rep = ncu.open_ncu(src)
         outs = [outdir / f"{stem}.ncu_kernels.parquet", outdir / f"{stem}.ncu_metrics.parquet"]
-        rep.kernels().to_parquet(outs[0], index=False)
-        rep.metrics().to_parquet(outs[1], index=False)
+        for out, df in zip(outs, (rep.kernels(), rep.metrics())):
+            with atomic_file(out, "wb") as f:
+                df.to_parquet(f, index=False)
         return outs
     if name.endswith(".json"):
         kind = sniff_json(src)
@@ -76,13 +78,15 @@ def export_file(src: Path, outdir: Path, nsys: str | None = None) -> list[Path]:
         base = stem[: -len(".profile")] if stem.endswith(".profile") else stem
         tag = "ort_nodes" if kind == "ort_profile" else kind
         out = outdir / f"{base}.{tag}.parquet"
-        reader(src).to_parquet(out, index=False)
+        with atomic_file(out, "wb") as f:
+            reader(src).to_parquet(f, index=False)
         written = [out]
         if kind == "trt_profile":
             for info in (src.with_name(f"{base}.layers.json"), src.with_name(f"{base}.graph.json")):
                 if info.is_file() and sniff_json(info) == "trt_layer_info":
                     joined = outdir / f"{base}.trt_layers.parquet"
-                    trtexec.layers(src, info).to_parquet(joined, index=False)
+                    with atomic_file(joined, "wb") as f:
+                        trtexec.layers(src, info).to_parquet(f, index=False)
                     written.append(joined)
                     break
         return written

@@ -8,12 +8,14 @@ for its caches. Nothing here reads the export itself; ``nsightlab.report`` does.
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import lzma
 import os
 import shutil
 import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,12 +68,45 @@ def locate(path: str | os.PathLike, *, cache: bool = True,
         capture, p = p, capture_report(p)
         _check_input(p, p)
     if p.name.endswith(".sqlite.xz"):  # (a capture keeps the export in its own cache folder)
-        p = _decompressed(p, capture / "cache" if capture is not None else keyed_dir(root, p),
-                          progress)
+        home = capture / "cache" if capture is not None else keyed_dir(root, p)
+        p = _decompressed(p, _writable(home, keyed_dir(root, p)) if cache else scratch(), progress)
     if p.suffix in nsys_cli.REPORT_SUFFIXES or _is_nsys_rep(p):
-        p = _exported(p, capture, root, nsys, progress)
+        p = _exported(p, capture if cache else None, root if cache else scratch(), nsys, progress)
     cache_root = (capture / "cache") if capture is not None else keyed_dir(root, p)
+    if cache_root.exists() and not os.access(cache_root, os.W_OK | os.X_OK) \
+            or not cache_root.exists() and not _creatable(cache_root):
+        cache_root = keyed_dir(root, p)  # a read-only capture: its cache goes to the cache root
     return Location(p, cache_root if cache else None, Path(path), capture)
+
+
+def _creatable(folder: Path) -> bool:
+    """Whether ``folder`` could be created (its nearest existing parent is writable)."""
+    for parent in folder.parents:
+        if parent.exists():
+            return os.access(parent, os.W_OK | os.X_OK)
+    return False
+
+
+def _writable(first: Path, fallback: Path) -> Path:
+    """``first`` if it can be written (or created), else ``fallback`` (the cache root), else a
+    scratch folder removed at exit: a read-only checkout is never a failure."""
+    for folder in (first, fallback):
+        if (folder.exists() and os.access(folder, os.W_OK | os.X_OK)) or \
+                (not folder.exists() and _creatable(folder)):
+            return folder
+    return scratch()
+
+
+_SCRATCH: list[Path] = []
+
+
+def scratch() -> Path:
+    """A private temporary folder for this process, removed when it exits (``--no-cache``
+    exports and decompressions: nothing is left behind)."""
+    if not _SCRATCH:
+        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="nsightlab-")))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    return _SCRATCH[0]
 
 
 def _check_input(p: Path, given) -> None:
@@ -152,6 +187,8 @@ def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLi
     if sibling.is_file() and sibling.stat().st_mtime >= rep.stat().st_mtime:
         return sibling
     out = (capture / sibling.name) if capture is not None else keyed_dir(root, rep) / sibling.name
+    if capture is not None and not os.access(capture, os.W_OK | os.X_OK):
+        out = _writable(keyed_dir(root, rep), keyed_dir(root, rep)) / sibling.name
     if out.is_file():
         return out
     exe = nsys_cli.find_nsys(nsys)

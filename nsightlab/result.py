@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +104,20 @@ def write_tables(tables: dict[str, pd.DataFrame], manifest: dict, outdir: str | 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return [outdir / f for f in files] + [outdir / "manifest.json"]
+
+
+@contextmanager
+def atomic_file(out, mode: str, **kw):
+    """A file opened for writing that appears at ``out`` complete or not at all: written beside
+    it under a temporary name and renamed into place when the block ends without error (a full
+    disk or an interrupt leaves neither a partial ``out`` nor the temporary file)."""
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, mode, **kw) as f:
+            yield f
+        os.replace(tmp, out)
+    except OSError as e:  # name the user's file, not the temporary one
+        raise OSError(e.errno, e.strerror, str(out)) from None
+    finally:
+        tmp.unlink(missing_ok=True)

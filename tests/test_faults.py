@@ -66,3 +66,76 @@ def test_all_null_starts_leave_no_kernels_and_say_why(fault_cases, cache_dir):
     assert res.exit_code == 1 and "no kernel launches to compare" in res.output
     assert "3,120 kernels with a missing or impossible" in CliRunner().invoke(
         cli, ["info", str(path)]).stdout
+
+
+@pytest.mark.parametrize("args,out_name", [
+    (["table", "kernels", "{good}", "--format", "csv", "-o", "{out}"], "k.csv"),
+    (["table", "kernels", "{good}", "--format", "parquet", "-o", "{out}"], "k.parquet"),
+    (["report", "{good}", "--html", "{out}"], "r.html"),
+    (["diff", "{good}", "{good}", "--html", "{out}"], "d.html"),
+])
+def test_a_full_disk_leaves_no_partial_file(args, out_name, sqlite_of, cache_dir, tmp_path,
+                                            monkeypatch):
+    """ENOSPC injected after the first bytes of an output: exit 1 with the user's file named,
+    and neither the output nor a temporary file left in the folder."""
+    import builtins
+    import errno
+
+    real_open = builtins.open
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    target = outdir / out_name
+
+    class Full:
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, data):
+            self.n += len(data)
+            if self.n > 100:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def fake_open(file, mode="r", *a, **kw):
+        f = real_open(file, mode, *a, **kw)
+        if "w" in mode and str(file).startswith(str(outdir)):
+            return Full(f)
+        return f
+
+    good = str(sqlite_of("h200-vit-fp16"))
+    CliRunner().invoke(cli, ["info", good])  # caches built before the disk "fills"
+    monkeypatch.setattr(builtins, "open", fake_open)
+    res = CliRunner().invoke(cli, [a.format(good=good, out=target) for a in args])
+    assert res.exit_code == 1, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert f"{target}: No space left on device" in res.output
+    assert list(outdir.iterdir()) == [], list(outdir.iterdir())
+
+
+def test_no_cache_leaves_nothing_behind(tmp_path):
+    """--no-cache on a compressed export: the decompressed SQLite goes to a private temporary
+    folder removed at exit; no cache folder, no temporary file is left anywhere."""
+    import os
+    import subprocess
+    import sys
+
+    src = Path(__file__).parent / "data" / "scenarios" / "nsys" / "h100-compute.sqlite.xz"
+    env = {**os.environ, "NSIGHTLAB_CACHE_DIR": str(tmp_path / "cache"),
+           "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "nsightlab.cli", "recipe", "run", "kernel_sum",
+                           str(src), "--no-cache"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "ampere" in proc.stdout or "nvjet" in proc.stdout or "gemm" in proc.stdout
+    assert not (tmp_path / "cache").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []

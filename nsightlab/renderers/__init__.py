@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import OutputError
+from ..result import atomic_file
 
 #: formats of ``emit``
 FORMATS = ("table", "csv", "json", "parquet", "html")
@@ -66,15 +67,16 @@ def _emit_frame(df: pd.DataFrame, fmt: str, out, limit: int | None) -> list[Path
     if fmt == "parquet":
         if out is None:
             raise OutputError("--format parquet writes a file: give -o FILE")
-        with open(out, "wb") as f:  # an OSError that names the file
+        with atomic_file(out, "wb") as f:
             df.to_parquet(f, index=False)
         return [Path(out)]
     if fmt == "csv":  # written in chunks: no single multi-GB string
         if out is None:
-            df.to_csv(sys.stdout, index=False)
+            df.to_csv(sys.stdout, index=False, chunksize=CSV_CHUNK_ROWS)
+            sys.stdout.flush()
             return []
-        with open(out, "w", newline="") as f:  # an OSError that names the file
-            df.to_csv(f, index=False)
+        with atomic_file(out, "w", newline="") as f:
+            df.to_csv(f, index=False, chunksize=CSV_CHUNK_ROWS)
         return [Path(out)]
     if fmt == "json":
         from ..result import json_records
@@ -94,5 +96,10 @@ def _write(text: str, out) -> list[Path]:
         sys.stdout.write(text)
         sys.stdout.flush()
         return []
-    Path(out).write_text(text)
+    with atomic_file(out, "w") as f:
+        f.write(text)
     return [Path(out)]
+
+
+#: rows per chunk when CSV is streamed (bounded text in memory; a failed write stops early)
+CSV_CHUNK_ROWS = 100_000

@@ -1,0 +1,4 @@
+"""``python -m nsightlab.cli``: the same as the nsightlab command."""
+from . import main
+
+main()
