@@ -13,15 +13,19 @@ nothing behind; a workload that fails keeps its partial report and logs, marked
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,8 +270,10 @@ def _run(step: Step, logs: Path, echo) -> int:
         log.write(f"$ {shlex.join(step.argv)}\n")
         log.flush()
         try:
+            # its own process group: a stop reaches nsys and every process of the workload
             proc = subprocess.Popen(step.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, text=True, errors="replace")
+                                    stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                    start_new_session=True)
         except OSError as e:
             log.write(f"cannot start: {e}\n")
             raise NsightlabError(f"cannot run {step.argv[0]} ({e.strerror}); check the command") from None
@@ -278,9 +284,88 @@ def _run(step: Step, logs: Path, echo) -> int:
                     echo(line.rstrip("\n"))
             return proc.wait()
         except BaseException:
-            proc.kill()
-            proc.wait()
+            stop_group(proc)
             raise
+
+
+#: seconds a stopped step gets to finish after SIGINT (nsys finalizes or discards its files),
+#: then after SIGTERM, before SIGKILL
+STOP_GRACE_S = (20.0, 5.0)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop a step the way nsys expects: SIGINT to its whole process group (nsys stops
+    collecting and cleans up; the workload gets its Ctrl-C), then SIGTERM, then SIGKILL for
+    whatever is left, so no process of the workload outlives the capture."""
+    for sig, grace in ((signal.SIGINT, STOP_GRACE_S[0]), (signal.SIGTERM, STOP_GRACE_S[1]),
+                       (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+        if not _group_alive(proc.pid):
+            break
+    if proc.poll() is None:
+        proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during a capture: handled like Ctrl-C (the capture is dropped)."""
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """SIGTERM and SIGHUP raise ``Interrupted`` in the main thread while a capture runs."""
+    def raise_(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, raise_)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _name_lock(store: Path, name: str):
+    """One capture per name at a time: an exclusive lock on ``<store>/.<name>.lock``."""
+    lock = store / f".{name}.lock"
+    f = lock.open("a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        who = f.read().strip() or "another process"
+        f.close()
+        raise NsightlabError(f"{store / name}: capture {name!r} is being made right now by "
+                             f"{who}; wait for it to finish or choose another name") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"nsightlab pid {os.getpid()}")
+    f.flush()
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        f.close()
 
 
 def _sha256(path: Path) -> str:
@@ -295,19 +380,27 @@ def capture(opts: Options, echo=None, progress=None) -> Path:
     """Run the capture described by ``opts``; returns the capture folder.
 
     Raises NsightlabError for bad options or missing tools (before anything runs), and after
-    a failed workload (the capture is kept, ``status: failed``).
+    a failed workload (the capture is kept, ``status: failed``). One capture per name at a
+    time (a second one is refused); SIGINT, SIGTERM and SIGHUP stop the steps' process groups
+    and leave nothing in the store.
     """
-    from . import __version__
-
     opts.validate()
     store = store_dir(opts)
     final = store / opts.name
-    if final.exists() and not opts.force:
-        raise NsightlabError(f"{final}: a capture named {opts.name!r} exists; choose another name "
-                             "or pass --force to replace it")
     tools = resolve_tools(opts, dry_run=False)
-    say = progress or (lambda msg: None)
     store.mkdir(parents=True, exist_ok=True)
+    with _name_lock(store, opts.name), _signals_interrupt():
+        if final.exists() and not opts.force:
+            raise NsightlabError(f"{final}: a capture named {opts.name!r} exists; choose another "
+                                 "name or pass --force to replace it")
+        return _capture(opts, store, final, tools, echo, progress)
+
+
+def _capture(opts: Options, store: Path, final: Path, tools: dict, echo, progress) -> Path:
+    """The capture itself, under the name lock (see ``capture``)."""
+    from . import __version__
+
+    say = progress or (lambda msg: None)
     if opts.trtexec:
         engine_path(opts).parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile_dir(store, opts.name))

@@ -4,8 +4,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -313,3 +316,48 @@ def test_capture_flags_are_the_options_fields():
     assert cli_capture.DEFAULT_TRACE == cap.DEFAULT_TRACE
     assert set(cli_capture.PRECISIONS) == set(cap.PRECISION_FLAGS)
     assert set(cli_table.TABLE_NAMES) == set(TABLES)
+
+
+def _start_capture(store, name, pidfile):
+    """A real `nsightlab capture NAME --no-nsys -- python ...` whose workload writes its pid
+    and sleeps, started as a separate process."""
+    code = (f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); "
+            "time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-m", "nsightlab.cli", "capture", name, "--store",
+                             str(store), "--no-nsys", "--quiet", "--", sys.executable, "-c", code],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if pidfile.exists() and pidfile.read_text():
+            return proc, int(pidfile.read_text())
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(proc.communicate())
+
+
+def _gone(pid: int) -> bool:
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_one_capture_per_name_and_signals_leave_nothing(tmp_path, sig):
+    """While a capture runs, a second one of the same name is refused in one line; a signal
+    stops the workload (its whole process group) and leaves nothing in the store."""
+    store = tmp_path / "store"
+    proc, workload = _start_capture(store, "x", tmp_path / "pid")
+    second = subprocess.run([sys.executable, "-m", "nsightlab.cli", "capture", "x", "--store",
+                             str(store), "--no-nsys", "--quiet", "--", "true"],
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1
+    assert "is being made right now by nsightlab pid" in second.stderr, second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    assert _gone(workload), "the workload outlived the capture"
+    assert list(store.iterdir()) == [], list(store.iterdir())
