@@ -64,12 +64,20 @@ def default_root() -> Path:
 
 
 _PID_TMP = re.compile(r"^\..+\.(\d+)\.tmp(\.sqlite)?$")
+#: temporary build folders: ``.<name>-<pid>-<random>`` (``build_dir``)
+_PID_DIR = re.compile(r"^\..+-(\d+)-[^-]+$")
+
+
+def build_dir(parent: Path, name: str) -> Path:
+    """A new hidden temporary folder in ``parent`` for building entry ``name``; it carries
+    this process's id, so that a later run removes it at once if this one is killed."""
+    return Path(tempfile.mkdtemp(prefix=f".{name}-{os.getpid()}-", dir=parent))
 
 
 def remove_stale(folder: Path) -> None:
-    """Remove what killed runs left in ``folder``: ``.NAME.PID.tmp`` files of processes that
-    are gone (decompressions, exports) and hidden temporary build folders older than
-    ``STALE_TMP_S`` (cache and result entries). Never fails."""
+    """Remove what killed runs left in ``folder``: ``.NAME.PID.tmp`` files and build folders
+    (``build_dir``) of processes that are gone, and hidden folders older than ``STALE_TMP_S``.
+    Never fails."""
     try:
         entries = list(folder.glob(".*"))
     except OSError:
@@ -78,9 +86,11 @@ def remove_stale(folder: Path) -> None:
     for e in entries:
         try:
             m = _PID_TMP.match(e.name)
+            d = _PID_DIR.match(e.name)
             if m and e.is_file() and not _alive(int(m.group(1))):
                 e.unlink()
-            elif not m and e.is_dir() and now - e.stat().st_mtime > STALE_TMP_S:
+            elif e.is_dir() and ((d and not _alive(int(d.group(1))))
+                                 or now - e.stat().st_mtime > STALE_TMP_S):
                 shutil.rmtree(e, ignore_errors=True)
         except OSError:
             pass
@@ -159,7 +169,7 @@ class TableCache:
         """Create the entry: ``fill(open_part)`` writes the parts and returns (row count,
         payload); the payload (e.g. the table just read) is handed back to the caller."""
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{table}-", dir=self.root))
+        tmp = build_dir(self.root, table)
         dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
         int_encoding = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
         writers: dict[int, pq.ParquetWriter] = {}

@@ -234,6 +234,8 @@ def uses_tensor_cores(name: str, cls: str, prec: str) -> bool:
     return cls in MATH_CLASSES and prec in TENSOR_CORE_PRECISIONS and not _SIMT.search(name)
 
 
+#: characters of a kernel name the rules read (the longest real template names are ~3 KB)
+MAX_NAME = 8192
 #: the columns ``annotate`` always adds, and those it adds with ``explain``
 LABELS = ("kernel_class", "precision", "precision_confidence", "tensor_core")
 EXPLAIN = ("rule", "precision_detail", "output_precision")
@@ -244,10 +246,13 @@ def classify_names(names: Iterable[str]) -> pd.DataFrame:
     (which class and precision rules decided, so a label can be checked), precision_detail
     (e4m3/e5m2/e2m1 and block-scale types the name spells) and output_precision."""
     rows = []
-    for n in dict.fromkeys(str(x) for x in names):
+    for name in dict.fromkeys(str(x) for x in names):
+        # a name longer than any real kernel's (a damaged export) is read by its ends: the
+        # rules are regular expressions, and megabytes of text would take them seconds
+        n = name if len(name) <= MAX_NAME else name[:MAX_NAME // 2] + name[-MAX_NAME // 2:]
         cls, crule = _class_rule(n)
         p, conf, prule = _precision_rule(n)
-        rows.append((n, cls, p, conf, uses_tensor_cores(n, cls, p), f"{crule}; {prule}",
+        rows.append((name, cls, p, conf, uses_tensor_cores(n, cls, p), f"{crule}; {prule}",
                      precision_detail(n), output_precision(n)))
     return _resolve_16_bit(pd.DataFrame(rows, columns=["name", *LABELS, *EXPLAIN]))
 

@@ -157,7 +157,12 @@ class ExportDB:
         """StringIds, loaded once (under a lock: reader threads ask for it concurrently)."""
         with self._lock:
             if self._strings is None:
-                rows = self.query("SELECT id, value FROM StringIds") if self.has("StringIds") else []
+                if not self.has("StringIds"):
+                    raise CorruptReportError(
+                        f"{self.path}: has no StringIds table (the names of kernels, API calls "
+                        "and ranges): the export is damaged or incomplete; export the report "
+                        "again (nsys export --type sqlite)")
+                rows = self.query("SELECT id, value FROM StringIds")
                 self._strings = StringTable([r[0] for r in rows], [r[1] for r in rows])
             return self._strings
 

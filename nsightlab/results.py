@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from .cache import identity
+from .cache import build_dir, identity
 
 META = "meta.json"
 #: entries kept per store (one report); the least recently used beyond this are removed
@@ -90,7 +89,7 @@ class ResultStore:
         tmp = None
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=self.root))
+            tmp = build_dir(self.root, folder.name)
             sums = {}
             for t, df in tables.items():
                 df.to_parquet(tmp / f"{t}.parquet", index=False)

@@ -47,7 +47,7 @@ def kernel_label(name: str, width: int = 72) -> str:
     ``unrolled_elementwise_kernel · direct_copy · float · with cast``,
     ``Kernel2 · cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4``. Library names without
     templates (nvjet, xmma, Triton) stay as they are; labels are cut at ``width``."""
-    s = _NOISE.sub("", str(name)).strip()
+    s = _NOISE.sub("", str(name)[:8192]).strip()
     base = re.match(r"[\w:]+", s)
     if not base or "<" not in s[base.end():base.end() + 1]:
         return _cut(s, width)

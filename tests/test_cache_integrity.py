@@ -89,7 +89,9 @@ def test_leftovers_of_killed_runs_are_removed(sqlite_of, cache_dir):
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     fresh = root / ".memcpy-def456"  # another run may be building it right now
     fresh.mkdir()
+    killed = root / ".nvtx-999999999-xyz"  # a build by a process that is gone
+    killed.mkdir()
     dead = root / ".x.sqlite.999999999.tmp"  # a decompression whose process is gone
     dead.write_bytes(b"y")
     nsightlab.open(path)
-    assert not old.exists() and not dead.exists() and fresh.exists()
+    assert not old.exists() and not dead.exists() and not killed.exists() and fresh.exists()
