@@ -139,3 +139,26 @@ def test_no_cache_leaves_nothing_behind(tmp_path):
     assert "ampere" in proc.stdout or "nvjet" in proc.stdout or "gemm" in proc.stdout
     assert not (tmp_path / "cache").exists()
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_read_only_capture_keeps_its_cache_elsewhere(tmp_path, cache_dir, monkeypatch):
+    """A capture folder the user cannot write (a read-only checkout; simulated, as the tests
+    may run as root, for whom every folder is writable): its compressed export is unpacked and
+    its tables cached under the cache root, and nothing is written inside the capture."""
+    import os
+    import shutil as sh
+
+    from nsightlab.paths import locate
+
+    cap = tmp_path / "vit-fp16"
+    sh.copytree(Path(__file__).parent.parent / "captures" / "examples" / "vit-fp16", cap)
+    before = sorted(p.relative_to(cap) for p in cap.rglob("*"))
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p).startswith(str(cap))
+                        else real_access(p, mode))
+    loc = locate(cap, cache_dir=cache_dir)
+    assert not str(loc.sqlite).startswith(str(cap)) and not str(loc.cache_root).startswith(str(cap))
+    assert str(loc.cache_root).startswith(str(cache_dir))
+    r = nsightlab.open(cap, cache_dir=cache_dir)
+    assert len(r.kernels(["start_ns"])) > 1000
+    assert sorted(p.relative_to(cap) for p in cap.rglob("*")) == before
