@@ -58,6 +58,7 @@ class Options:
     nsys_path: str | None = None
     trace: str = DEFAULT_TRACE
     gpu_metrics: bool = False
+    memory: bool = False  # --cuda-memory-usage=true: every GPU allocation and free
     sample: bool = False
     nsys_args: list[str] = field(default_factory=list)
     # Nsight Compute
@@ -224,6 +225,7 @@ def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Ste
     if opts.use_nsys:
         sampling = ["--sample=cpu"] if opts.sample else ["--sample=none", "--cpuctxsw=none"]
         gpu = [_gpu_metrics_flag(tools.get("nsys"))] if opts.gpu_metrics else []
+        gpu += ["--cuda-memory-usage=true"] if opts.memory else []
         steps.append(Step("nsys", [
             tools.get("nsys") or "nsys", "profile", f"--trace={opts.trace}",
             *(["--cuda-graph-trace=node"] if "cuda" in opts.trace.split(",") else []),

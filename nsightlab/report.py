@@ -276,6 +276,10 @@ class Report:
         """CUDA graph node events (with --cuda-graph-trace=node)."""
         return self.table("cuda_graph_nodes", columns)
 
+    def memory(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """GPU memory allocations and frees (with --cuda-memory-usage=true)."""
+        return self.table("memory", columns)
+
     def threads(self, columns: list[str] | None = None) -> pd.DataFrame:
         """Named threads and their processes."""
         return self.table("threads", columns)

@@ -146,7 +146,30 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
             f"outside the iterations (warm-up, compile, teardown): {_ms(outside)} of kernels, "
             f"{100 * outside / whole['total_ns'].sum():.0f}% of all kernel time, most in "
             f"{str(top)[:80]}; the kernel tables count the iterations only")
+    memory = _memory_finding(r)
+    if memory:
+        rr.findings.append(memory)
     return rr
+
+
+def _memory_finding(r: Report) -> str | None:
+    """One sentence on GPU memory when the run recorded it (nsys --cuda-memory-usage=true)."""
+    m = _run(r, "gpu_memory")
+    if m is None:
+        return None
+    dev = m["summary"][m["summary"]["memory"] == "device"]
+    if dev.empty:
+        return None
+    d = dev.iloc[0]
+    growth = m["by_range"]
+    grew = growth[(growth["phase"] == "iteration") & (growth["depth"] == growth["depth"].min())]
+    text = (f"GPU memory (device {int(d['device_id'])}): peak {d['peak_bytes'] / 2**20:,.0f} MiB"
+            + (f" in {d['peak_in_range']}" if d["peak_in_range"] else "")
+            + f", {d['end_bytes'] / 2**20:,.0f} MiB still allocated at the end")
+    if len(grew) and grew["growth_bytes"].sum() > 0:
+        text += (f"; it grew {grew['growth_bytes'].sum() / 2**20:,.0f} MiB over "
+                 f"{len(grew)} iteration range(s) with activity (a leak, or a cache filling?)")
+    return text + " (recipe gpu_memory)"
 
 
 def _run(r: Report, name: str):

@@ -547,8 +547,49 @@ THREADS = TableSpec(
     split=False,
 )
 
+MU = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+MEM_OPERATION = {0: "Allocation", 1: "Deallocation"}
+MEMORY = TableSpec(
+    name="memory", source=MU, trace="--cuda-memory-usage=true",
+    doc="One row per GPU memory allocation or free the CUDA driver made (device, pinned host, "
+        "managed and static memory, memory pools), with the CUDA API call it correlates to.",
+    columns=(
+        Column("start_ns", I64, "when the allocation or free happened, ns"),
+        Column("pid", I32, "process id (from globalPid)"),
+        Column("device_id", I32, "GPU"),
+        Column("context_id", I32, "CUDA context"),
+        Column("operation", DICT, "Allocation or Deallocation"),
+        Column("bytes", I64, "size of the allocation (also given on its free)"),
+        Column("kind", DICT, "memory kind: Device, Pinned, Pageable, Managed, Array, Device "
+                             "Static, Managed Static, Unknown"),
+        Column("address", I64, "virtual address (pairs a free with its allocation)"),
+        Column("correlation_id", U32, "the CUDA API call that made it (cuda_api.correlation_id)",
+               True),
+        Column("stream_id", I32, "stream, for stream-ordered (pool) allocations", True),
+        Column("pool_address", I64, "memory pool it came from (stream-ordered allocations)", True),
+        Column("pool_size_bytes", I64, "that pool's size after the operation", True),
+        Column("name", STR, "name given to the allocation, if any", True),
+    ),
+    sql=lambda db: select(db, MU, "start", "globalPid", "deviceId", "contextId",
+                          "memoryOperationType", "bytes", "memKind", "address", "correlationId",
+                          "streamId", "localMemoryPoolAddress", "localMemoryPoolSize", "name"),
+    convert=lambda db, b: {
+        "start_ns": b.column("start"), "pid": pid_of(b.column("globalPid")),
+        "device_id": b.column("deviceId"), "context_id": b.column("contextId"),
+        "operation": labels(b.column("memoryOperationType"),
+                            db.enum_labels("ENUM_CUDA_DEV_MEM_EVENT_OPER", MEM_OPERATION)),
+        "bytes": b.column("bytes"),
+        "kind": labels(b.column("memKind"), db.enum_labels("ENUM_CUDA_MEM_KIND", MEM_KIND)),
+        "address": b.column("address"), "correlation_id": b.column("correlationId"),
+        "stream_id": b.column("streamId"), "pool_address": b.column("localMemoryPoolAddress"),
+        "pool_size_bytes": b.column("localMemoryPoolSize"), "name": b.column("name"),
+    },
+    split=False,
+)
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (
-    KERNELS, CUDA_API, MEMCPY, MEMSET, SYNCS, NVTX, GPU_METRICS, CUDA_GRAPH_NODES, THREADS)}
+    KERNELS, CUDA_API, MEMCPY, MEMSET, SYNCS, NVTX, GPU_METRICS, CUDA_GRAPH_NODES, THREADS,
+    MEMORY)}
 
 
 def build_batch(spec: TableSpec, db: ExportDB, batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -27,6 +27,9 @@ PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly
 @click.option("--nsys", "nsys_path", help="nsys executable [NSIGHTLAB_NSYS, PATH].")
 @click.option("--trace", default=DEFAULT_TRACE, show_default=True, help="nsys --trace list.")
 @click.option("--gpu-metrics", is_flag=True, help="Sample GPU metrics (Tensor Active, SMs Active...).")
+@click.option("--memory", is_flag=True,
+              help="Record every GPU allocation and free (nsys --cuda-memory-usage=true; "
+                   "recipe gpu_memory).")
 @click.option("--sample", is_flag=True, help="Turn on CPU sampling (off by default).")
 @click.option("--nsys-args", default="", help="Extra nsys profile flags, as one quoted string.")
 @click.option("--ncu", "use_ncu", is_flag=True, help="Also run the workload under Nsight Compute.")
@@ -65,6 +68,7 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
       nsightlab capture nvfp4 --trtexec vit_nvfp4.onnx --precision nvfp4
       nsightlab capture ort-cpu --ort model.onnx --ep cpu --iterations 50
       nsightlab capture vit -- python vit_workload.py fp16
+      nsightlab capture graphs --memory -- python serve.py       # then: recipe run gpu_memory graphs
       nsightlab capture blk3 --no-nsys --ncu --ncu-nvtx block3/ -- python vit_workload.py fp16
       nsightlab capture fp16 --dry-run --trtexec vit.onnx
     """

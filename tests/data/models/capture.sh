@@ -10,7 +10,7 @@ runs=("$@"); [ ${#runs[@]} -gt 0 ] || runs=(resnet50:fp32 resnet50:fp16 resnet50
 base=(--trace=cuda,nvtx,osrt --sample=none --cpuctxsw=none --force-overwrite=true)
 for r in "${runs[@]}"; do
   model=${r%%:*}; prec=${r##*:}; name="h100-$model-$prec"
-  extra=(); [ "$model" = gpt-graphs ] && extra=(--cuda-memory-usage=true --cuda-graph-trace=node)
+  extra=(); case "$model" in gpt-graphs|graphs*|leak) extra=(--cuda-memory-usage=true --cuda-graph-trace=node);; esac
   # autotuning launches thousands of benchmark kernels: record from cudaProfilerStart on
   [ "$model" = gpt-compile ] && extra=(--capture-range=cudaProfilerApi --capture-range-end=stop)
   echo "== $name: nsys profile ${base[*]} ${extra[*]} python3 workloads.py $model $prec"

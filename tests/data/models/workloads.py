@@ -14,6 +14,9 @@ MODEL:
                Triton GEMM templates only: Triton kernels whose names say no precision
   gpt-graphs   the decoder captured as one CUDA graph per batch size (1, 4, 8), each replayed:
                graph memory pools (for --cuda-memory-usage captures)
+  graphsN      GPU memory: a 4-block decoder (256 tokens) captured as N CUDA graphs (batch sizes
+               1..N, NVTX capture_bsK) and replayed; prints torch.cuda.max_memory_reserved()
+  leak         GPU memory: the same decoder eagerly, keeping a 32 MiB tensor every iteration
 
 Each run: 3 warm-up steps (compilation and graph capture happen there), then ITERATIONS
 (default 10) NVTX ranges ``iterN`` after cudaProfilerStart (so that
@@ -157,5 +160,45 @@ elif model_name == "gpt-graphs":
                 g.replay()
             torch.cuda.synchronize()
             nvtx.range_pop()
+elif model_name.startswith("graphs") or model_name == "leak":
+    # GPU memory: "graphsN" captures N CUDA graphs (batch sizes 1..N, 256 tokens, a 4-block
+    # decoder), each in an NVTX range capture_bsK, then replays all of them per iteration;
+    # "leak" runs the model eagerly and keeps a 32 MiB tensor per iteration (never freed)
+    m = GPT(layers=4, ctx=256, marks=False).to(dev, dtype).eval()
+    kept = []
+    with torch.inference_mode():
+        nvtx.range_push("warmup")
+        m(torch.randint(0, 50257, (1, 256), device=dev))
+        torch.cuda.synchronize()
+        nvtx.range_pop()
+        graphs = []
+        for bs in range(1, int(model_name[6:] or 0) + 1):
+            idx = torch.randint(0, 50257, (bs, 256), device=dev)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                m(idx)
+            torch.cuda.current_stream().wait_stream(s)
+            nvtx.range_push(f"capture_bs{bs}")
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = m(idx)
+            torch.cuda.synchronize()
+            nvtx.range_pop()
+            graphs.append((g, out))
+        for it in range(iters):
+            nvtx.range_push(f"iter{it}")
+            if graphs:
+                for g, _ in graphs:
+                    g.replay()
+            else:
+                m(torch.randint(0, 50257, (4, 256), device=dev))
+            if model_name == "leak":
+                kept.append(torch.empty(32 << 20, dtype=torch.uint8, device=dev))
+            torch.cuda.synchronize()
+            nvtx.range_pop()
+    print(f"max_memory_reserved={torch.cuda.max_memory_reserved()}")
+    print(f"memory_reserved={torch.cuda.memory_reserved()}")
+    print(f"max_memory_allocated={torch.cuda.max_memory_allocated()}")
 else:
     sys.exit(f"unknown model {model_name}")
