@@ -81,5 +81,23 @@ def xz_fixtures(tmp_path_factory, folder: Path, prefix: str = ""):
     return get
 
 
+def make_tiny_onnx(path: Path) -> Path:
+    """A two-node ONNX model (MatMul 64x64 + Relu, symbolic batch) saved at ``path``."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("W", TensorProto.FLOAT, [64, 64],
+                           np.random.default_rng(0).random(64 * 64).astype("float32").tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 64])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def expected_dir(stem: str) -> Path:
     return SOURCES[stem][1]

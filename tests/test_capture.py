@@ -19,7 +19,7 @@ import nsightlab
 from nsightlab import capture as cap
 from nsightlab.cli import cli
 
-from conftest import SHARED
+from conftest import SHARED, make_tiny_onnx
 
 HAS_NSYS = shutil.which("nsys") is not None
 
@@ -39,21 +39,7 @@ def fake_tool(folder: Path, name: str, body: str) -> Path:
 
 @pytest.fixture
 def tiny_onnx(tmp_path) -> Path:
-    onnx = pytest.importorskip("onnx")
-    import numpy as np
-    from onnx import TensorProto, helper
-
-    w = helper.make_tensor("W", TensorProto.FLOAT, [64, 64],
-                           np.random.default_rng(0).random(64 * 64).astype("float32").tolist())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 64])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "tiny.onnx"
-    onnx.save(model, path)
-    return path
+    return make_tiny_onnx(tmp_path / "tiny.onnx")
 
 
 RECORDING_TRTEXEC = r"""

@@ -51,7 +51,7 @@ def test_ort_runner_runs_as_a_module_outside_the_source_tree(tmp_path):
 def test_cli_registers_every_command_on_import():
     from nsightlab.cli import cli
 
-    assert set(cli.commands) == {"capture", "captures", "compare", "diff", "export", "info", "layers", "recipe",
+    assert set(cli.commands) == {"capture", "captures", "compare", "diff", "export", "info", "layers", "ort", "recipe",
                                  "report", "table"}
 
 

@@ -1,4 +1,4 @@
-"""``nsightlab diff``, ``compare``, ``layers`` and ``report``."""
+"""``nsightlab diff``, ``compare``, ``layers``, ``ort`` and ``report``."""
 from __future__ import annotations
 
 import click
@@ -179,6 +179,31 @@ def layers(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
     wrote(emit(m, fmt, output), output)
     if html_file or png_dir:
         _charts_out(m, html_file, None)
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--ep", help="The execution provider that was requested (cpu, cuda, tensorrt or an "
+                           "ORT provider name) [from the capture's ort_run.json].")
+@output_options("dir", FORMATS)
+def ort(path: str, ep: str | None, fmt: str, output: str | None) -> None:
+    """Where ONNX Runtime ran each node, from its profiler JSON (or a capture made with --ort):
+    time per execution provider, nodes that fell back to the CPU while a GPU EP was requested,
+    the memcpy nodes ORT added between providers, TensorRT EP subgraphs, and session set-up
+    (model loading, initialization: engine builds) apart from the first and steady runs.
+
+    Tables (with -o DIR, one Parquet file each): run, phases, by_provider, fallbacks, memcpy,
+    trt_subgraphs.
+
+    \b
+    Examples:
+      nsightlab ort captures/ort-cuda
+      nsightlab ort onnxruntime_profile.json --ep cuda --json
+    """
+    from .. import ort_placement
+    from ..renderers import emit
+
+    wrote(emit(ort_placement.placement(path, ep), fmt, output), output)
 
 
 @cli.command()

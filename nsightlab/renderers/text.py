@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..comparison import Diff
 from ..lineup import Lineup
+from ..ort_placement import Placement
 from ..trt_layers import LayerMatch
 from ..metadata import ReportInfos
 from ..profile import OUTSIDE
@@ -143,6 +144,34 @@ def _(m: LayerMatch, limit: int | None = 40) -> str:
     if len(conv):
         lines += ["standalone Q/DQ and reformat layers (conversion and layout work):",
                   table_text(conv.head(limit), max_width=60)]
+    return "\n".join(lines)
+
+
+@render.register
+def _(p: Placement, limit: int | None = 15) -> str:
+    r = p.run
+    lines = [f"requested: {r.get('requested')}; providers that ran nodes: "
+             f"{', '.join(r.get('providers_seen') or []) or '(none)'}"]
+    if r.get("session_fallback"):
+        lines.append(f"WARNING: {r.get('requested')} was not available in this onnxruntime build "
+                     f"(available: {', '.join(r.get('providers_available') or [])}): the whole "
+                     "session ran on the CPU")
+    if r.get("fallback_time_pct"):
+        lines.append(f"fallbacks: {len(p.fallbacks)} node(s) ran on the CPU EP while a GPU EP "
+                     f"was requested, {r['fallback_time_pct']:.1f}% of node time")
+    if len(p.memcpy):
+        lines.append(f"memcpy nodes between providers: {int(p.memcpy['executions'].sum())} "
+                     f"executions, {p.memcpy['time_ns'].sum() / 1e6:.3f} ms, "
+                     f"{p.memcpy['time_pct'].sum():.1f}% of node time")
+    if len(p.trt_subgraphs):
+        lines.append(f"TensorRT EP subgraphs: {len(p.trt_subgraphs)}, "
+                     f"{p.trt_subgraphs['time_pct'].sum():.1f}% of node time")
+    lines += ["", "session and runs:", ms_table(p.phases), "by execution provider:",
+              ms_table(p.by_provider)]
+    for title, df in (("fallback nodes (CPU EP):", p.fallbacks), ("memcpy nodes:", p.memcpy),
+                      ("TensorRT EP subgraphs:", p.trt_subgraphs)):
+        if len(df):
+            lines += [title, ms_table(df.head(limit))]
     return "\n".join(lines)
 
 

@@ -1,0 +1,105 @@
+"""Where ONNX Runtime ran each node (nsightlab.ort_placement, `nsightlab ort`), on profiles the
+runner makes here with the real onnxruntime (CPU EP, and CUDA EP requested where this build has
+none) and on the CUDA EP sample ORT profile of tests/data/ort."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import make_tiny_onnx
+from nsightlab import ort_placement
+from nsightlab.cli import cli
+
+DATA = Path(__file__).parent / "data" / "ort"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    pytest.importorskip("onnxruntime")
+    return make_tiny_onnx(tmp_path_factory.mktemp("ort") / "tiny.onnx")
+
+
+def _run(model: Path, ep: str, out: Path) -> Path:
+    out.mkdir()
+    subprocess.run([sys.executable, "-m", "nsightlab.runners.ort", str(model), "--ep", ep,
+                    "--iterations", "8", "--warmup", "2", "--profile", str(out / "ort_profile.json"),
+                    "--report", str(out / "ort_run.json")], check=True, capture_output=True)
+    return out
+
+
+def test_cpu_ep_run(tiny_model, tmp_path):
+    p = ort_placement.placement(_run(tiny_model, "cpu", tmp_path / "cpu"))
+    assert p.run["requested"] == "CPUExecutionProvider" and not p.run["session_fallback"]
+    bp = p.by_provider.set_index("provider")
+    assert list(bp.index) == ["CPUExecutionProvider"] and bp.loc["CPUExecutionProvider", "nodes"] == 2
+    assert bp.loc["CPUExecutionProvider", "executions"] == 2 * (8 + 2)
+    assert p.fallbacks.empty and p.memcpy.empty and p.trt_subgraphs.empty
+    phases = p.phases.set_index("phase")
+    assert {"model loading", "session initialization", "first run", "steady run (median)"} <= set(phases.index)
+    assert phases.loc["steady run (median)", "runs"] == 8 + 2 - 1
+
+
+def test_cuda_requested_without_it_is_a_recorded_fallback(tiny_model, tmp_path):
+    """This onnxruntime build has no CUDA EP: the runner falls back to the CPU and records it;
+    every node is a fallback, and the text says the whole session ran on the CPU."""
+    folder = _run(tiny_model, "cuda", tmp_path / "cuda")
+    assert "CUDAExecutionProvider" not in json.loads((folder / "ort_run.json").read_text())["providers_used"]
+    p = ort_placement.placement(folder)
+    assert p.run["requested"] == "CUDAExecutionProvider" and p.run["session_fallback"]
+    assert set(p.fallbacks["op_type"]) == {"MatMul", "Relu"}
+    assert p.run["fallback_time_pct"] == pytest.approx(100.0)
+    res = CliRunner().invoke(cli, ["ort", str(folder)])
+    assert res.exit_code == 0
+    assert "the whole session ran on the CPU" in res.stdout and "fallbacks: 2 node(s)" in res.stdout
+    out = tmp_path / "o"
+    assert CliRunner().invoke(cli, ["ort", str(folder), "-o", str(out)]).exit_code == 0
+    assert {"run.parquet", "by_provider.parquet", "fallbacks.parquet", "manifest.json"} <= \
+        {f.name for f in out.iterdir()}
+
+
+def test_documented_cuda_ep_profile():
+    p = ort_placement.placement(DATA / "mql5-docs-cuda-profile.json")
+    assert p.run["requested"] == "CUDAExecutionProvider" and p.fallbacks.empty
+    bp = p.by_provider.set_index("provider")
+    assert bp.loc["CUDAExecutionProvider", "nodes"] == 8
+    assert bp.loc["CUDAExecutionProvider", "executions"] == 16
+    phases = p.phases.set_index("phase")
+    assert phases.loc["session initialization", "time_ns"] == 15_496_000
+    assert phases.loc["first run", "time_ns"] == 109_600_000
+
+
+def test_memcpy_and_tensorrt_nodes_stand_in_events(tmp_path):
+    """Stand-in events (no GPU EP can run here) named the way ORT names them: MemcpyToHost /
+    MemcpyFromHost nodes and a TensorRT EP fused node, with a CPU fallback node."""
+    ev = lambda name, op, prov, dur, ts: {"cat": "Node", "name": f"{name}_kernel_time", "ph": "X",  # noqa: E731
+                                          "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                                          "args": {"op_name": op, "provider": prov}}
+    events = [ev("TensorrtExecutionProvider_TRTKernel_graph_main_graph_1_0", "TRTKernel_graph_main_graph_1",
+                 "TensorrtExecutionProvider", 900, 0),
+              ev("Memcpy_token_1", "MemcpyToHost", "CUDAExecutionProvider", 50, 900),
+              ev("NonMaxSuppression_3", "NonMaxSuppression", "CPUExecutionProvider", 40, 950),
+              ev("Memcpy_token_2", "MemcpyFromHost", "CUDAExecutionProvider", 10, 990)]
+    f = tmp_path / "trt.json"
+    f.write_text(json.dumps(events))
+    p = ort_placement.placement(f, "tensorrt")
+    assert p.run["requested"] == "TensorrtExecutionProvider"
+    assert list(p.memcpy["op_type"]) == ["MemcpyToHost", "MemcpyFromHost"]
+    assert p.memcpy["time_pct"].sum() == pytest.approx(6.0)
+    assert list(p.fallbacks["node"]) == ["NonMaxSuppression_3"]
+    assert len(p.trt_subgraphs) == 1 and p.trt_subgraphs["time_pct"].iloc[0] == pytest.approx(90.0)
+
+
+def test_bad_inputs(tmp_path):
+    res = CliRunner().invoke(cli, ["ort", str(tmp_path / "nope.json")])
+    assert res.exit_code == 1 and "no such file" in res.output
+    (tmp_path / "cap").mkdir()
+    res = CliRunner().invoke(cli, ["ort", str(tmp_path / "cap")])
+    assert res.exit_code == 1 and "no ort_profile.json" in res.output
+    (tmp_path / "bad.json").write_text("{not json")
+    res = CliRunner().invoke(cli, ["ort", str(tmp_path / "bad.json")])
+    assert res.exit_code == 1 and "not a readable ONNX Runtime profile" in res.output
