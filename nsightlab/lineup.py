@@ -15,10 +15,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import budget
 from .comparison import Diff, compare as diff_profiles
+from .budget import iteration_ranges
+from .errors import NsightlabError
 from .profile import RunProfile, iteration_walls, profile
 from .report import Report, as_report
 from .result import Result, json_records, json_value
@@ -33,7 +36,10 @@ class Lineup(Result):
     - ``summary``: one row per run: run, iterations, iteration_source, latency_{mean,p50,p95,
       p99,min,max}_ns, iterations_per_s, batch, items_per_s, speedup (baseline mean latency /
       this run's), kernel_ns, busy_pct, conversion_ns (precision-conversion kernels this run
-      adds over the baseline), copies_ns, tensor_kernel_time_pct, tensor_active_pct, verdict;
+      adds over the baseline), copies_ns, tensor_kernel_time_pct, tensor_active_pct, verdict,
+      and for ONNX Runtime runs (captures made with --ort) execution_providers (node time
+      share per EP), ort_fallback_pct, ort_memcpy_pct; a run without GPU kernels (CPU EP) is
+      timed by its NVTX iterations, with no GPU columns and no kernel-level pair detail;
     - ``by_class`` / ``by_precision``: run, kernel_class / precision, time_ns;
     - ``latency``: run, iteration, wall_ns (every wall-clock iteration);
     - ``pairs``: run, baseline, verdict (the diff's sentence), workload_warnings.
@@ -63,7 +69,7 @@ class Lineup(Result):
         df = getattr(self, table)
         key = "kernel_class" if table == "by_class" else "precision"
         w = df.pivot_table(index=key, columns="run", values="time_ns", aggfunc="sum",
-                           fill_value=0.0)[self.runs] / 1e6
+                           fill_value=0.0).reindex(columns=self.runs, fill_value=0.0) / 1e6
         return w.loc[w.max(axis=1).sort_values(ascending=False).index].reset_index()
 
     def to_json(self) -> dict:
@@ -80,8 +86,9 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     reports = [as_report(r, **open_options) for r in runs]
     labels = labels or [str(r) if not isinstance(r, Report) else r.source.name for r in runs]
     labels = _unique(labels)
-    profiles = [profile(r, lab) for r, lab in zip(reports, labels)]
-    diffs = [diff_profiles(profiles[0], p) for p in profiles[1:]]
+    profiles = [_profile(r, lab) for r, lab in zip(reports, labels)]
+    diffs = [diff_profiles(profiles[0], p) for p in profiles[1:]
+             if profiles[0].kernels and p.kernels]
     batches = [batch or batch_of(r) for r in reports]
     base = profiles[0].latency.get("mean_ns") or profiles[0].iteration_ns
     rows, classes, precisions, walls = [], [], [], []
@@ -94,19 +101,24 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
                "items_per_s": b * 1e9 / mean if b and mean else float("nan"),
                "speedup": base / mean if mean else float("nan"),
                "kernel_ns": p.kernel_ns, "busy_pct": p.busy_pct,
-               "conversion_ns": diffs[i - 1].headline["conversion_overhead_ns"] if i else 0.0,
+               "conversion_ns": _conversion(diffs, p) if i else 0.0,
                "copies_ns": sum(p.budget.get(f"{c}_ns", 0.0) for c in budget.COPY_PARTS),
                "tensor_kernel_time_pct": p.tensor_core.get("tensor_kernel_time_pct", float("nan")),
                "tensor_active_pct": p.tensor_core.get("tensor_active_pct", float("nan")),
                "verdict": str(p.budget.get("verdict", "")) if p.budget else ""}
+        row.update(_placement(r))
         rows.append(row)
         classes.append(p.by_class.assign(run=p.label)[["run", "kernel_class", "time_ns"]])
         precisions.append(p.by_precision.groupby("precision", as_index=False)["time_ns"].sum()
                           .assign(run=p.label)[["run", "precision", "time_ns"]])
         walls.append(_walls(r, p))
-    pairs = pd.DataFrame([{"run": d.b.label, "baseline": d.a.label, "verdict": d.headline["verdict"],
-                           "workload_warnings": "; ".join(d.headline["workload_warnings"])}
-                          for d in diffs])
+    by_run = {d.b.label: d for d in diffs}
+    pairs = pd.DataFrame([
+        {"run": p.label, "baseline": profiles[0].label,
+         "verdict": by_run[p.label].headline["verdict"] if p.label in by_run else _cpu_verdict(profiles[0], p),
+         "workload_warnings": "; ".join(by_run[p.label].headline["workload_warnings"])
+         if p.label in by_run else ""}
+        for p in profiles[1:]], columns=["run", "baseline", "verdict", "workload_warnings"])
     summary = pd.DataFrame(rows)
     summary["batch"] = summary["batch"].astype("Int64")
     return Lineup([p.label for p in profiles], summary,
@@ -125,9 +137,72 @@ def _unique(labels: list[str]) -> list[str]:
 
 
 def _walls(report: Report, p: RunProfile) -> pd.DataFrame:
-    """Every wall-clock iteration of the budget (first GPU): run, iteration, wall_ns."""
-    w = iteration_walls(report)
+    """Every wall-clock iteration (first GPU; a CPU run's NVTX iterations): run, iteration,
+    wall_ns."""
+    w = iteration_walls(report) if p.kernels else _cpu_walls(report)
     return pd.DataFrame({"run": p.label, "iteration": range(len(w)), "wall_ns": w})
+
+
+def _profile(report: Report, label: str) -> RunProfile:
+    """The run's profile; for a run without GPU kernels (ONNX Runtime's CPU EP, CPU
+    inference) what it has: its NVTX iterations' wall time, nothing on the GPU."""
+    try:
+        return profile(report, label)
+    except NsightlabError:
+        if report.has_rows("kernels"):
+            raise
+    w = _cpu_walls(report)
+    if not len(w):
+        raise NsightlabError(f"{report.source}: no GPU kernels and no NVTX iteration ranges: "
+                             "nothing to time; capture with NVTX ranges per iteration (the "
+                             "--ort runner makes them) or with --trace=cuda")
+    q = np.percentile(w, [50, 95, 99])
+    latency = {"mean_ns": float(w.mean()), "p50_ns": float(q[0]), "p95_ns": float(q[1]),
+               "p99_ns": float(q[2]), "min_ns": float(w.min()), "max_ns": float(w.max())}
+    empty = pd.DataFrame({"kernel_class": [], "time_ns": [], "count": []})
+    return RunProfile(
+        label=label, iterations=len(w),
+        iteration_source=f"{len(w)} NVTX iteration ranges, CPU only (no GPU kernels)",
+        iteration_ns=latency["mean_ns"], kernel_ns=0.0, kernels=0.0, busy_pct=0.0,
+        by_class=empty, by_precision=pd.DataFrame({"precision": [], "kernel_class": [], "time_ns": []}),
+        by_layer=pd.DataFrame({"layer": [], "time_ns": [], "count": [], "math_precision": []}),
+        slots=pd.DataFrame(), flat_slots=pd.DataFrame(),
+        budget={"verdict": "CPU only (no GPU kernels)"}, latency=latency)
+
+
+def _cpu_walls(report: Report) -> np.ndarray:
+    r = iteration_ranges(report)
+    return (r["end_ns"] - r["start_ns"]).to_numpy(float) if len(r) else np.array([], float)
+
+
+def _conversion(diffs: list[Diff], p: RunProfile) -> float:
+    d = next((d for d in diffs if d.b is p or d.b.label == p.label), None)
+    return d.headline["conversion_overhead_ns"] if d is not None else 0.0
+
+
+def _cpu_verdict(a: RunProfile, b: RunProfile) -> str:
+    """The pair sentence when one run has no GPU kernels: latency only."""
+    ma, mb = a.latency.get("mean_ns", a.iteration_ns), b.latency.get("mean_ns", b.iteration_ns)
+    speed = ma / mb if mb else float("nan")
+    word = f"{speed:.2f}x faster" if speed >= 1 else f"{1 / speed:.2f}x slower"
+    cpu = [p.label for p in (a, b) if not p.kernels]
+    return (f"B is {word} per iteration ({mb / 1e6:.2f} ms vs {ma / 1e6:.2f} ms); "
+            f"{' and '.join(cpu)} ran no GPU kernels (CPU only): no kernel-level comparison")
+
+
+def _placement(report: Report) -> dict:
+    """ONNX Runtime placement columns for a run captured with --ort (empty otherwise)."""
+    from . import ort_placement
+
+    folder = Path(report.source)
+    if not folder.is_dir() or not any((folder / f).is_file()
+                                      for f in ("ort_profile.json", "ort_profile.json.xz")):
+        return {"execution_providers": "", "ort_fallback_pct": float("nan"),
+                "ort_memcpy_pct": float("nan")}
+    p = ort_placement.placement(folder)
+    eps = ", ".join(f"{r.provider} {r.time_pct:.0f}%" for r in p.by_provider.itertuples())
+    return {"execution_providers": eps, "ort_fallback_pct": p.run.get("fallback_time_pct", 0.0),
+            "ort_memcpy_pct": float(p.memcpy["time_pct"].sum()) if len(p.memcpy) else 0.0}
 
 
 def batch_of(report: Report) -> int | None:

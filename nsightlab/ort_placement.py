@@ -77,6 +77,8 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
     p = Path(path)
     if p.is_dir():
         prof, run = p / "ort_profile.json", p / "ort_run.json"
+        if not prof.is_file() and (p / "ort_profile.json.xz").is_file():
+            prof = p / "ort_profile.json.xz"
         if not prof.is_file():
             raise NotAReportError(f"{path}: no ort_profile.json; give an ONNX Runtime profile "
                                   "JSON or a capture made with nsightlab capture --ort")
@@ -153,9 +155,7 @@ def _per_node(df: pd.DataFrame, total: int, share: bool = True) -> pd.DataFrame:
 def _phases(prof: Path) -> pd.DataFrame:
     """Session set-up (loading, initialization: where engines are built) and the first run
     apart from the steady runs (median)."""
-    events = json.loads(prof.read_text())
-    if isinstance(events, dict):
-        events = events.get("traceEvents", [])
+    events = ort_profile.read_events(prof)
     sess = [e for e in events if isinstance(e, dict) and e.get("cat") == "Session"]
 
     def dur(names) -> list[int]:

@@ -7,6 +7,7 @@ version, node_index, thread_scheduling_stats...). Durations are microseconds.
 from __future__ import annotations
 
 import json
+import lzma
 from pathlib import Path
 
 import pandas as pd
@@ -20,14 +21,7 @@ def nodes(path: str | Path) -> pd.DataFrame:
     """One row per node execution: node, op_type, provider, start_ns (from the profiler's
     start), duration_ns, thread, pid."""
     path = Path(path)
-    try:
-        events = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise NotAReportError(f"{path}: not a readable ONNX Runtime profile ({e})") from None
-    if isinstance(events, dict):
-        events = events.get("traceEvents", [])
-    if not isinstance(events, list):
-        raise NotAReportError(f"{path}: not an ONNX Runtime profile (expected a list of events)")
+    events = read_events(path)
     rows = []
     for e in events:
         if not isinstance(e, dict) or e.get("cat") != "Node":
@@ -40,6 +34,21 @@ def nodes(path: str | Path) -> pd.DataFrame:
                      int(float(e.get("ts", 0)) * 1000), int(float(e.get("dur", 0)) * 1000),
                      e.get("tid"), e.get("pid")))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def read_events(path: Path) -> list:
+    """The profile's events (a ``.json`` or ``.json.xz`` Chrome trace: a list, or a dict with
+    ``traceEvents``)."""
+    try:
+        raw = lzma.open(path).read() if path.name.endswith(".xz") else path.read_bytes()
+        events = json.loads(raw)
+    except (OSError, ValueError, lzma.LZMAError, EOFError) as e:
+        raise NotAReportError(f"{path}: not a readable ONNX Runtime profile ({e})") from None
+    if isinstance(events, dict):
+        events = events.get("traceEvents", [])
+    if not isinstance(events, list):
+        raise NotAReportError(f"{path}: not an ONNX Runtime profile (expected a list of events)")
+    return events
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:

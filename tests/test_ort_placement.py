@@ -103,3 +103,27 @@ def test_bad_inputs(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     res = CliRunner().invoke(cli, ["ort", str(tmp_path / "bad.json")])
     assert res.exit_code == 1 and "not a readable ONNX Runtime profile" in res.output
+
+
+def test_compare_an_ort_cpu_run_with_pytorch_eager(tmp_path, cache_dir):
+    """The same ResNet-18 (batch 8) run by ONNX Runtime's CPU EP and by PyTorch eagerly on an
+    H200 (tests/data/ort/captures, made with capture_pair.sh): the CPU run is timed by its NVTX
+    iterations and lined up by latency, with its placement line; no kernel-level detail."""
+    import shutil
+
+    import nsightlab
+
+    shutil.copytree(DATA / "captures", tmp_path / "c")  # captures write their cache inside
+    eager, ort = tmp_path / "c" / "torch-eager", tmp_path / "c" / "ort-cpu"
+    lineup = nsightlab.compare([eager, ort], labels=["eager", "ort-cpu"])
+    s = lineup.summary.set_index("run")
+    assert s.loc["ort-cpu", "kernel_ns"] == 0 and s.loc["ort-cpu", "iterations"] == 20
+    assert s.loc["ort-cpu", "verdict"] == "CPU only (no GPU kernels)"
+    assert s.loc["ort-cpu", "execution_providers"] == "CPUExecutionProvider 100%"
+    assert s.loc["eager", "execution_providers"] == "" and s.loc["eager", "kernel_ns"] > 0
+    run = json.loads((ort / "ort_run.json").read_text())
+    assert s.loc["ort-cpu", "latency_mean_ns"] / 1e6 == pytest.approx(
+        sum(run["latency_ms"]) / len(run["latency_ms"]), rel=0.05)  # NVTX vs the runner's clock
+    assert lineup.diffs == [] and "ran no GPU kernels" in lineup.pairs["verdict"].iloc[0]
+    text = CliRunner().invoke(cli, ["compare", str(eager), str(ort)]).stdout
+    assert "ONNX Runtime placement" in text and "CPU only (no GPU kernels)" in text

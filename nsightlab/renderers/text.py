@@ -202,10 +202,15 @@ def _(l: Lineup, limit: int | None = 12) -> str:
              table_text(l.wide_ms("by_class")),
              "GPU time by precision (ms per iteration):",
              table_text(l.wide_ms("by_precision"))]
-    for d in l.diffs:
-        warn = d.headline["workload_warnings"]
-        lines += [f"{d.b.label} against {d.a.label} (B = {d.b.label}):",
-                  *[f"  WARNING (workload): {w}" for w in warn], f"  {d.headline['verdict']}"]
+    ort = s[s["execution_providers"].astype(str) != ""] if "execution_providers" in s else s.iloc[0:0]
+    if len(ort):
+        lines.append("ONNX Runtime placement (node time; nsightlab ort RUN for the nodes):")
+        lines += [f"  {r.run}: {r.execution_providers}; CPU fallbacks {r.ort_fallback_pct:.1f}%, "
+                  f"memcpy nodes {r.ort_memcpy_pct:.1f}%" for r in ort.itertuples()]
+    for r in l.pairs.itertuples():
+        warn = [w for w in str(r.workload_warnings).split("; ") if w]
+        lines += [f"{r.run} against {r.baseline} (B = {r.run}):",
+                  *[f"  WARNING (workload): {w}" for w in warn], f"  {r.verdict}"]
     return "\n".join(lines) + "\n"
 
 
