@@ -47,7 +47,9 @@ class Placement(Result):
     - ``fallbacks``: node, op_type, executions, time_ns (CPU EP nodes while a GPU EP was
       requested);
     - ``memcpy``: node, op_type, executions, time_ns, time_pct;
-    - ``trt_subgraphs``: node, op_type, executions, time_ns, time_pct.
+    - ``trt_subgraphs``: node, op_type, executions, time_ns, time_pct;
+    - ``assignment``: provider, nodes, names: ORT's own node placement at session creation
+      (the runner's record of its verbose log; empty for a bare profile).
     """
 
     run: dict
@@ -56,8 +58,9 @@ class Placement(Result):
     fallbacks: pd.DataFrame
     memcpy: pd.DataFrame
     trt_subgraphs: pd.DataFrame
+    assignment: pd.DataFrame
 
-    SECTIONS = ("phases", "by_provider", "fallbacks", "memcpy", "trt_subgraphs")
+    SECTIONS = ("phases", "by_provider", "fallbacks", "memcpy", "trt_subgraphs", "assignment")
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {"run": pd.DataFrame([{k: json.dumps(v) if isinstance(v, (list, dict)) else v
@@ -110,8 +113,12 @@ def placement(path: str | Path, requested: str | None = None) -> Placement:
     mem = nodes[nodes["op_type"].astype(str).str.match(MEMCPY.pattern)]
     trt = nodes[(nodes["provider"] == "TensorrtExecutionProvider")
                 | nodes["node"].astype(str).str.contains(TRT_NODE.pattern, regex=True)]
+    assignment = pd.DataFrame(
+        [{"provider": ep, "nodes": int(v.get("nodes", 0)), "names": "; ".join(v.get("names", []))}
+         for ep, v in (run.pop("node_placements", None) or {}).items()],
+        columns=["provider", "nodes", "names"])
     return Placement(run, _phases(prof), by_provider, _per_node(cpu, total, share=False),
-                     _per_node(mem, total), _per_node(trt, total))
+                     _per_node(mem, total), _per_node(trt, total), assignment)
 
 
 def _run_record(run_file: Path | None) -> dict:
@@ -126,7 +133,8 @@ def _run_record(run_file: Path | None) -> dict:
     return {"requested": EP_NAMES.get(r.get("ep_requested"), r.get("ep_requested")),
             "providers_available": r.get("providers_available"),
             "providers_used": r.get("providers_used"), "session_fallback": r.get("fallback"),
-            "onnxruntime_version": r.get("onnxruntime_version")}
+            "onnxruntime_version": r.get("onnxruntime_version"),
+            "node_placements": r.get("node_placements") or {}}
 
 
 def _by_provider(nodes: pd.DataFrame, total: int) -> pd.DataFrame:

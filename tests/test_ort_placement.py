@@ -53,6 +53,9 @@ def test_cuda_requested_without_it_is_a_recorded_fallback(tiny_model, tmp_path):
     assert p.run["requested"] == "CUDAExecutionProvider" and p.run["session_fallback"]
     assert set(p.fallbacks["op_type"]) == {"MatMul", "Relu"}
     assert p.run["fallback_time_pct"] == pytest.approx(100.0)
+    # ORT's own verbose placement log, recorded by the runner at session creation
+    assert p.assignment.to_dict("records") == [
+        {"provider": "CPUExecutionProvider", "nodes": 2, "names": ""}]
     res = CliRunner().invoke(cli, ["ort", str(folder)])
     assert res.exit_code == 0
     assert "the whole session ran on the CPU" in res.stdout and "fallbacks: 2 node(s)" in res.stdout
@@ -127,3 +130,19 @@ def test_compare_an_ort_cpu_run_with_pytorch_eager(tmp_path, cache_dir):
     assert lineup.diffs == [] and "ran no GPU kernels" in lineup.pairs["verdict"].iloc[0]
     text = CliRunner().invoke(cli, ["compare", str(eager), str(ort)]).stdout
     assert "ONNX Runtime placement" in text and "CPU only (no GPU kernels)" in text
+
+
+def test_node_placement_log_of_several_providers():
+    """ORT's verbose placement block when several EPs take nodes, verbatim from a public
+    onnxruntime-web log (found with the project's code search): per-EP counts and node lines."""
+    from nsightlab.runners.ort import parse_placements
+
+    log = "\n".join([
+        "[I:onnxruntime:, transformer_memcpy.cc:393 AddCopyNode] Add MemcpyToHost before /0/Conv for CPUExecutionProvider",
+        "[V:onnxruntime:, session_state.cc:1345 VerifyEachNodeIsAssignedToAnEp]  Node(s) placed on [JsExecutionProvider]. Number of nodes: 6",
+        "[V:onnxruntime:, session_state.cc:1347 VerifyEachNodeIsAssignedToAnEp]   MemcpyFromHost (Memcpy)",
+        "[V:onnxruntime:, session_state.cc:1345 VerifyEachNodeIsAssignedToAnEp]  Node(s) placed on [CPUExecutionProvider]. Number of nodes: 1",
+        "[W:onnxruntime:, session_state.cc:1359 VerifyEachNodeIsAssignedToAnEp] Some nodes were not assigned to the preferred execution providers"])
+    got = parse_placements(log)
+    assert got == {"JsExecutionProvider": {"nodes": 6, "names": ["MemcpyFromHost (Memcpy)"]},
+                   "CPUExecutionProvider": {"nodes": 1, "names": []}}

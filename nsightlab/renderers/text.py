@@ -156,6 +156,9 @@ def _(p: Placement, limit: int | None = 15) -> str:
         lines.append(f"WARNING: {r.get('requested')} was not available in this onnxruntime build "
                      f"(available: {', '.join(r.get('providers_available') or [])}): the whole "
                      "session ran on the CPU")
+    if len(p.assignment):
+        lines.append("placed by ORT at session creation: " + ", ".join(
+            f"{a.provider} {a.nodes} node(s)" for a in p.assignment.itertuples()))
     if r.get("fallback_time_pct"):
         lines.append(f"fallbacks: {len(p.fallbacks)} node(s) ran on the CPU EP while a GPU EP "
                      f"was requested, {r['fallback_time_pct']:.1f}% of node time")

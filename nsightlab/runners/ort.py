@@ -8,7 +8,8 @@ iteration (``iterN``), so a Nsight Systems capture can be cut per iteration. Inp
 synthesized from the model's input specs (symbolic dimensions from --shape, else 1). The
 requested execution provider is used when this onnxruntime build has it; otherwise the run says
 so on stderr and falls back to CPU, and --report records what was asked, what was available and
-what was used. --profile keeps ONNX Runtime's own profiler JSON (per-node times).
+what was used, and which nodes ORT placed on which provider (its verbose "Node placements"
+log at session creation). --profile keeps ONNX Runtime's own profiler JSON (per-node times).
 
 NVTX needs the ``nvtx`` package (0.2.11 or older for nsys 2023.4 and older: newer ones emit
 ranges those versions drop); without it the run works and records ``nvtx: false``.
@@ -68,6 +69,56 @@ def synthesize(inputs, shapes: dict[str, list[int]]):
     return feeds
 
 
+@contextlib.contextmanager
+def _stderr_captured():
+    """What native code writes to stderr inside the block (ORT's logger), also passed on to
+    stderr afterwards; a StringIO-like holder with ``getvalue()``."""
+    import io
+    import tempfile
+
+    holder = io.StringIO()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield holder
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+            holder.write(text)
+            # pass on what is not verbose chatter (warnings, errors, the placements)
+            keep = [ln for ln in text.splitlines() if "[V:" not in ln and "[I:" not in ln
+                    or "placed on" in ln]
+            if keep:
+                print("\n".join(keep), file=sys.stderr)
+
+
+def parse_placements(log: str) -> dict:
+    """ORT's verbose "Node placements" block: {provider: {"nodes": n, "names": [...]}}.
+    Formats: " All nodes placed on [EP]. Number of nodes: N", or per EP " Node(s) placed on
+    [EP]. Number of nodes: N" followed by "  OpType (NodeName)" lines."""
+    import re
+
+    out: dict = {}
+    current = None
+    for line in log.splitlines():
+        m = re.search(r"(?:All nodes|Node\(s\)) placed on \[(\w+)\]\. Number of nodes: (\d+)", line)
+        if m:
+            current = m.group(1)
+            out[current] = {"nodes": int(m.group(2)), "names": []}
+            continue
+        n = re.search(r"\]\s{2,}(\S+)(?: \((.*)\))?\s*$", line)
+        if current and n:  # "OpType (NodeName)", or a fused node's name alone
+            out[current]["names"].append(n.group(1) + (f" ({n.group(2)})" if n.group(2) is not None else ""))
+        elif current and "VerifyEachNodeIsAssignedToAnEp" not in line:
+            current = None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m nsightlab.runners.ort", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         so.enable_profiling = True
         so.profile_file_prefix = os.path.splitext(os.path.abspath(args.profile))[0] + "-ort"
-    with scope("session_create"):
+    if args.report:  # ORT logs its node placements at verbose level while the session is made
+        so.log_severity_level = 0
+    with scope("session_create"), _stderr_captured() as session_log:
         sess = ort.InferenceSession(args.model, sess_options=so, providers=providers)
+    so.log_severity_level = 2
     feeds = synthesize(sess.get_inputs(), parse_shapes(args.shape))
     with scope("warmup"):
         for _ in range(args.warmup):
@@ -119,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency_mean_ms": statistics.fmean(latencies) if latencies else None,
         "latency_median_ms": statistics.median(latencies) if latencies else None,
         "onnxruntime_version": ort.__version__,
+        "node_placements": parse_placements(session_log.getvalue()),
     }
     if args.report:
         with open(args.report, "w") as f:
