@@ -180,6 +180,14 @@ class ExportDB:
         return out
 
     # ---- bulk reads ---------------------------------------------------------------------
+    def rowid_span(self, table: str) -> int | None:
+        """max(rowid) - min(rowid) + 1 (about the row count, from the index: instant); None
+        for a view."""
+        if table in self.views:
+            return None
+        lo, hi = self.query(f'SELECT min(rowid), max(rowid) FROM "{table}"')[0]
+        return 0 if lo is None else int(hi - lo + 1)
+
     def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int] | None]:
         """Split ``table`` into ``parts`` contiguous rowid ranges [lo, hi) of similar size;
         ``[None]`` (read it whole) for a view, which has no rowid."""

@@ -10,12 +10,14 @@ Every read goes through ``TableReader._cached``, the one policy for the cache:
 4. a cache folder that cannot be written (read-only, full disk) turns the cache off for this
    reader, with one progress note, and SQLite is read directly from then on.
 
-Big activity tables are read by ``PARALLEL_READERS`` threads over rowid ranges, each
+Big activity tables are read by ``readers()`` threads (one per available core, capped by
+``NSIGHTLAB_READERS``) over rowid ranges, each
 converting its batches to the column contract (``nsightlab.tables``), writing its own cache
 part and copying into preallocated DataFrame columns (``nsightlab.frames``).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -33,9 +35,26 @@ from .tables import CHECKED, TableSpec, build_batch, drop_invalid, session_bound
 
 T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
-#: SQLite reader threads per big table: one per core of the 2-core target machine (3 measured
-#: no faster); each also converts, caches and copies its own batches
-PARALLEL_READERS = 2
+#: most SQLite reader threads per big table (each also converts, caches and copies its own
+#: batches); the cores this process may use decide below that, and NSIGHTLAB_READERS caps it
+MAX_READERS = 32
+#: rows under which a table is read by one thread (thread start-up would cost more)
+ROWS_PER_READER = 250_000
+
+
+def readers(rows: int | None = None) -> int:
+    """Reader threads for a table of ``rows``: one per core available to this process
+    (``os.sched_getaffinity``), capped by ``NSIGHTLAB_READERS`` and ``MAX_READERS``, and by
+    the table's size (small tables are read by one thread)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    cap = os.environ.get("NSIGHTLAB_READERS", "").strip()
+    n = min(cores, MAX_READERS, int(cap) if cap.isdigit() and int(cap) > 0 else MAX_READERS)
+    if rows is not None:
+        n = min(n, max(1, rows // ROWS_PER_READER))
+    return max(1, n)
 
 
 class TableReader:
@@ -164,7 +183,7 @@ class TableReader:
     # ---- SQLite ------------------------------------------------------------------------------
     def _frame_from_sqlite(self, spec: TableSpec, keep: list[str], open_part: OpenPart | None
                            ) -> tuple[int, pd.DataFrame]:
-        ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS)
+        ranges = self.db.rowid_ranges(spec.source, readers(self.db.rowid_span(spec.source)))
         sizes = [r[1] - r[0] if r is not None else self.db.count(spec.source) for r in ranges]
         self._announce(spec, sum(sizes), open_part is not None)
         offsets = [sum(sizes[:i]) for i in range(len(ranges))]
@@ -187,7 +206,8 @@ class TableReader:
                  keep: list[str]) -> tuple[int, pa.Table]:
         """Read ``spec`` from SQLite into an Arrow table of the ``keep`` columns (writing the
         cache parts on the way when ``open_part`` is given). Returns (rows, table)."""
-        ranges = self.db.rowid_ranges(spec.source, PARALLEL_READERS) if spec.split else [None]
+        ranges = self.db.rowid_ranges(spec.source, readers(self.db.rowid_span(spec.source))) \
+            if spec.split else [None]
         whole = spec.finish is not None or len(keep) == len(spec.columns)
         kept: list[list[pa.RecordBatch]] = [[] for _ in ranges]
         self._stream(spec, open_part if spec.finish is None else None,
