@@ -161,13 +161,23 @@ class TableCache:
         _VERIFIED.add(key)
         return True
 
+    def meta(self, table: str) -> dict | None:
+        """meta.json of a valid entry of ``table``, or None."""
+        if self.files(table) is None:
+            return None
+        try:
+            return json.loads((self.root / table / META).read_text())
+        except (OSError, ValueError):
+            return None
+
     def drop(self, table: str) -> None:
         shutil.rmtree(self.root / table, ignore_errors=True)
 
     def build(self, table: str, fill: Callable[[Callable[[int], pq.ParquetWriter]], tuple[int, T]],
-              schema: pa.Schema) -> T:
+              schema: pa.Schema, extra: Callable[[], dict] | None = None) -> T:
         """Create the entry: ``fill(open_part)`` writes the parts and returns (row count,
-        payload); the payload (e.g. the table just read) is handed back to the caller."""
+        payload); the payload (e.g. the table just read) is handed back to the caller.
+        ``extra()`` adds facts learnt while filling to meta.json (rows left out)."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = build_dir(self.root, table)
         dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
@@ -195,7 +205,7 @@ class TableCache:
                 parts.append({"file": f.name, "size": f.stat().st_size,
                               "rows": pq.ParquetFile(f).metadata.num_rows})
             meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident,
-                    "rows": rows, "parts": parts}
+                    "rows": rows, "parts": parts, **(extra() if extra else {})}
             (tmp / META).write_text(json.dumps(meta, indent=1))
             self.drop(table)
             os.replace(tmp, self.root / table)

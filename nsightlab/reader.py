@@ -65,6 +65,8 @@ class TableReader:
         self.db = db
         self.cache = cache
         self.progress = progress
+        #: activity rows left out of the last SQLite read of each table (``drop_invalid``)
+        self.dropped: dict[str, int] = {}
 
     # ---- the three ways to read ----------------------------------------------------------
     def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
@@ -128,8 +130,9 @@ class TableReader:
                 except (OSError, pa.ArrowException):
                     self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
             try:
-                return self._from_sqlite(spec, lambda: self.cache.build(spec.name, from_sqlite,
-                                                                        spec.schema))
+                return self._from_sqlite(spec, lambda: self.cache.build(
+                    spec.name, from_sqlite, spec.schema,
+                    lambda: {"dropped": self.dropped.get(spec.name, 0)}))
             except OSError as e:
                 self._cache_unusable(e)
         return self._from_sqlite(spec, lambda: from_sqlite(None)[1])
@@ -231,6 +234,7 @@ class TableReader:
                    for r in ranges]
         checked = spec.name in CHECKED
         bounds = session_bounds(self.db, spec.name) if checked else None
+        dropped = [0] * len(queries)
         if checked and not {"start", "end"} <= set(self.db.columns(spec.source)):
             raise CorruptReportError(
                 f"{self.db.path}: table {spec.source} has no start/end columns (renamed or "
@@ -242,7 +246,9 @@ class TableReader:
                 for raw in self.db.stream(queries[i]):
                     b = build_batch(spec, self.db, raw)
                     if checked:  # rows with impossible timestamps: left out, reported
+                        n = b.num_rows
                         b = drop_invalid(b, bounds)
+                        dropped[i] += n - b.num_rows
                     if writer is not None:
                         writer.write_batch(b)
                     sink(i, b)
@@ -251,3 +257,10 @@ class TableReader:
         if open_part is not None and not queries:
             open_part(0)  # an empty table still gets its (empty) Parquet file
         self.db.parallel([job(i) for i in range(len(queries))])
+        self.dropped[spec.name] = sum(dropped)
+
+    def dropped_rows(self, spec: TableSpec) -> int | None:
+        """Rows of ``spec`` every read leaves out, as recorded when its cache entry was built;
+        None when there is no entry (count them in SQLite then)."""
+        meta = self.cache.meta(spec.name) if self.cache is not None else None
+        return None if meta is None or "dropped" not in meta else int(meta["dropped"])

@@ -276,6 +276,11 @@ class Report:
         """CUDA graph node events (with --cuda-graph-trace=node)."""
         return self.table("cuda_graph_nodes", columns)
 
+    def dropped_rows(self, table: str) -> int | None:
+        """Rows of ``table`` left out of every read (missing or impossible timestamps), from
+        its cache entry; None when the table is not cached."""
+        return self._reader.dropped_rows(self.spec(table))
+
     def memory(self, columns: list[str] | None = None) -> pd.DataFrame:
         """GPU memory allocations and frees (with --cuda-memory-usage=true)."""
         return self.table("memory", columns)
