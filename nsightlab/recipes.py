@@ -30,7 +30,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -398,15 +398,15 @@ def run_many(name: str, inputs: list[str], params: dict | None = None, *, jobs: 
     else:
         workers = max(1, min(jobs or os.cpu_count() or 1, len(sources)))
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_run_one, str(recipe.path), s, values, open_kwargs)
-                       for s in sources]
-            entries = []
-            for f in futures:  # in input order
-                entries.append(f.result())
+            futures = {pool.submit(_run_one, str(recipe.path), s, values, open_kwargs): i
+                       for i, s in enumerate(sources)}
+            done: dict[int, dict] = {}
+            for f in as_completed(futures):  # as they finish; kept in input order below
+                e = done[futures[f]] = f.result()
                 if progress is not None:
-                    e = entries[-1]
-                    progress(f"{e['input']}: {e['status']}"
+                    progress(f"[{len(done)}/{len(sources)} reports] {e['input']}: {e['status']}"
                              + (f" ({e['message']})" if e.get("message") else ""))
+            entries = [done[i] for i in range(len(sources))]
     labels = dict(zip(sources, report_labels(sources)))
     ok = [(labels[e["input"]], e.pop("tables")) for e in entries if e["status"] == "ok"]
     if len(sources) == 1:
