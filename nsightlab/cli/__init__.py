@@ -46,7 +46,9 @@ def cli() -> None:
     """Turn NVIDIA Nsight profiles of GPU inference into answers.
 
     Capture a run (capture), look inside it (info, table), answer one question about it
-    (recipe run), compare two runs (diff) or summarize one (report). Reports are given as
+    (recipe run), compare two runs (diff) or several (compare), summarize one (report), match
+    TensorRT layers across engines (layers) or see where ONNX Runtime ran each node (ort).
+    Reports are given as
     an nsys SQLite export (.sqlite or .sqlite.xz), a .nsys-rep (exported with nsys when it
     is installed), a capture directory, or a capture name in the store (./captures, or
     NSIGHTLAB_STORE).
@@ -56,6 +58,7 @@ def cli() -> None:
       nsightlab capture fp16 --trtexec vit_fp16.onnx --precision fp16
       nsightlab diff captures/examples/vit-fp16 captures/examples/vit-fp8 --html diff.html
       nsightlab report captures/examples/vit-fp16
+      nsightlab compare fp32 bf16 fp16 fp8 --fail-if 'latency_p50 > +5%'
       nsightlab recipe run launch_compute report.sqlite
       nsightlab info captures/examples/*/
       nsightlab table kernels report.sqlite --columns name,duration_ns --limit 10
