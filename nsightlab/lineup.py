@@ -151,6 +151,9 @@ def _profile(report: Report, label: str) -> RunProfile:
     except NsightlabError:
         if report.has_rows("kernels"):
             raise
+    lost = [w["message"] for w in report.completeness if w["check"] == "kernels_missing"]
+    if lost:  # CUDA work was launched but its kernels are not in the report: not a CPU run
+        raise NsightlabError(f"{report.source}: {lost[0]}")
     w = _cpu_walls(report)
     if not len(w):
         raise NsightlabError(f"{report.source}: no GPU kernels and no NVTX iteration ranges: "

@@ -146,3 +146,18 @@ def test_node_placement_log_of_several_providers():
     got = parse_placements(log)
     assert got == {"JsExecutionProvider": {"nodes": 6, "names": ["MemcpyFromHost (Memcpy)"]},
                    "CPUExecutionProvider": {"nodes": 1, "names": []}}
+
+
+def test_a_run_whose_kernels_were_lost_is_not_taken_for_a_cpu_run(sqlite_of, cache_dir, tmp_path):
+    """CUDA launch calls recorded but no kernel (a crash, a lost trace): compare refuses it with
+    the completeness message, instead of timing it as a CPU-only run."""
+    import lzma
+
+    import nsightlab
+    from nsightlab.errors import NsightlabError
+
+    crash = tmp_path / "crash.sqlite"
+    crash.write_bytes(lzma.open(Path(__file__).parent / "data" / "scenarios" / "nsys" /
+                                "h100-crash.sqlite.xz").read())
+    with pytest.raises(NsightlabError, match="the CUDA trace was lost"):
+        nsightlab.compare([sqlite_of("h200-vit-fp16"), crash])
