@@ -302,15 +302,20 @@ def explaining(deltas: pd.Series, target: float, share: float = 0.8, most: int =
     return None
 
 
+def slot_labels(kernels: pd.DataFrame, width: int = 72) -> list[str]:
+    """``units.kernel_label`` of each row of a diff's ``kernels``: B's kernel, else A's."""
+    return [kernel_label(b if isinstance(b, str) else a, width)
+            for a, b in zip(kernels["a_name"], kernels["b_name"])]
+
+
 def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.DataFrame,
                    target: float) -> str:
     """Which kernels, layers or classes make up >= 80% of a kernel-time change ``target``
     (the finest grain that needs at most three rows); when gains and losses cancel, the
     largest of each."""
-    k = kernels.assign(key=[f"{kernel_label(b if isinstance(b, str) else a, 56)} "
-                            f"({'outside layers' if lay == OUTSIDE else lay})"
-                            if lay not in (ITERATION_LAYER,) else kernel_label(b if isinstance(b, str) else a, 56)
-                            for a, b, lay in zip(kernels["a_name"], kernels["b_name"], kernels["layer"])])
+    where = {OUTSIDE: " (outside layers)", ITERATION_LAYER: ""}
+    k = kernels.assign(key=[f"{label}{where.get(lay, f' ({lay})')}" for label, lay in
+                            zip(slot_labels(kernels, 56), kernels["layer"])])
     grains = [(k.groupby("key", sort=False)[["a_ns", "b_ns", "delta_ns"]].sum(), "kernel"),
               (by_layer.set_index("layer")[["a_ns", "b_ns", "delta_ns"]], "layer"),
               (by_class.set_index("kernel_class")[["a_ns", "b_ns", "delta_ns"]], "class")]

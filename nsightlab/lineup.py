@@ -22,7 +22,7 @@ from . import budget
 from .comparison import Diff, compare as diff_profiles
 from .budget import iteration_ranges
 from .errors import NsightlabError
-from .profile import RunProfile, iteration_walls, profile
+from .profile import RunProfile, iteration_walls, latency_stats, profile
 from .report import Report, as_report
 from .result import Result, json_records, json_value
 
@@ -159,9 +159,7 @@ def _profile(report: Report, label: str) -> RunProfile:
         raise NsightlabError(f"{report.source}: no GPU kernels and no NVTX iteration ranges: "
                              "nothing to time; capture with NVTX ranges per iteration (the "
                              "--ort runner makes them) or with --trace=cuda")
-    q = np.percentile(w, [50, 95, 99])
-    latency = {"mean_ns": float(w.mean()), "p50_ns": float(q[0]), "p95_ns": float(q[1]),
-               "p99_ns": float(q[2]), "min_ns": float(w.min()), "max_ns": float(w.max())}
+    latency = latency_stats(w)
     empty = pd.DataFrame({"kernel_class": [], "time_ns": [], "count": []})
     return RunProfile(
         label=label, iterations=len(w),

@@ -98,7 +98,8 @@ def placement(path: str | Path, requested: str | None = None) -> Placement:
     ``requested``: the execution provider asked for (cpu, cuda, tensorrt or an ORT provider
     name); by default the runner's record says, else the busiest provider is taken as asked."""
     prof, run_file = locate(path)
-    nodes = ort_profile.nodes(prof)
+    events = ort_profile.read_events(prof)  # parsed once: nodes and session phases
+    nodes = ort_profile.from_events(events)
     run = _run_record(run_file)
     asked = EP_NAMES.get(str(requested), requested) if requested else run.get("requested")
     total = max(int(nodes["duration_ns"].sum()), 1)
@@ -117,7 +118,7 @@ def placement(path: str | Path, requested: str | None = None) -> Placement:
         [{"provider": ep, "nodes": int(v.get("nodes", 0)), "names": "; ".join(v.get("names", []))}
          for ep, v in (run.pop("node_placements", None) or {}).items()],
         columns=["provider", "nodes", "names"])
-    return Placement(run, _phases(prof), by_provider, _per_node(cpu, total, share=False),
+    return Placement(run, _phases(events), by_provider, _per_node(cpu, total, share=False),
                      _per_node(mem, total), _per_node(trt, total), assignment)
 
 
@@ -160,10 +161,9 @@ def _per_node(df: pd.DataFrame, total: int, share: bool = True) -> pd.DataFrame:
     return out.sort_values("time_ns", ascending=False, kind="stable").reset_index(drop=True)[cols]
 
 
-def _phases(prof: Path) -> pd.DataFrame:
+def _phases(events: list) -> pd.DataFrame:
     """Session set-up (loading, initialization: where engines are built) and the first run
-    apart from the steady runs (median)."""
-    events = ort_profile.read_events(prof)
+    apart from the steady runs (median), from the profile's events."""
     sess = [e for e in events if isinstance(e, dict) and e.get("cat") == "Session"]
 
     def dur(names) -> list[int]:

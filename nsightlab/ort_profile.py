@@ -20,8 +20,11 @@ COLUMNS = ["node", "op_type", "provider", "start_ns", "duration_ns", "thread", "
 def nodes(path: str | Path) -> pd.DataFrame:
     """One row per node execution: node, op_type, provider, start_ns (from the profiler's
     start), duration_ns, thread, pid."""
-    path = Path(path)
-    events = read_events(path)
+    return from_events(read_events(Path(path)))
+
+
+def from_events(events: list) -> pd.DataFrame:
+    """``nodes`` of an already parsed profile (its events)."""
     rows = []
     for e in events:
         if not isinstance(e, dict) or e.get("cat") != "Node":

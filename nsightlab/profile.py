@@ -145,10 +145,14 @@ def iteration_walls(report: Report) -> np.ndarray:
 
 
 def _latency(report: Report, mean_ns: float) -> dict:
-    """Statistics of the wall-clock iterations: mean, p50, p95, p99, min, max in ns (one
-    iteration, the mean, when the budget has none)."""
+    """``latency_stats`` of the wall-clock iterations (one iteration, the mean, when the
+    budget has none)."""
     w = iteration_walls(report)
-    w = w if len(w) else np.array([mean_ns], float)
+    return latency_stats(w if len(w) else np.array([mean_ns], float))
+
+
+def latency_stats(w: np.ndarray) -> dict:
+    """mean, p50, p95, p99, min and max (``*_ns``) of iteration times ``w`` (not empty)."""
     q = np.percentile(w, [50, 95, 99])
     return {"mean_ns": float(w.mean()), "p50_ns": float(q[0]), "p95_ns": float(q[1]),
             "p99_ns": float(q[2]), "min_ns": float(w.min()), "max_ns": float(w.max())}

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 
 from .. import charts
-from ..comparison import Diff
+from ..comparison import Diff, slot_labels
 from ..lineup import Lineup
 from ..trt_layers import LayerMatch
 from ..recipes import RunResult
 from ..summary import RunReport
-from ..units import kernel_label, ms_columns
+from ..units import ms_columns
 
 STYLE = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
          "table{border-collapse:collapse;font-size:13px;margin:0.5em 0}"
@@ -113,8 +113,7 @@ def _(d: Diff) -> str:
         ("Overheads (median per iteration)", table_html(d.overheads)),
         ("Tensor Core activity", table_html(d.tensor_core)),
         ("Kernels (matched by layer, class and position)",
-         table_html(d.kernels.assign(kernel=[kernel_label(b if isinstance(b, str) else a) for a, b in
-                                             zip(d.kernels["a_name"], d.kernels["b_name"])])
+         table_html(d.kernels.assign(kernel=slot_labels(d.kernels))
                     [["layer", "kernel_class", "kernel", "a_precision", "b_precision", "a_ns",
                       "b_ns", "delta_ns", "status"]])),
     ]

@@ -13,7 +13,7 @@ from functools import singledispatch
 
 import pandas as pd
 
-from ..comparison import Diff
+from ..comparison import Diff, slot_labels
 from ..lineup import Lineup
 from ..ort_placement import Placement
 from ..trt_layers import LayerMatch
@@ -21,7 +21,7 @@ from ..metadata import ReportInfos
 from ..profile import OUTSIDE
 from ..recipes import RunResult
 from ..summary import RunReport
-from ..units import kernel_label, ms_columns
+from ..units import ms_columns
 
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$|^$")
 #: widest cell before it is cut (with "…")
@@ -107,8 +107,7 @@ def _(d: Diff, limit: int | None = 12) -> str:
         lines += ["by layer (largest changes):",
                   ms_table(d.by_layer.head(limit), ["layer", "a_ns", "b_ns", "delta_ns",
                                                     "a_math_precision", "b_math_precision"])]
-    k = d.kernels.assign(kernel=[kernel_label(b if isinstance(b, str) else a)
-                                 for a, b in zip(d.kernels["a_name"], d.kernels["b_name"])])
+    k = d.kernels.assign(kernel=slot_labels(d.kernels))
     top = (k.groupby(["kernel", "status"], sort=False)
            .agg(layers=("layer", "nunique"), a_ns=("a_ns", "sum"), b_ns=("b_ns", "sum"),
                 delta_ns=("delta_ns", "sum")).reset_index())

@@ -93,22 +93,15 @@ def _innermost(ranges, times):
         return out
     s, e = ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy()
     depth, names = ranges["depth"].to_numpy(), ranges["name"].to_numpy()
-    for k in range(0, len(times), max(1, 4_000_000 // max(len(ranges), 1))):
-        t = times[k:k + 4_000_000 // max(len(ranges), 1) or 1][:, None]
+    step = max(1, 4_000_000 // len(ranges))  # times x ranges compared per pass
+    for k in range(0, len(times), step):
+        t = times[k:k + step][:, None]
         inside = (s[None, :] <= t) & (t <= e[None, :])
         d = np.where(inside, depth[None, :], -1)
         best = d.argmax(axis=1)
         hit = d[np.arange(len(t)), best] >= 0
         out[k:k + len(t)][hit] = names[best[hit]]
     return out
-
-
-def _in_use_at(m, device, memory, times):
-    """Device memory in use just after ``times`` on one device (the running sum)."""
-    d = m[(m["device_id"] == device) & (m["memory"] == memory)]
-    t, v = d["start_ns"].to_numpy(), d["in_use_bytes"].to_numpy()
-    i = np.searchsorted(t, times, "right") - 1
-    return np.where(i >= 0, v[np.maximum(i, 0)] if len(v) else 0, 0)
 
 
 def _summary(m, alloc, allocs, unmatched, ranges):
