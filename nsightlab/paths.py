@@ -73,8 +73,7 @@ def locate(path: str | os.PathLike, *, cache: bool = True,
     if p.suffix in nsys_cli.REPORT_SUFFIXES or _is_nsys_rep(p):
         p = _exported(p, capture if cache else None, root if cache else scratch(), nsys, progress)
     cache_root = (capture / "cache") if capture is not None else keyed_dir(root, p)
-    if cache_root.exists() and not os.access(cache_root, os.W_OK | os.X_OK) \
-            or not cache_root.exists() and not _creatable(cache_root):
+    if not _usable(cache_root):
         cache_root = keyed_dir(root, p)  # a read-only capture: its cache goes to the cache root
     return Location(p, cache_root if cache else None, Path(path), capture)
 
@@ -91,10 +90,14 @@ def _writable(first: Path, fallback: Path) -> Path:
     """``first`` if it can be written (or created), else ``fallback`` (the cache root), else a
     scratch folder removed at exit: a read-only checkout is never a failure."""
     for folder in (first, fallback):
-        if (folder.exists() and os.access(folder, os.W_OK | os.X_OK)) or \
-                (not folder.exists() and _creatable(folder)):
+        if _usable(folder):
             return folder
     return scratch()
+
+
+def _usable(folder: Path) -> bool:
+    """Whether files can be written in ``folder`` (it is writable, or could be created)."""
+    return os.access(folder, os.W_OK | os.X_OK) if folder.exists() else _creatable(folder)
 
 
 _SCRATCH: list[Path] = []
@@ -187,7 +190,7 @@ def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLi
     if sibling.is_file() and sibling.stat().st_mtime >= rep.stat().st_mtime:
         return sibling
     out = (capture / sibling.name) if capture is not None else keyed_dir(root, rep) / sibling.name
-    if capture is not None and not os.access(capture, os.W_OK | os.X_OK):
+    if capture is not None and not _usable(capture):
         out = _writable(keyed_dir(root, rep), keyed_dir(root, rep)) / sibling.name
     if out.is_file():
         return out

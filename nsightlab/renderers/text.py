@@ -204,7 +204,7 @@ def _(l: Lineup, limit: int | None = 12) -> str:
              table_text(l.wide_ms("by_class")),
              "GPU time by precision (ms per iteration):",
              table_text(l.wide_ms("by_precision"))]
-    ort = s[s["execution_providers"].astype(str) != ""] if "execution_providers" in s else s.iloc[0:0]
+    ort = s[s["execution_providers"].astype(str) != ""]
     if len(ort):
         lines.append("ONNX Runtime placement (node time; nsightlab ort RUN for the nodes):")
         lines += [f"  {r.run}: {r.execution_providers}; CPU fallbacks {r.ort_fallback_pct:.1f}%, "
