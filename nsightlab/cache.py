@@ -24,10 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from .tables import TABLE_VERSION
+#: version of the table contract (``nsightlab.tables``): bump it whenever a contract or a
+#: conversion there changes. It is part of every cache key. Kept here, not in tables.py, so
+#: that cached answers are found without importing pandas or pyarrow.
+TABLE_VERSION = 6
 
 META = "meta.json"
 T = TypeVar("T")
@@ -130,6 +131,8 @@ class TableCache:
 
     def files(self, table: str) -> list[Path] | None:
         """Part files of a valid entry, or None (missing, stale or damaged: then removed)."""
+        import pyarrow as pa  # here, not at the top: cached answers are served without it
+
         d = self.root / table
         try:
             meta = json.loads((d / META).read_text())
@@ -150,6 +153,8 @@ class TableCache:
     def _footers_agree(self, d: Path, files: list[Path], parts: list[dict]) -> bool:
         """Each part's footer: the rows meta.json recorded, and this report as its source
         (checked once per entry and process: footers are small, but not free)."""
+        import pyarrow.parquet as pq
+
         key = (str(d), (d / META).stat().st_mtime_ns)
         if key in _VERIFIED:
             return True
@@ -173,11 +178,14 @@ class TableCache:
     def drop(self, table: str) -> None:
         shutil.rmtree(self.root / table, ignore_errors=True)
 
-    def build(self, table: str, fill: Callable[[Callable[[int], pq.ParquetWriter]], tuple[int, T]],
-              schema: pa.Schema, extra: Callable[[], dict] | None = None) -> T:
+    def build(self, table: str, fill: Callable[[Callable[[int], "pq.ParquetWriter"]], tuple[int, T]],
+              schema: "pa.Schema", extra: Callable[[], dict] | None = None) -> T:
         """Create the entry: ``fill(open_part)`` writes the parts and returns (row count,
         payload); the payload (e.g. the table just read) is handed back to the caller.
         ``extra()`` adds facts learnt while filling to meta.json (rows left out)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = build_dir(self.root, table)
         dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CorruptReportError, NotAReportError
+from .paths import NSYS_REP_MAGIC
 
 if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
     # Big reads allocate and free hundreds of MB of transient Arrow buffers (SQLite batches,
@@ -38,7 +39,6 @@ if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         pass
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-NSYS_REP_MAGIC = b"NVIDIA Tegra Profiler Report"
 #: rows per Arrow batch (and Parquet row group): big enough that per-batch Python work is
 #: negligible, small enough that two readers in flight add only ~100 MB to peak memory
 BATCH_ROWS = 65_536

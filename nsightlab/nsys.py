@@ -10,11 +10,16 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import NsysExportError, NsysNotFoundError
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+#: an export that runs longer than this is stopped
+EXPORT_TIMEOUT_S = 3600
 INSTALL_HINT = ("install Nsight Systems (CUDA toolkit, or Debian's non-free 'nsight-systems' "
                 "package) and put nsys on PATH, or pass --nsys PATH / set NSIGHTLAB_NSYS")
 
@@ -51,8 +56,10 @@ def export_argv(nsys: str | os.PathLike, report: Path, out: Path) -> list[str]:
             "--output", str(out), str(report)]
 
 
-def export_sqlite(report: Path, out: Path, nsys: Path | None) -> Path:
-    """Export ``report`` (.nsys-rep/.qdrep) to ``out`` (.sqlite) with ``nsys export``."""
+def export_sqlite(report: Path, out: Path, nsys: Path | None,
+                  progress: Callable[[str], None] | None = None) -> Path:
+    """Export ``report`` (.nsys-rep/.qdrep) to ``out`` (.sqlite) with ``nsys export``;
+    ``progress`` gets a meter (``"\r..."``: megabytes written, seconds) every second."""
     if nsys is None:
         raise NsysNotFoundError(
             f"{report}: a .nsys-rep must be exported to SQLite with Nsight Systems and no nsys "
@@ -62,11 +69,10 @@ def export_sqlite(report: Path, out: Path, nsys: Path | None) -> Path:
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.sqlite")
     cmd = export_argv(nsys, report, tmp)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        returncode, msg = _run_watched(cmd, tmp, report, progress)
     except OSError as e:
         raise NsysNotFoundError(f"{nsys}: cannot run it ({e}); {INSTALL_HINT}") from None
-    msg = (proc.stdout + proc.stderr).strip()
-    if proc.returncode != 0 or not tmp.exists():
+    if returncode != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
         if any(t in msg for t in ("Version not supported", "Version number is invalid")):
             raise NsysExportError(
@@ -74,8 +80,38 @@ def export_sqlite(report: Path, out: Path, nsys: Path | None) -> Path:
                 f"{nsys_version(nsys)} ({nsys}) can read; export it with an nsys at least as new "
                 "as the one that recorded it (pass --nsys PATH or set NSIGHTLAB_NSYS), or open "
                 "a .sqlite exported where it was recorded")
-        last = msg.splitlines()[-1] if msg else f"exit code {proc.returncode}"
+        last = msg.splitlines()[-1] if msg else f"exit code {returncode}"
         raise NsysExportError(f"{report}: nsys export failed ({last}); check that the file is a "
                               "complete Nsight Systems report")
     os.replace(tmp, out)
     return out
+
+
+def _run_watched(cmd: list[str], out: Path, report: Path,
+                 progress: Callable[[str], None] | None) -> tuple[int, str]:
+    """Run ``cmd`` (an export writing ``out``) to completion, its output kept in a temporary
+    file; while it runs, ``progress`` gets the size ``out`` has reached. Returns (exit code,
+    output)."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while True:
+                try:
+                    returncode = proc.wait(timeout=1.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() - t0 > EXPORT_TIMEOUT_S:
+                        proc.kill()
+                        proc.wait()
+                        return -9, f"nsys export ran over {EXPORT_TIMEOUT_S} s and was stopped"
+                    if progress is not None:
+                        mb = out.stat().st_size / 1e6 if out.exists() else 0.0
+                        progress(f"\rexporting {report.name}: {mb:,.0f} MB written, "
+                                 f"{time.monotonic() - t0:.0f} s")
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        log.seek(0)
+        return returncode, log.read().decode(errors="replace").strip()

@@ -22,12 +22,13 @@ from pathlib import Path
 
 from . import nsys as nsys_cli
 from .cache import default_root, keyed_dir, remove_stale
-from .db import NSYS_REP_MAGIC
 from .errors import CacheError, CorruptReportError, NotAReportError
 
 Progress = Callable[[str], None] | None
 #: report files a folder of reports may hold (a capture holds one of them)
 REPORT_PATTERNS = ("*.sqlite", "*.sqlite.xz", "*.nsys-rep", "*.qdrep")
+#: first bytes of a .nsys-rep / .qdrep file
+NSYS_REP_MAGIC = b"NVIDIA Tegra Profiler Report"
 
 
 def default_store() -> Path:
@@ -197,7 +198,7 @@ def _exported(rep: Path, capture: Path | None, root: Path, nsys: str | os.PathLi
     exe = nsys_cli.find_nsys(nsys)
     if progress is not None and exe is not None:
         progress(f"exporting {rep.name} to SQLite with {exe} ...")
-    return nsys_cli.export_sqlite(rep, out, exe)
+    return nsys_cli.export_sqlite(rep, out, exe, progress)
 
 
 def _decompressed(xz: Path, folder: Path, progress: Progress) -> Path:

@@ -18,6 +18,8 @@ part and copying into preallocated DataFrame columns (``nsightlab.frames``).
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -67,6 +69,8 @@ class TableReader:
         self.progress = progress
         #: activity rows left out of the last SQLite read of each table (``drop_invalid``)
         self.dropped: dict[str, int] = {}
+        #: rows handed out so far (progress over many reports)
+        self.rows_read = 0
 
     # ---- the three ways to read ----------------------------------------------------------
     def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
@@ -122,6 +126,13 @@ class TableReader:
     def _cached(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
                 from_sqlite: Callable[[OpenPart | None], tuple[int, T]]) -> T:
         """Read through the cache (see the module docstring for the policy)."""
+        out = self._cached_read(spec, from_parts, from_sqlite)
+        if out is not None:
+            self.rows_read += len(out)
+        return out
+
+    def _cached_read(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
+                     from_sqlite: Callable[[OpenPart | None], tuple[int, T]]) -> T:
         if self.cache is not None:
             files = self.cache.files(spec.name)
             if files is not None:
@@ -240,10 +251,13 @@ class TableReader:
                 f"{self.db.path}: table {spec.source} has no start/end columns (renamed or "
                 "dropped: not an nsys export as written); export the report again")
 
+        meter = self._meter(spec, ranges)
+
         def job(i: int) -> Callable[[], None]:
             def run() -> None:
                 writer = open_part(i) if open_part is not None else None
                 for raw in self.db.stream(queries[i]):
+                    meter(raw.num_rows)
                     b = build_batch(spec, self.db, raw)
                     if checked:  # rows with impossible timestamps: left out, reported
                         n = b.num_rows
@@ -256,8 +270,36 @@ class TableReader:
 
         if open_part is not None and not queries:
             open_part(0)  # an empty table still gets its (empty) Parquet file
-        self.db.parallel([job(i) for i in range(len(queries))])
+        try:
+            self.db.parallel([job(i) for i in range(len(queries))])
+        finally:
+            meter(0, done=True)
         self.dropped[spec.name] = sum(dropped)
+
+    def _meter(self, spec: TableSpec, ranges: list) -> Callable[..., None]:
+        """``meter(rows)`` counts rows read from SQLite (from any reader thread) and, for big
+        tables, hands ``progress`` a meter twice a second (``"\r..."``: rows so far, share,
+        rate); ``meter(0, done=True)`` clears it."""
+        total = sum(r[1] - r[0] for r in ranges if r is not None)
+        if self.progress is None or total < 1_000_000:
+            return lambda rows, done=False: None
+        t0 = time.monotonic()
+        state = {"rows": 0, "shown": t0}
+        lock = threading.Lock()
+
+        def meter(rows: int, done: bool = False) -> None:
+            with lock:
+                state["rows"] += rows
+                now = time.monotonic()
+                if done:
+                    self.progress("\r")
+                elif now - state["shown"] >= 0.5:
+                    state["shown"] = now
+                    n = state["rows"]
+                    self.progress(f"\rreading {spec.name} of {self.db.path.name}: {n / 1e6:.1f}M "
+                                  f"of ~{total / 1e6:.1f}M rows ({100 * n / total:.0f}%), "
+                                  f"{n / max(now - t0, 1e-9) / 1e6:.1f}M rows/s")
+        return meter
 
     def dropped_rows(self, spec: TableSpec) -> int | None:
         """Rows of ``spec`` every read leaves out, as recorded when its cache entry was built;

@@ -29,28 +29,29 @@ import importlib.util
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from .cache import code_fingerprint
 from .errors import NsightlabError
 from .paths import expand_inputs
-from .report import Report, as_report
 from .result import Result
-from .tables import TABLES
+
+if TYPE_CHECKING:  # pandas and the report are imported where used: cached answers skip them
+    import pandas as pd
+
+    from .report import Report
 
 TYPES = {"int": int, "float": float, "str": str, "path": str,
          "bool": lambda v: str(v).lower() in ("1", "true", "yes", "on")}
 REPORT_SUFFIXES = (".sqlite.xz", ".sqlite", ".nsys-rep", ".qdrep")
-#: the dtype pandas gives a new column of text (``str`` in pandas 3, object in pandas 2)
-TEXT = pd.Series(["x"], dtype=object).astype(str).dtype
+#: seconds to wait for a Dask scheduler before saying it cannot be reached
+CONNECT_TIMEOUT_S = 10
 
 
 class NoDataError(NsightlabError):
@@ -122,11 +123,7 @@ class Recipe:
     @cached_property
     def fingerprint(self) -> str:
         """Changes whenever the recipe's code or metadata, or nsightlab, changes."""
-        h = hashlib.sha1(code_fingerprint().encode())
-        for f in sorted(self.path.glob("*")):
-            if f.suffix in (".py", ".json"):
-                h.update(f.read_bytes())
-        return h.hexdigest()[:16]
+        return fingerprint(self.path)
 
     def parse_params(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """Typed parameters: defaults from metadata.json, overridden by ``given``."""
@@ -156,6 +153,8 @@ class Recipe:
             NoDataError: the report lacks a table the recipe requires.
             RecipeError: the recipe's output does not match its metadata.
         """
+        from .report import as_report
+
         report = as_report(report, **open_options)
         values = self.parse_params(params)
         files = self.input_files(values)
@@ -205,6 +204,8 @@ class Recipe:
                ) -> dict[str, pd.DataFrame]:
         """Combine per-report results: the recipe's own ``reduce`` if it has one, else every
         table concatenated with a leading ``report`` column, in input order."""
+        import pandas as pd
+
         if hasattr(self.module, "reduce"):
             return self.module.reduce(results)
         out: dict[str, pd.DataFrame] = {}
@@ -217,6 +218,8 @@ class Recipe:
 
 def _check_requires(meta_path: Path, requires: list, params: dict[str, Param]) -> None:
     """``requires`` names real tables, columns of their contract and real parameters."""
+    from .tables import TABLES
+
     for req in requires if isinstance(requires, list) else [requires]:
         names = [req.get("table")] if isinstance(req, dict) and "table" in req else \
             (req.get("any_of") if isinstance(req, dict) else None)
@@ -235,14 +238,24 @@ def plain_text(df: pd.DataFrame) -> pd.DataFrame:
     """Category and other string columns in pandas' own text dtype (``str`` in pandas 3,
     object before; missing values stay missing), so every recipe's text columns look alike
     in pandas, Parquet and JSON whatever the recipe built them from."""
+    import pandas as pd
+
+    text_dtype = text_dtype_of_pandas()
     for c in df.columns:
         s = df[c]
         text = isinstance(s.dtype, (pd.CategoricalDtype, pd.StringDtype)) or (
             s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"))
-        if text and s.dtype != TEXT:
+        if text and s.dtype != text_dtype:
             plain = s.astype(object).where(s.notna(), None)
-            df[c] = plain if TEXT == object else plain.astype(TEXT)
+            df[c] = plain if text_dtype == object else plain.astype(text_dtype)
     return df
+
+
+def text_dtype_of_pandas():
+    """The dtype pandas gives a new column of text: ``str`` in pandas 3, object in pandas 2."""
+    import pandas as pd
+
+    return pd.Series(["x"], dtype=object).astype(str).dtype
 
 
 # ---- discovery -------------------------------------------------------------------------------
@@ -276,6 +289,32 @@ def available() -> dict[str, Recipe]:
     return dict(sorted(found.items()))
 
 
+def folder(name: str) -> Path | None:
+    """The folder of recipe ``name`` as ``available()`` would pick it, found from the
+    metadata.json names alone (no recipe loaded, nothing imported: for cached answers)."""
+    hit = None
+    for root in search_path():
+        for meta in sorted(root.glob("*/metadata.json")):
+            if (meta.parent / "recipe.py").is_file():
+                try:
+                    named = json.loads(meta.read_text()).get("name", meta.parent.name)
+                except (OSError, ValueError, AttributeError):
+                    continue
+                if named == name:
+                    hit = meta.parent
+    return hit
+
+
+def fingerprint(path: Path) -> str:
+    """Fingerprint of the recipe in folder ``path``: changes whenever its code or metadata,
+    or nsightlab, changes."""
+    h = hashlib.sha1(code_fingerprint().encode())
+    for f in sorted(path.glob("*")):
+        if f.suffix in (".py", ".json"):
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def get(name: str) -> Recipe:
     """The recipe called ``name`` (NsightlabError listing the available ones otherwise)."""
     recipes = available()
@@ -293,6 +332,8 @@ def run(name: str, report: Report | str | os.PathLike, params: dict[str, Any] | 
     Returns a RunResult: its tables by name (``run(...)["summary"]``), ``save(dir)`` and the
     rest of ``Result``. Raises NoDataError when the report lacks what the recipe needs.
     """
+    from .report import as_report
+
     recipe = get(name)
     t0 = time.perf_counter()
     r = as_report(report, **open_options)
@@ -320,12 +361,15 @@ def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> 
     """Worker: run one recipe on one report and classify the outcome (picklable)."""
     t0 = time.perf_counter()
     entry: dict[str, Any] = {"input": source}
+    from .report import as_report
+
     try:
         recipe = Recipe.load(Path(recipe_path))
         report = as_report(source, **open_kwargs)
         entry.update(_about(report))
         entry["tables"] = recipe.run(report, params)
         entry["status"] = "ok"
+        entry["rows_read"] = report.rows_read
     except NoDataError as e:
         entry.update(status="no data", message=str(e))
     except RecipeError:
@@ -383,10 +427,16 @@ class RunResult(Result, Mapping):
 
 
 def run_many(name: str, inputs: list[str], params: dict | None = None, *, jobs: int | None = None,
-             open_kwargs: dict | None = None, progress=None) -> RunResult:
-    """Run recipe ``name`` on every input (see ``paths.expand_inputs``), in a process pool when
-    there are several, and reduce the results. Reports without the data the recipe needs
-    are listed as "no data"; unreadable ones as "error"; neither stops the others."""
+             open_kwargs: dict | None = None, progress=None, dask: str | None = None) -> RunResult:
+    """Run recipe ``name`` on every input (see ``paths.expand_inputs``) and reduce the results.
+
+    Several reports fan out over a local process pool (``jobs`` workers, one per core by
+    default) or, with ``dask`` (a scheduler address; default ``NSIGHTLAB_DASK``), over a Dask
+    cluster whose workers see the same paths; the results are the same either way, in input
+    order. Reports without the data the recipe needs are listed as "no data"; unreadable
+    ones as "error"; neither stops the others. ``progress`` gets one note per report that
+    failed and a meter (``"\\r..."``: reports done, rows read, time left).
+    """
     recipe = get(name)
     values = recipe.parse_params(params)
     sources = expand_inputs(inputs)
@@ -396,17 +446,11 @@ def run_many(name: str, inputs: list[str], params: dict | None = None, *, jobs: 
     if len(sources) == 1:
         entries = [_run_one(str(recipe.path), sources[0], values, open_kwargs)]
     else:
-        workers = max(1, min(jobs or os.cpu_count() or 1, len(sources)))
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(_run_one, str(recipe.path), s, values, open_kwargs): i
-                       for i, s in enumerate(sources)}
-            done: dict[int, dict] = {}
-            for f in as_completed(futures):  # as they finish; kept in input order below
-                e = done[futures[f]] = f.result()
-                if progress is not None:
-                    progress(f"[{len(done)}/{len(sources)} reports] {e['input']}: {e['status']}"
-                             + (f" ({e['message']})" if e.get("message") else ""))
-            entries = [done[i] for i in range(len(sources))]
+        quiet = {**open_kwargs, "progress": None}  # workers' own notes would garble the meter
+        jobs_ = [(str(recipe.path), s, values, quiet) for s in sources]
+        address = dask if dask is not None else os.environ.get("NSIGHTLAB_DASK") or None
+        finished = _on_dask(address, jobs_) if address else _on_pool(jobs, jobs_)
+        entries = _collect(finished, sources, progress)
     labels = dict(zip(sources, report_labels(sources)))
     ok = [(labels[e["input"]], e.pop("tables")) for e in entries if e["status"] == "ok"]
     if len(sources) == 1:
@@ -416,6 +460,59 @@ def run_many(name: str, inputs: list[str], params: dict | None = None, *, jobs: 
         if not hasattr(recipe.module, "reduce"):
             recipe.check_outputs(tables, leading=("report",))
     return RunResult(recipe.name, tables, {**_info(recipe, values, entries, t0), "started": started})
+
+
+def _on_pool(jobs: int | None, work: list[tuple]) -> Iterator[tuple[int, dict]]:
+    """(input index, entry) as each report finishes, from a local process pool."""
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(work)))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_run_one, *w): i for i, w in enumerate(work)}
+        for f in as_completed(futures):
+            yield futures[f], f.result()
+
+
+def _on_dask(address: str, work: list[tuple]) -> Iterator[tuple[int, dict]]:
+    """(input index, entry) as each report finishes, from the Dask cluster at ``address``."""
+    try:
+        from dask.distributed import Client, as_completed as finished
+    except ImportError:
+        raise NsightlabError("--dask / NSIGHTLAB_DASK needs Dask: pip install 'dask[distributed]'"
+                             " (or unset NSIGHTLAB_DASK to use the local process pool)") from None
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise NsightlabError(f"cannot reach the Dask scheduler at {address} ({e}); start one "
+                             "(dask scheduler / dask worker) or unset NSIGHTLAB_DASK") from None
+    with client:
+        futures = {client.submit(_run_one, *w, pure=False): i for i, w in enumerate(work)}
+        for f in finished(futures):
+            yield futures[f], f.result()
+
+
+def _collect(finished: Iterator[tuple[int, dict]], sources: list[str], progress
+             ) -> list[dict]:
+    """Entries in input order from ``finished``, with a note per failed report and a meter."""
+    done: dict[int, dict] = {}
+    rows = 0
+    t0 = time.monotonic()
+    for i, e in finished:
+        done[i] = e
+        rows += e.get("rows_read", 0)
+        if progress is None:
+            continue
+        if e["status"] != "ok":
+            progress(f"{e['input']}: {e['status']}" + (f" ({e['message']})" if e.get("message") else ""))
+        took = time.monotonic() - t0
+        left = took / len(done) * (len(sources) - len(done))
+        bar = "#" * (20 * len(done) // len(sources))
+        progress(f"\r[{bar:<20}] {len(done)}/{len(sources)} reports, {rows / 1e6:,.1f}M rows "
+                 f"read, {took:.0f} s, ~{left:.0f} s left")
+    if progress is not None:
+        progress("\r")
+        failed = sum(e["status"] == "error" for e in done.values())
+        progress(f"{len(sources)} reports in {time.monotonic() - t0:.1f} s"
+                 + (f", {failed} could not be read" if failed else ""))
+    return [done[i] for i in range(len(sources))]
 
 
 def recipes_markdown() -> str:

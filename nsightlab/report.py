@@ -91,6 +91,11 @@ class Report:
         return self._reader.cache
 
     @property
+    def rows_read(self) -> int:
+        """Table rows this Report has handed out so far (from the cache or SQLite)."""
+        return self._reader.rows_read
+
+    @property
     def identity(self) -> dict:
         """The export's identity (resolved path, size, mtime): what cached results key on."""
         return identity(self.path)

@@ -20,9 +20,10 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # imported where used: cached answers are served without pandas
+    import pandas as pd
 
 #: file formats ``save`` can add beside the Parquet files
 SIDE_FORMATS = ("csv", "json")
@@ -30,6 +31,9 @@ SIDE_FORMATS = ("csv", "json")
 
 def json_value(v):
     """One value as plain JSON data (NaN/NA -> None, numpy -> Python, timestamps -> text)."""
+    import numpy as np
+    import pandas as pd
+
     if isinstance(v, dict):
         return {str(k): json_value(x) for k, x in v.items()}
     if isinstance(v, (list, tuple, np.ndarray)):

@@ -108,10 +108,14 @@ class ResultStore:
 
     def prune(self, keep: Path | None = None) -> None:
         """Remove entries of ``keep``'s name made by other code, then the least recently
-        used entries beyond ``MAX_ENTRIES``."""
+        used entries beyond ``MAX_ENTRIES`` (and likewise the printed answers kept by
+        ``nsightlab.served``)."""
         entries = []
+        served = []
         current = _read_meta(keep) if keep is not None else None
         for d in self.root.iterdir():
+            if d.name.startswith("served-") and d.is_file():
+                served.append((d.stat().st_mtime, d))
             if not d.is_dir() or d.name.startswith(".") or d == keep:
                 continue
             meta = _read_meta(d)
@@ -122,6 +126,8 @@ class ResultStore:
             entries.append(((d / META).stat().st_mtime, d))
         for _, d in sorted(entries, reverse=True)[MAX_ENTRIES - 1:]:
             shutil.rmtree(d, ignore_errors=True)
+        for _, f in sorted(served, reverse=True)[MAX_ENTRIES:]:
+            f.unlink(missing_ok=True)
 
 
 def _read_meta(folder: Path) -> dict | None:

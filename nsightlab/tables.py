@@ -6,7 +6,8 @@ reads it (built from the columns this export actually has: a column an older sch
 as NULL) and an Arrow conversion (StringIds -> dictionary strings, ENUM ids -> labels, globalTid
 -> pid/tid). Conversion works batch by batch, so big tables stream straight into Parquet.
 
-Bump TABLE_VERSION whenever a contract or conversion changes: it is part of every cache key.
+Bump ``nsightlab.cache.TABLE_VERSION`` whenever a contract or conversion changes: it is part of
+every cache key.
 """
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .cache import TABLE_VERSION  # noqa: F401  (re-exported: the contract's version)
 from .db import ExportDB
-
-TABLE_VERSION = 6
 
 I32, I64, U32, STR = pa.int32(), pa.int64(), pa.uint32(), pa.string()
 DICT = pa.dictionary(pa.int32(), pa.string())

@@ -169,3 +169,34 @@ def test_reports_are_labelled_apart():
     assert R.report_labels(["a/resnet.fp16.sqlite", "b/resnet.fp8.nsys-rep", "c.sqlite.xz"]) == \
         ["resnet.fp16", "resnet.fp8", "c"]
     assert R.report_labels(["a/x.sqlite", "b/x.sqlite"]) == ["a/x.sqlite", "b/x.sqlite"]
+
+
+def test_many_reports_on_a_dask_local_cluster_equal_the_process_pool(sqlite_of, cache_dir, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for stem in ("h200-vit-fp16", "h200-vit-fp8", "pub-pipit-saxpy-a100", "pub-centerformer-trt-nvtx"):
+        shutil.copyfile(sqlite_of(stem), folder / f"{stem}.sqlite")
+    (folder / "broken.sqlite").write_text("not a database")
+    local = R.run_many("sync_gaps", [str(folder)], jobs=2, open_kwargs={"cache": False})
+    notes: list[str] = []
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        remote = R.run_many("sync_gaps", [str(folder)], open_kwargs={"cache": False},
+                            dask=cluster.scheduler_address, progress=notes.append)
+    assert [i["status"] for i in remote.inputs] == [i["status"] for i in local.inputs] == \
+        ["error", "ok", "ok", "no data", "ok"]
+    assert [i.get("rows_read") for i in remote.inputs] == [i.get("rows_read") for i in local.inputs]
+    assert list(remote) == list(local)
+    for table in local:
+        pd.testing.assert_frame_equal(remote[table], local[table])
+    assert any(n.startswith("\r[") and "5/5 reports" in n for n in notes), notes
+    assert notes[-1].startswith("5 reports in") and "1 could not be read" in notes[-1]
+
+
+def test_an_unreachable_dask_scheduler_is_a_one_line_error(sqlite_of, cache_dir, tmp_path):
+    pytest.importorskip("distributed")
+    a, b = (str(sqlite_of(s)) for s in ("h200-vit-fp16", "h200-vit-fp8"))
+    res = invoke("run", "kernel_sum", a, b, "--dask", "tcp://127.0.0.1:9")
+    assert res.exit_code == 1
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in res.output

@@ -138,7 +138,7 @@ def test_bad_requirements_in_metadata_are_named(tmp_path, monkeypatch):
 def test_text_columns_come_out_as_plain_text(sqlite_of, cache_dir):
     for name, table in (("kernel_sum", "kernel_sum"), ("nvtx_gpu", "ranges")):
         df = R.run(name, sqlite_of("h200-vit-fp16"))[table]
-        text = [c for c in df.columns if df[c].dtype == R.TEXT]
+        text = [c for c in df.columns if df[c].dtype == R.text_dtype_of_pandas()]
         assert not [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
         assert {"name"} <= set(text)
 

@@ -1,6 +1,8 @@
 """``nsightlab info``: what is in a report."""
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from . import cli
@@ -24,12 +26,19 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
       nsightlab info report.sqlite
       nsightlab info captures/examples/*/ --json
     """
-    import nsightlab
-    from ..metadata import ReportInfos
-    from ..renderers import emit
+    from .. import served
 
-    infos = []
-    for p in paths:
-        with nsightlab.open(p, **open_options) as report:
-            infos.append(report.info())
-    emit(ReportInfos(infos), fmt, output)
+    spot = served.spot("info", [fmt], paths[0], open_options) \
+        if len(paths) == 1 and output is None else None
+    if spot is not None and spot.replay():
+        return
+    with spot.recording() if spot is not None else contextlib.nullcontext():
+        import nsightlab
+        from ..metadata import ReportInfos
+        from ..renderers import emit
+
+        infos = []
+        for p in paths:
+            with nsightlab.open(p, **open_options) as report:
+                infos.append(report.info())
+        emit(ReportInfos(infos), fmt, output)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,8 +19,36 @@ FORMATS = ("table", "csv", "json", "parquet")
 
 
 def progress(msg: str) -> None:
-    """Progress notes go to stderr, prefixed, so stdout stays clean for data."""
+    """Progress notes go to stderr, prefixed, so stdout stays clean for data.
+
+    A note starting with ``"\r"`` is a meter (rows read, reports done): on a terminal it
+    replaces the previous meter in place (``"\r"`` alone clears it); elsewhere (a log, CI) it
+    is left out, so logs hold only the notes that matter."""
+    import sys
+
+    err = sys.stderr
+    tty = err.isatty()
+    if msg == "\r":
+        if _METER[0] and tty:
+            err.write("\r\033[K")
+            err.flush()
+        _METER[0] = False
+        return
+    if msg.startswith("\r"):
+        if tty:
+            width = max(20, shutil.get_terminal_size().columns - 1)
+            err.write(f"\r\033[K{('nsightlab: ' + msg[1:])[:width]}")
+            err.flush()
+            _METER[0] = True
+        return
+    if _METER[0] and tty:
+        err.write("\r\033[K")
+        _METER[0] = False
     click.echo(f"nsightlab: {msg}", err=True)
+
+
+#: whether a meter line is showing on the terminal (the next note overwrites it)
+_METER = [False]
 
 
 def report_options(f: Callable) -> Callable:

@@ -1,6 +1,8 @@
 """``nsightlab recipe``: list, show and run analysis recipes."""
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -89,14 +91,18 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
               help="Rows per table printed with --format table.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
               help="Worker processes for many reports [one per core].")
+@click.option("--dask", "dask_address", metavar="ADDRESS", envvar="NSIGHTLAB_DASK",
+              help="Run many reports on the Dask cluster at ADDRESS (tcp://host:8786) instead "
+                   "of local processes; its workers must see the same paths [NSIGHTLAB_DASK].")
 @click.option("--strict", is_flag=True, help="Exit 1 if any report fails (not for 'no data').")
 @output_options("dir")
 @report_options
 def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: str | None,
-        limit: int, jobs: int | None, strict: bool, fmt: str, output: str | None,
+        limit: int, jobs: int | None, dask_address: str | None, strict: bool, fmt: str, output: str | None,
         open_options: dict) -> None:
     """Run recipe NAME on INPUT reports: report files, capture names or directories, or
-    directories of reports (run in parallel, one row block per report).
+    directories of reports (run in parallel, one row block per report; a meter shows reports
+    done and rows read on a terminal).
 
     Reports without the data a recipe needs are reported as "no data", not as failures.
 
@@ -106,20 +112,42 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
       nsightlab recipe run launch_compute fp16 --format json
       nsightlab recipe run sync_gaps syncy.sqlite -p min_gap_ms=0.5 -o gaps/ --format csv
       nsightlab recipe run tensor_core fp16 --ncu gemm.ncu-rep
+      nsightlab recipe run kernel_sum reports/ --dask tcp://scheduler:8786 -o sums/
     """
     from .. import recipes as R
-    from ..renderers import emit
 
     given = _parse_params(params)
     if ncu_file:
         given["ncu"] = str(Path(ncu_file).resolve())
-    result = R.run_many(name, list(inputs), given, jobs=jobs, open_kwargs=open_options,
-                        progress=progress)
-    if len(result.inputs) == 1 and result.inputs[0]["status"] != "ok":
-        e = result.inputs[0]
-        if e["status"] == "error":
-            raise click.ClickException(e["message"])
-        progress(f"{e['input']}: no data: {e['message']}")
-    wrote(emit(result, fmt, output, limit=limit), output)
+    spot = _served_spot(name, inputs, given, fmt, output, limit, open_options)
+    if spot is not None and spot.replay():
+        return
+    with spot.recording() if spot is not None else contextlib.nullcontext():
+        from ..renderers import emit
+
+        result = R.run_many(name, list(inputs), given, jobs=jobs, open_kwargs=open_options,
+                            progress=progress, dask=dask_address or "")
+        if len(result.inputs) == 1 and result.inputs[0]["status"] != "ok":
+            e = result.inputs[0]
+            if spot is not None:
+                spot.keep = False
+            if e["status"] == "error":
+                raise click.ClickException(e["message"])
+            progress(f"{e['input']}: no data: {e['message']}")
+        wrote(emit(result, fmt, output, limit=limit), output)
     if strict and result.failed:
         sys.exit(1)
+
+
+def _served_spot(name: str, inputs: tuple[str, ...], given: dict, fmt: str, output: str | None,
+                 limit: int, open_options: dict):
+    """Where the printed answer of this run is kept (``nsightlab.served``): for one report
+    printed to stdout; None otherwise (several reports, files written, recipe not found)."""
+    from .. import recipes as R, served
+
+    folder = R.folder(name)
+    if len(inputs) != 1 or output is not None or fmt == "parquet" or folder is None:
+        return None
+    files = sorted(v for v in given.values() if os.path.isfile(v))
+    return served.spot("recipe run", [name, R.fingerprint(folder), given, fmt, limit],
+                       inputs[0], open_options, files)
