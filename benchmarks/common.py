@@ -32,3 +32,41 @@ def in_fresh_process(code: str, *args: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+
+
+#: Python source for a child process: ``tree_peak()`` -> (peak RSS, peak PSS) in MB of this
+#: process plus all its descendants (the reader worker processes), sampled every 50 ms by a
+#: thread started on import. RSS counts shared library pages once per process; PSS splits
+#: them among the processes sharing them (the memory the machine really gives up).
+TREE_SAMPLER = r"""
+import os, threading, time
+_peak = [0.0, 0.0]
+def _tree(pid):
+    out = [pid]
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            kids = open(f"/proc/{pid}/task/{t}/children").read().split()
+        except OSError:
+            kids = []
+        for k in kids:
+            out += _tree(int(k))
+    return out
+def _field(path, name):
+    try:
+        for line in open(path):
+            if line.startswith(name):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+def _sample():
+    while True:
+        pids = _tree(os.getpid())
+        rss = sum(_field(f"/proc/{p}/status", "VmRSS:") for p in pids)
+        pss = sum(_field(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids)
+        _peak[0], _peak[1] = max(_peak[0], rss), max(_peak[1], pss)
+        time.sleep(0.05)
+threading.Thread(target=_sample, daemon=True).start()
+def tree_peak():
+    return round(_peak[0]), round(_peak[1])
+"""

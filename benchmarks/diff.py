@@ -14,9 +14,9 @@ import argparse
 import shutil
 from pathlib import Path
 
-from common import DEFAULT_WORK, in_fresh_process, scaled_report
+from common import DEFAULT_WORK, TREE_SAMPLER, in_fresh_process, scaled_report
 
-CHILD = r"""
+CHILD = TREE_SAMPLER + r"""
 import json, resource, sys, time
 import nsightlab
 import nsightlab.comparison  # imports outside the timing: `import nsightlab` alone is lazy
@@ -25,7 +25,8 @@ t = time.perf_counter()
 d = nsightlab.diff(nsightlab.open(path, cache_dir=cache), nsightlab.open(path, cache_dir=cache))
 print(json.dumps({"seconds": time.perf_counter() - t, "iterations": d.headline["a_iterations"],
                   "kernels_per_iteration": d.headline["a_kernels"],
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "tree_pss_mb": tree_peak()[1]}))
 """
 
 
@@ -43,9 +44,11 @@ def main() -> None:
     rows.append(("tables warm", in_fresh_process(CHILD, report, cache)))
     rows.append(("warm", in_fresh_process(CHILD, report, cache)))
     print(f"\nreport: {report} ({report.stat().st_size / 2**30:.2f} GiB), diffed against itself")
-    print(f"{'case':<16} {'time_s':>7} {'peak_rss_mb':>12}  iterations  kernels/iteration")
+    print(f"{'case':<16} {'time_s':>7} {'peak_rss_mb':>12} {'tree_pss_mb':>12}  iterations  "
+          "kernels/iteration")
     for label, m in rows:
-        print(f"{label:<16} {m['seconds']:7.2f} {m['peak_rss_mb']:12.0f}  {m['iterations']:>10}  "
+        print(f"{label:<16} {m['seconds']:7.2f} {m['peak_rss_mb']:12.0f} {m['tree_pss_mb']:12.0f}  "
+              f"{m['iterations']:>10}  "
               f"{m['kernels_per_iteration']:>17.0f}")
 
 

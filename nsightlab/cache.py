@@ -178,51 +178,72 @@ class TableCache:
     def drop(self, table: str) -> None:
         shutil.rmtree(self.root / table, ignore_errors=True)
 
-    def build(self, table: str, fill: Callable[[Callable[[int], "pq.ParquetWriter"]], tuple[int, T]],
+    def build(self, table: str, fill: Callable[["Parts"], tuple[int, T]],
               schema: "pa.Schema", extra: Callable[[], dict] | None = None) -> T:
-        """Create the entry: ``fill(open_part)`` writes the parts and returns (row count,
-        payload); the payload (e.g. the table just read) is handed back to the caller.
+        """Create the entry: ``fill(parts)`` writes the parts (``parts(i)`` opens part ``i``
+        here; other processes write ``parts.path(i)`` with ``part_writer``) and returns (row
+        count, payload); the payload (e.g. the table just read) is handed back to the caller.
         ``extra()`` adds facts learnt while filling to meta.json (rows left out)."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = build_dir(self.root, table)
-        dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
-        int_encoding = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
-        writers: dict[int, pq.ParquetWriter] = {}
-
-        def open_part(i: int) -> pq.ParquetWriter:
-            # dictionary-encode only the string columns (trying it on every integer column
-            # triples write time for nothing); delta-encode the integers (timestamps and ids
-            # mostly grow): on the 16M-call API table that wrote 22% faster, read 33% faster
-            # and was 3x smaller than plain lz4 pages
-            tagged = schema.with_metadata({"nsightlab_source": json.dumps(self.ident)})
-            writers[i] = pq.ParquetWriter(tmp / f"part-{i}.parquet", tagged, compression="lz4",
-                                          write_statistics=False, use_dictionary=dict_cols,
-                                          column_encoding=int_encoding, write_page_checksum=True)
-            return writers[i]
-
+        parts_ = Parts(tmp, schema, self.ident)
         try:
-            rows, payload = fill(open_part)
-            for w in writers.values():
-                w.close()
-            parts = []
-            for i in sorted(writers):
-                f = tmp / f"part-{i}.parquet"
-                parts.append({"file": f.name, "size": f.stat().st_size,
-                              "rows": pq.ParquetFile(f).metadata.num_rows})
+            rows, payload = fill(parts_)
+            parts_.close()
+            files = sorted(tmp.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
+            parts = [{"file": f.name, "size": f.stat().st_size,
+                      "rows": pq.ParquetFile(f).metadata.num_rows} for f in files]
             meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident,
                     "rows": rows, "parts": parts, **(extra() if extra else {})}
             (tmp / META).write_text(json.dumps(meta, indent=1))
             self.drop(table)
             os.replace(tmp, self.root / table)
         except BaseException:
-            for w in writers.values():
-                try:
-                    w.close()
-                except Exception:
-                    pass
+            parts_.close(quiet=True)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return payload
+
+
+class Parts:
+    """The parts of an entry being built in ``folder``: ``parts(i)`` opens part ``i`` for
+    writing here; ``path(i)`` is where another process writes it (``part_writer``)."""
+
+    def __init__(self, folder: Path, schema: "pa.Schema", ident: dict):
+        self.folder, self.schema, self.ident = folder, schema, ident
+        self.writers: dict[int, object] = {}
+
+    def path(self, i: int) -> Path:
+        return self.folder / f"part-{i}.parquet"
+
+    def __call__(self, i: int) -> "pq.ParquetWriter":
+        self.writers[i] = part_writer(self.path(i), self.schema, self.ident)
+        return self.writers[i]
+
+    def close(self, quiet: bool = False) -> None:
+        for w in self.writers.values():
+            try:
+                w.close()
+            except Exception:
+                if not quiet:
+                    raise
+        self.writers = {}
+
+
+def part_writer(path: Path, schema: "pa.Schema", ident: dict) -> "pq.ParquetWriter":
+    """A Parquet writer for one cache part of the report ``ident``: its footer names the
+    report, every page carries a CRC. Dictionary-encodes only the string columns (trying it on
+    every integer column triples write time for nothing) and delta-encodes the integers
+    (timestamps and ids mostly grow): on the 16M-call API table that wrote 22% faster, read
+    33% faster and was 3x smaller than plain lz4 pages."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    int_encoding = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
+    tagged = schema.with_metadata({"nsightlab_source": json.dumps(ident)})
+    return pq.ParquetWriter(path, tagged, compression="lz4", write_statistics=False,
+                            use_dictionary=dict_cols, column_encoding=int_encoding,
+                            write_page_checksum=True)

@@ -42,6 +42,25 @@ OpenPart = Callable[[int], pq.ParquetWriter]
 MAX_READERS = 32
 #: rows under which a table is read by one thread (thread start-up would cost more)
 ROWS_PER_READER = 250_000
+#: tables of at least this many rows have their cache entry built by worker processes, when
+#: at least PROCESS_MIN_WORKERS cores are free for them (on 2 cores, threads were ~12% faster:
+#: the processes' start-up and reading the entry back cost more than the GIL there)
+PROCESS_MIN_ROWS = 1_000_000
+PROCESS_MIN_WORKERS = 4
+#: rowid ranges per worker process (even load when some ranges decode slower) ...
+RANGES_PER_WORKER = 4
+#: ... but at least one range per this many rows, and at most MAX_RANGES ranges (parts)
+RANGE_ROWS = 500_000
+MAX_RANGES = 256
+
+
+def _worker_error(answer: dict, path: Path, spec: TableSpec) -> Exception:
+    """The exception a worker's error answer stands for in this process."""
+    if answer["kind"] == "report":
+        return CorruptReportError(answer["error"])
+    if answer["kind"] == "os":
+        return OSError(answer.get("errno") or 0, answer["error"])
+    return ValueError(answer["error"])  # values the contract cannot hold: _from_sqlite says so
 
 
 def readers(rows: int | None = None) -> int:
@@ -135,6 +154,13 @@ class TableReader:
                      from_sqlite: Callable[[OpenPart | None], tuple[int, T]]) -> T:
         if self.cache is not None:
             files = self.cache.files(spec.name)
+            if files is None and self._in_processes(spec):
+                try:
+                    self._build_in_processes(spec)
+                    files = self.cache.files(spec.name)
+                except OSError as e:
+                    self._cache_unusable(e)
+        if self.cache is not None:
             if files is not None:
                 try:
                     return from_parts(files)
@@ -165,6 +191,63 @@ class TableReader:
             self.progress(f"cannot write the cache in {self.cache.root} ({error.strerror}); "
                           "reading without it (set NSIGHTLAB_CACHE_DIR to a writable folder)")
         self.cache = None
+
+    # ---- cache entries built by worker processes ----------------------------------------
+    def _in_processes(self, spec: TableSpec) -> bool:
+        """Whether ``spec``'s entry is built by worker processes (``part_workers``): a big
+        table split by rowid, read with more than one reader."""
+        if not spec.split or spec.finish is not None or spec.source in self.db.views:
+            return False
+        span = self.db.rowid_span(spec.source) or 0
+        return span >= PROCESS_MIN_ROWS and readers(span) >= PROCESS_MIN_WORKERS
+
+    def _build_in_processes(self, spec: TableSpec) -> None:
+        """Build ``spec``'s cache entry with ``readers()`` worker processes over rowid ranges
+        (several per worker: even load, and a meter that moves)."""
+        from . import part_workers
+
+        span = self.db.rowid_span(spec.source)
+        workers = readers(span)
+        ranges = self.db.rowid_ranges(
+            spec.source, min(MAX_RANGES, max(RANGES_PER_WORKER * workers, span // RANGE_ROWS)))
+        sql = self._checked_sql(spec)
+        bounds = session_bounds(self.db, spec.name) if spec.name in CHECKED else None
+        self._announce(spec, span, True)
+        meter = self._meter(spec, ranges)
+
+        def fill(parts) -> tuple[int, None]:
+            jobs = [{"db_path": str(self.db.path), "table": spec.name,
+                     "sql": f"{sql} WHERE rowid >= {a} AND rowid < {b}",
+                     "out": str(parts.path(i)), "ident": parts.ident,
+                     "bounds": None if bounds is None else [int(x) for x in bounds]}
+                    for i, (a, b) in enumerate(ranges)]
+            counts = [0, 0]
+
+            def done(_i: int, answer: dict) -> None:
+                if "error" in answer:
+                    raise _worker_error(answer, self.db.path, spec)
+                counts[0] += answer["rows"]
+                counts[1] += answer["dropped"]
+                meter(answer["rows"] + answer["dropped"])
+
+            try:
+                part_workers.pool(workers).run(jobs, done)
+            except part_workers.WorkerDied as e:
+                part_workers.discard_pool()
+                raise CorruptReportError(
+                    f"{self.db.path}: a reader process died while reading {spec.source} ({e}); "
+                    "if memory is short, read with fewer processes (NSIGHTLAB_READERS=2)"
+                ) from None
+            except BaseException:
+                part_workers.discard_pool()  # workers may still be writing: stop them first
+                raise
+            finally:
+                meter(0, done=True)
+            self.dropped[spec.name] = counts[1]
+            return counts[0], None
+
+        self._from_sqlite(spec, lambda: self.cache.build(
+            spec.name, fill, spec.schema, lambda: {"dropped": self.dropped.get(spec.name, 0)}))
 
     # ---- Parquet parts ---------------------------------------------------------------------
     def _scan_parts(self, files: list[Path], keep: list[str],
@@ -240,16 +323,12 @@ class TableReader:
         """Read ``spec`` from SQLite, one thread per rowid range (``None`` = the whole query),
         converting each batch to the contract, writing it to that part's Parquet file when
         ``open_part`` is given, and handing it to ``sink(part, batch)``."""
-        sql = spec.sql(self.db)
+        sql = self._checked_sql(spec)
         queries = [sql if r is None else f"{sql} WHERE rowid >= {r[0]} AND rowid < {r[1]}"
                    for r in ranges]
         checked = spec.name in CHECKED
         bounds = session_bounds(self.db, spec.name) if checked else None
         dropped = [0] * len(queries)
-        if checked and not {"start", "end"} <= set(self.db.columns(spec.source)):
-            raise CorruptReportError(
-                f"{self.db.path}: table {spec.source} has no start/end columns (renamed or "
-                "dropped: not an nsys export as written); export the report again")
 
         meter = self._meter(spec, ranges)
 
@@ -275,6 +354,14 @@ class TableReader:
         finally:
             meter(0, done=True)
         self.dropped[spec.name] = sum(dropped)
+
+    def _checked_sql(self, spec: TableSpec) -> str:
+        """The SELECT of ``spec``; a table whose timestamps nsightlab checks must have them."""
+        if spec.name in CHECKED and not {"start", "end"} <= set(self.db.columns(spec.source)):
+            raise CorruptReportError(
+                f"{self.db.path}: table {spec.source} has no start/end columns (renamed or "
+                "dropped: not an nsys export as written); export the report again")
+        return spec.sql(self.db)
 
     def _meter(self, spec: TableSpec, ranges: list) -> Callable[..., None]:
         """``meter(rows)`` counts rows read from SQLite (from any reader thread) and, for big

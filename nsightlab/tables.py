@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .cache import TABLE_VERSION  # noqa: F401  (re-exported: the contract's version)
 from .db import ExportDB
+
+if TYPE_CHECKING:  # imported where used: reader processes convert batches without pandas
+    import pandas as pd
 
 I32, I64, U32, STR = pa.int32(), pa.int64(), pa.uint32(), pa.string()
 DICT = pa.dictionary(pa.int32(), pa.string())
@@ -197,11 +200,15 @@ def to_pandas(table: pa.Table, spec: TableSpec | None = None) -> pd.DataFrame:
 
 def nullable_int64(values, missing) -> pd.arrays.IntegerArray:
     """Whole nanoseconds (or ids) as a pandas Int64 array, NA where ``missing`` is True."""
+    import pandas as pd
+
     missing = np.asarray(missing, bool)
     return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), missing)
 
 
 def _nullable_int(t: pa.DataType):
+    import pandas as pd
+
     return {I32: pd.Int32Dtype(), I64: pd.Int64Dtype(), U32: pd.UInt32Dtype()}.get(t)
 
 

@@ -1,0 +1,92 @@
+"""Cache entries built by worker processes (nsightlab.part_workers) equal those built by
+reader threads, row for row, with the same rows left out; failures are one-line errors."""
+import os
+import shutil
+import sqlite3
+
+import pandas as pd
+import pytest
+
+import nsightlab
+from nsightlab import part_workers, reader
+from nsightlab.errors import CorruptReportError
+
+
+@pytest.fixture
+def by_processes(monkeypatch):
+    """Every split table of this small fixture is read by 2 worker processes."""
+    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
+    monkeypatch.setattr(reader, "PROCESS_MIN_WORKERS", 2)
+    monkeypatch.setattr(reader, "ROWS_PER_READER", 1000)
+    monkeypatch.setattr(reader, "readers", lambda rows=None: 2)
+    yield
+    part_workers.discard_pool()
+
+
+def read_all(path, cache_dir):
+    with nsightlab.open(path, cache_dir=cache_dir) as r:
+        frames = {t: r.table(t) for t in ("kernels", "cuda_api")}
+        dropped = {t: r.cache.meta(t)["dropped"] for t in frames}
+        parts = {t: len(r.cache.files(t)) for t in frames}
+    return frames, dropped, parts
+
+
+def damaged_copy(sqlite_of, tmp_path):
+    """The launch-bound fixture with every 997th kernel ending before it starts and every 991st API
+    call ending before it starts (rows the read must leave out)."""
+    dst = tmp_path / "damaged.sqlite"
+    shutil.copyfile(sqlite_of("h200-launchbound"), dst)
+    os.chmod(dst, 0o644)
+    with sqlite3.connect(dst) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = start - 1 WHERE rowid % 997 = 0")
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = start - 5 WHERE rowid % 991 = 0')
+    return dst
+
+
+def test_processes_build_the_same_entries_as_threads(sqlite_of, tmp_path, by_processes):
+    path = damaged_copy(sqlite_of, tmp_path)
+    frames, dropped, parts = read_all(path, tmp_path / "procs")
+    assert parts["kernels"] >= 8 and parts["cuda_api"] >= 8  # RANGES_PER_WORKER x 2 workers
+    os.environ["NSIGHTLAB_READERS"] = "1"
+    try:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(reader, "PROCESS_MIN_ROWS", 10**12)  # threads this time
+            want, want_dropped, _ = read_all(path, tmp_path / "threads")
+    finally:
+        del os.environ["NSIGHTLAB_READERS"]
+    assert dropped == want_dropped and dropped["kernels"] > 0 and dropped["cuda_api"] > 0
+    for t in frames:
+        pd.testing.assert_frame_equal(frames[t], want[t], check_categorical=False)  # order of first sight
+
+
+def test_a_bad_job_is_an_answer_and_a_killed_worker_an_error(sqlite_of, tmp_path):
+    workers = part_workers.Workers(1)
+    try:
+        answers = []
+        workers.run([{"db_path": str(tmp_path / "missing.sqlite"), "table": "kernels",
+                      "sql": "SELECT 1", "out": str(tmp_path / "p.parquet"), "bounds": None,
+                      "ident": {}}], lambda i, a: answers.append(a))
+        assert answers[0]["kind"] == "report" and "missing.sqlite" in answers[0]["error"]
+        workers.procs[0].kill()
+        workers.procs[0].wait()
+        with pytest.raises(part_workers.WorkerDied):
+            workers.run([{"db_path": "x", "table": "kernels", "sql": "", "out": "", "bounds": None,
+                          "ident": {}}], lambda i, a: None)
+    finally:
+        workers.close()
+
+
+def test_a_dead_worker_leaves_no_entry_and_names_the_report(sqlite_of, tmp_path, by_processes,
+                                                            monkeypatch):
+    class Dying(part_workers.Workers):
+        def run(self, jobs, done):
+            raise part_workers.WorkerDied("Killed (exit code -9)")
+
+    monkeypatch.setattr(part_workers, "pool", lambda n: Dying(0))
+    path = sqlite_of("h200-launchbound")
+    with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
+        with pytest.raises(CorruptReportError, match="a reader process died while reading "
+                           "CUPTI_ACTIVITY_KIND_KERNEL"):
+            r.kernels()
+        assert r.cache.files("kernels") is None
+    assert not [p for p in (tmp_path / "c").rglob("*.parquet")]
