@@ -185,19 +185,51 @@ class ExportDB:
         for a view."""
         if table in self.views:
             return None
-        lo, hi = self.query(f'SELECT min(rowid), max(rowid) FROM "{table}"')[0]
+        lo, hi = self.rowid_bounds(table)
         return 0 if lo is None else int(hi - lo + 1)
+
+    def rowid_bounds(self, table: str) -> tuple[int | None, int | None]:
+        """(min(rowid), max(rowid)) of ``table`` from its b-tree: two lookups. (Asked in one
+        ``SELECT min(rowid), max(rowid)`` SQLite scans the whole table: 2 s at 16M rows.)"""
+        t = f'"{table}"'
+        return tuple(self.query(f"SELECT (SELECT min(rowid) FROM {t}), (SELECT max(rowid) FROM {t})")[0])
 
     def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int] | None]:
         """Split ``table`` into ``parts`` contiguous rowid ranges [lo, hi) of similar size;
         ``[None]`` (read it whole) for a view, which has no rowid."""
         if table in self.views:
             return [None]
-        lo, hi = self.query(f'SELECT min(rowid), max(rowid) FROM "{table}"')[0]
+        lo, hi = self.rowid_bounds(table)
         if lo is None:
             return []
         step = max(1, (hi - lo + parts) // parts)
         return [(a, min(a + step, hi + 1)) for a in range(lo, hi + 1, step)]
+
+    def over_ranges(self, sql: str, table: str, parts: int) -> list[tuple]:
+        """The one-row result of ``sql`` (an aggregate SELECT over ``table`` ending in a WHERE
+        clause) on each of ``parts`` rowid ranges, run at once in threads with their own
+        connections (SQLite releases the GIL): a full scan of a 16M-row table in a fraction
+        of the time of one query."""
+        ranges = self.rowid_ranges(table, parts)
+        if len(ranges) <= 1:
+            return self.query(sql)
+        out: list[tuple] = [()] * len(ranges)
+
+        def job(i: int, lo: int, hi: int) -> Callable[[], None]:
+            def run() -> None:
+                con = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
+                try:
+                    out[i] = con.execute(f"{sql} AND rowid >= {lo} AND rowid < {hi}").fetchone()
+                except sqlite3.DatabaseError as e:
+                    raise CorruptReportError(
+                        f"{self.path}: the SQLite file is damaged or truncated ({e}); export "
+                        "the report again with nsys export --type sqlite") from None
+                finally:
+                    con.close()
+            return run
+
+        self.parallel([job(i, lo, hi) for i, (lo, hi) in enumerate(ranges)])
+        return out
 
     def stream(self, sql: str) -> Iterator[pa.RecordBatch]:
         """Stream the result of ``sql`` as Arrow record batches (ADBC engine)."""

@@ -101,10 +101,16 @@ def session_bounds(db: ExportDB, table: str) -> tuple[int, int]:
     if table == "cuda_api" or not db.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return 0, _MAX_NS
     def extent():
-        lo, hi = db.query(
-            'SELECT min(start), max("end") FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE typeof(start) '
-            '= \'integer\' AND typeof("end") = \'integer\' AND "end" >= start AND start >= 0')[0]
-        return None if lo is None else (int(lo), int(hi))
+        from .reader import readers  # one scan per core: reader imports this module
+
+        api = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        rows = db.over_ranges(
+            f'SELECT min(start), max("end") FROM {api} WHERE typeof(start) = \'integer\' '
+            'AND typeof("end") = \'integer\' AND "end" >= start AND start >= 0',
+            api, readers(db.rowid_span(api)))
+        los = [r[0] for r in rows if r[0] is not None]
+        his = [r[1] for r in rows if r[1] is not None]
+        return (int(min(los)), int(max(his))) if los else None
     ext = db.once("api_extent", extent)
     return (0, _MAX_NS) if ext is None else (ext[0], min(ext[1] + DRAIN_NS, _MAX_NS))
 
