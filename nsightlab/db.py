@@ -106,9 +106,7 @@ class ExportDB:
             rows = self.conn.execute(
                 "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.DatabaseError as e:
-            raise CorruptReportError(
-                f"{self.path}: the SQLite file is damaged or truncated ({e}); export the report "
-                "again with nsys export --type sqlite") from None
+            raise self._damaged(e) from None
         self.tables: set[str] = {r[0] for r in rows}
         self.views: set[str] = {r[0] for r in rows if r[1] == "view"}
         self._once: dict[str, object] = {}
@@ -136,9 +134,12 @@ class ExportDB:
         except sqlite3.DatabaseError as e:
             if isinstance(e, sqlite3.OperationalError) and "no such" in str(e):
                 raise
-            raise CorruptReportError(
-                f"{self.path}: the SQLite file is damaged or truncated ({e}); export the report "
-                "again with nsys export --type sqlite") from None
+            raise self._damaged(e) from None
+
+    def _damaged(self, e: sqlite3.DatabaseError) -> CorruptReportError:
+        return CorruptReportError(
+            f"{self.path}: the SQLite file is damaged or truncated ({e}); export the report "
+            "again with nsys export --type sqlite")
 
     def once(self, key: str, compute):
         """``compute()``, run once per export and remembered (facts derived by a full scan)."""
@@ -221,9 +222,7 @@ class ExportDB:
                 try:
                     out[i] = con.execute(f"{sql} AND rowid >= {lo} AND rowid < {hi}").fetchone()
                 except sqlite3.DatabaseError as e:
-                    raise CorruptReportError(
-                        f"{self.path}: the SQLite file is damaged or truncated ({e}); export "
-                        "the report again with nsys export --type sqlite") from None
+                    raise self._damaged(e) from None
                 finally:
                     con.close()
             return run

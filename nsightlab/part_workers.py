@@ -130,7 +130,7 @@ def cache_range(db_path: str, table: str, sql: str, out: str,
     The export stays open between jobs (StringIds are loaded once per worker)."""
     from .cache import part_writer
     from .db import ExportDB
-    from .tables import TABLES, build_batch, drop_invalid
+    from .tables import TABLES, contract_batches
 
     key = (db_path, ident.get("size"), ident.get("mtime_ns"))  # a re-exported file: reopened
     if key not in _dbs:
@@ -141,14 +141,10 @@ def cache_range(db_path: str, table: str, sql: str, out: str,
     rows = dropped = 0
     writer = part_writer(Path(out), spec.schema, ident)
     try:
-        for raw in db.stream(sql):
-            b = build_batch(spec, db, raw)
-            if bounds is not None:
-                n = b.num_rows
-                b = drop_invalid(b, tuple(bounds))
-                dropped += n - b.num_rows
+        for b, _read, left_out in contract_batches(spec, db, sql, bounds and tuple(bounds)):
             writer.write_batch(b)
             rows += b.num_rows
+            dropped += left_out
     finally:
         writer.close()
     return rows, dropped

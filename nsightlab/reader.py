@@ -33,7 +33,7 @@ from . import frames
 from .cache import READ, TableCache
 from .db import BATCH_ROWS, ExportDB
 from .errors import CorruptReportError
-from .tables import CHECKED, TableSpec, build_batch, drop_invalid, session_bounds
+from .tables import CHECKED, TableSpec, contract_batches, session_bounds
 
 T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
@@ -54,7 +54,7 @@ RANGE_ROWS = 500_000
 MAX_RANGES = 256
 
 
-def _worker_error(answer: dict, path: Path, spec: TableSpec) -> Exception:
+def _worker_error(answer: dict) -> Exception:
     """The exception a worker's error answer stands for in this process."""
     if answer["kind"] == "report":
         return CorruptReportError(answer["error"])
@@ -225,7 +225,7 @@ class TableReader:
 
             def done(_i: int, answer: dict) -> None:
                 if "error" in answer:
-                    raise _worker_error(answer, self.db.path, spec)
+                    raise _worker_error(answer)
                 counts[0] += answer["rows"]
                 counts[1] += answer["dropped"]
                 meter(answer["rows"] + answer["dropped"])
@@ -326,22 +326,16 @@ class TableReader:
         sql = self._checked_sql(spec)
         queries = [sql if r is None else f"{sql} WHERE rowid >= {r[0]} AND rowid < {r[1]}"
                    for r in ranges]
-        checked = spec.name in CHECKED
-        bounds = session_bounds(self.db, spec.name) if checked else None
+        bounds = session_bounds(self.db, spec.name) if spec.name in CHECKED else None
         dropped = [0] * len(queries)
-
         meter = self._meter(spec, ranges)
 
         def job(i: int) -> Callable[[], None]:
             def run() -> None:
                 writer = open_part(i) if open_part is not None else None
-                for raw in self.db.stream(queries[i]):
-                    meter(raw.num_rows)
-                    b = build_batch(spec, self.db, raw)
-                    if checked:  # rows with impossible timestamps: left out, reported
-                        n = b.num_rows
-                        b = drop_invalid(b, bounds)
-                        dropped[i] += n - b.num_rows
+                for b, read, left_out in contract_batches(spec, self.db, queries[i], bounds):
+                    meter(read)
+                    dropped[i] += left_out  # rows with impossible timestamps: reported
                     if writer is not None:
                         writer.write_batch(b)
                     sink(i, b)

@@ -11,7 +11,7 @@ every cache key.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -130,6 +130,20 @@ def drop_invalid(batch: pa.RecordBatch, bounds: tuple[int, int]) -> pa.RecordBat
     ok = pc.and_(ok, pc.and_(pc.greater_equal(start, bounds[0]), pc.less_equal(end, bounds[1])))
     ok = pc.fill_null(ok, False)
     return batch if pc.all(ok).as_py() else batch.filter(ok)
+
+
+def contract_batches(spec: "TableSpec", db: ExportDB, sql: str, bounds: tuple[int, int] | None
+                     ) -> "Iterator[tuple[pa.RecordBatch, int, int]]":
+    """The rows ``sql`` reads of ``spec`` from ``db``, batch by batch, in the column contract,
+    rows with impossible timestamps left out (``drop_invalid``; ``bounds`` None: not checked).
+    Yields (batch, rows read, rows left out): the one conversion loop of reader threads and
+    reader processes."""
+    for raw in db.stream(sql):
+        b = build_batch(spec, db, raw)
+        n = b.num_rows
+        if bounds is not None:
+            b = drop_invalid(b, bounds)
+        yield b, raw.num_rows, n - b.num_rows
 
 
 # ---- SQL and Arrow helpers -------------------------------------------------------------------
