@@ -27,9 +27,11 @@ def scaled_report(work: Path, copies: int, source: Path = DEFAULT_SOURCE) -> Pat
 def in_fresh_process(code: str, *args: str) -> dict:
     """Run ``code`` (which prints one JSON line last) in a new interpreter; return that JSON.
     Timing and peak RSS are measured inside the child, so each case starts cold in memory."""
-    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                       text=True)
+    if p.returncode:
+        raise SystemExit(f"benchmark child failed (exit {p.returncode}):\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 

@@ -11,7 +11,12 @@ If `nsys` is on PATH, its equivalents run on the same file (`nsys stats` gpukern
 kernexecsum or cuda_gpu_kern_sum / cuda_kern_exec_sum, `nsys analyze` GPU gaps and sync
 APIs), each timed with its peak RSS, and the ratio is printed.
 
-usage: python benchmarks/recipes.py [--copies N] [--work DIR] [--no-nsys]
+--each runs every recipe in its own fresh process instead (kernel_sum first, on no cache;
+the others on the tables it cached), as the issue's table does, once per analysis engine
+named by --engines (NSIGHTLAB_ENGINE: numpy, duckdb, auto), with peak RSS per recipe.
+
+usage: python benchmarks/recipes.py [--copies N] [--work DIR] [--no-nsys] [--each]
+                                    [--engines numpy,duckdb]
 Targets (issue #3, 2-core machine): <= 18 s cold, <= 1.5 s warm, <= 1 GB peak RSS.
 """
 from __future__ import annotations
@@ -71,15 +76,43 @@ def nsys_commands(report: Path, out: Path) -> list[tuple[str, list[str]]]:
     ]
 
 
+def per_recipe(report: Path, cache: Path, engines: list[str]) -> None:
+    """One fresh process per recipe and engine: cold (kernel_sum on no cache, the others on
+    the tables it cached, as a user running three commands) and tables warm."""
+    import os
+
+    print(f"\nreport: {report} ({report.stat().st_size / 2**30:.2f} GiB), one process per recipe")
+    print(f"{'engine':<8} {'case':<12} {'recipe':<16} {'time_s':>7} {'peak_rss_mb':>12} "
+          f"{'tree_pss_mb':>12}")
+    for engine in engines:
+        os.environ["NSIGHTLAB_ENGINE"] = engine
+        shutil.rmtree(cache, ignore_errors=True)
+        for case in ("cold", "tables warm"):
+            total = 0.0
+            for d in cache.glob("*/results"):
+                shutil.rmtree(d)
+            for name in RECIPES:
+                m = in_fresh_process(CHILD, report, cache, name)
+                total += m["seconds"]
+                print(f"{engine:<8} {case:<12} {name:<16} {m['seconds']:7.2f} "
+                      f"{m['peak_rss_mb']:12.0f} {m['tree_pss_mb']:12.0f}", flush=True)
+            print(f"{engine:<8} {case:<12} {'(the three)':<16} {total:7.2f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", type=int, default=100)
     ap.add_argument("--work", type=Path, default=DEFAULT_WORK)
     ap.add_argument("--no-nsys", action="store_true", help="skip the nsys comparison")
+    ap.add_argument("--each", action="store_true", help="one fresh process per recipe")
+    ap.add_argument("--engines", default="auto", help="with --each: engines to compare")
     args = ap.parse_args()
     report = scaled_report(args.work, args.copies)
     cache = args.work / "recipe-cache"
     shutil.rmtree(cache, ignore_errors=True)
+    if args.each:
+        per_recipe(report, cache, args.engines.split(","))
+        return
     rows = []
     cold = in_fresh_process(CHILD, report, cache, *RECIPES)
     rows.append(("cold (no cache)", cold))

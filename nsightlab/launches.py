@@ -95,3 +95,31 @@ def first_of_call(api_row: np.ndarray) -> np.ndarray:
     if len(api_row) < 2 or np.all(api_row[1:] > api_row[:-1]):
         return np.ones(len(api_row), bool)  # one operation per call, in call order
     return ~pd.Series(api_row).duplicated().to_numpy()
+
+
+def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("start_ns", "end_ns"),
+                 api_columns: tuple[str, ...] = ("start_ns", "end_ns", "tid")) -> int:
+    """``launches`` in DuckDB (``nsightlab.engine``): creates the temporary table ``lk`` with
+    the same columns (``op_row`` added: the operation's row in ``table``) and returns its
+    row count. Out of core: the join spills instead of holding both tables in memory."""
+    if not db.report.has(table) or not db.report.has("cuda_api"):
+        db.con.execute("CREATE OR REPLACE TEMP TABLE lk AS SELECT 0::INTEGER AS pid, "
+                       "0::BIGINT AS api_row, 0::BIGINT AS op_row LIMIT 0")
+        return 0
+    ops, api = db.view(table, rows=True), db.view("cuda_api", rows=True)
+    def col(alias: str, table: str, c: str) -> str:
+        return f"{alias}.{c}::{db.enum(table, c)}" if c == "name" else f"{alias}.{c}"
+
+    cols = ", ".join([*(f"{col('o', table, c)} AS {c}" for c in op_columns),
+                      *(f"{col('a', 'cuda_api', c)} AS api_{c}" for c in api_columns)])
+    db.con.execute(f"""CREATE OR REPLACE TEMP TABLE lk AS
+        SELECT o.pid, {cols}, a.row AS api_row, o.row AS op_row
+        FROM {ops} o JOIN {api} a ON o.pid = a.pid AND o.correlation_id = a.correlation_id""")
+    return db.con.execute("SELECT count(*) FROM lk").fetchone()[0]
+
+
+def once_sql(db) -> str:
+    """SQL expression over ``lk``: true for the first operation of each API call (the NumPy
+    path's ``first_of_call``); plain true when every call launched one operation."""
+    calls, rows = db.con.execute("SELECT count(DISTINCT api_row), count(*) FROM lk").fetchone()
+    return "true" if calls == rows else "(op_row = min(op_row) OVER (PARTITION BY api_row))"

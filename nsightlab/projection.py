@@ -113,3 +113,71 @@ def _groups(pids: np.ndarray, tids: np.ndarray):
     frame = pd.DataFrame({"pid": pids, "tid": tids})
     for key, idx in frame.groupby(["pid", "tid"], sort=False).indices.items():
         yield key, idx
+
+
+def project_sql(report: Report, db) -> pd.DataFrame:
+    """``project`` in DuckDB over the launch table ``lk`` (``launches.launches_sql`` with
+    start_ns, end_ns, api_start_ns, api_end_ns, api_tid).
+
+    Push/pop ranges of one thread and depth never overlap, so each launch finds its range at
+    every depth with one as-of join (the latest range starting at or before the call) instead
+    of a join of every range with every launch. Ranges that may overlap (start/end ranges,
+    which cross threads, or pushes that share a nanosecond boundary) go through ``project``
+    with the launch columns fetched from DuckDB."""
+    from .launches import once_sql
+
+    nvtx = report.nvtx(NVTX_COLUMNS)
+    nvtx = nvtx[nvtx["kind"] != "mark"].reset_index(drop=True)
+    if not _disjoint_per_thread(nvtx):
+        lk = db.frame("SELECT pid, start_ns, end_ns, api_start_ns, api_end_ns, api_tid, api_row "
+                      "FROM lk ORDER BY op_row")
+        return project(report, lk)
+    ranges = pd.DataFrame({
+        "rid": np.arange(len(nvtx), dtype=np.int64), "pid": nvtx["pid"].to_numpy(np.int64),
+        "tid": nvtx["tid"].to_numpy(np.int64), "depth": nvtx["depth"].to_numpy(np.int64),
+        "start_ns": nvtx["start_ns"].to_numpy(np.int64),
+        "end_ns": nvtx["end_ns"].fillna(np.iinfo(np.int64).max).to_numpy(np.int64)})
+    once = once_sql(db)
+    db.con.execute(f"""CREATE OR REPLACE TEMP TABLE lk_once AS
+        SELECT pid::BIGINT AS pid, api_tid::BIGINT AS tid, api_start_ns, start_ns, end_ns,
+               {once} AS once, api_end_ns - api_start_ns AS api_ns FROM lk""")
+    per_depth = " UNION ALL ".join(
+        f"""SELECT r.rid, l.start_ns, l.end_ns, l.once, l.api_ns FROM lk_once l
+            ASOF JOIN (SELECT * FROM ranges WHERE depth = {int(d)}) r
+            ON l.pid = r.pid AND l.tid = r.tid AND l.api_start_ns >= r.start_ns
+            WHERE l.api_start_ns <= r.end_ns"""
+        for d in sorted(ranges["depth"].unique()))
+    agg = db.frame(f"""SELECT rid, count(*) AS kernel_count, sum(end_ns - start_ns)::BIGINT AS
+                           kernel_time_ns, sum(once::BIGINT)::BIGINT AS launch_calls,
+                           sum(CASE WHEN once THEN api_ns ELSE 0 END)::BIGINT AS launch_api_ns,
+                           min(start_ns) AS gpu_start_ns, max(end_ns) AS gpu_end_ns
+                    FROM ({per_depth}) GROUP BY rid""" if len(ranges) else
+                   "SELECT 0 AS rid LIMIT 0", ranges=ranges)
+    db.con.execute("DROP TABLE lk_once")
+    out = nvtx.copy()
+    got = agg.set_index("rid").reindex(np.arange(len(nvtx)))
+    for c in ("kernel_count", "kernel_time_ns", "launch_calls", "launch_api_ns"):
+        out[c] = got[c].fillna(0).to_numpy(np.int64) if c in got else np.zeros(len(nvtx), np.int64)
+    has = out["kernel_count"].to_numpy() > 0
+    for c in ("gpu_start_ns", "gpu_end_ns"):
+        v = got[c].fillna(0).to_numpy(np.int64) if c in got else np.zeros(len(nvtx), np.int64)
+        out[c] = nullable_int64(v, ~has)
+    out["gpu_span_ns"] = out["gpu_end_ns"] - out["gpu_start_ns"]
+    return out
+
+
+def _disjoint_per_thread(nvtx: pd.DataFrame) -> bool:
+    """Whether every range is a push/pop range and no two ranges of one thread and depth
+    share a nanosecond (then at most one of them holds any instant)."""
+    if not len(nvtx):
+        return True
+    if not (nvtx["kind"] == "push_pop").all():
+        return False
+    end = nvtx["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
+    df = pd.DataFrame({"pid": nvtx["pid"], "tid": nvtx["tid"], "depth": nvtx["depth"],
+                       "start": nvtx["start_ns"].astype(np.int64), "end": end})
+    df = df.sort_values(["pid", "tid", "depth", "start"], kind="stable")
+    same = ((df["pid"].to_numpy()[1:] == df["pid"].to_numpy()[:-1])
+            & (df["tid"].to_numpy()[1:] == df["tid"].to_numpy()[:-1])
+            & (df["depth"].to_numpy()[1:] == df["depth"].to_numpy()[:-1]))
+    return not (same & (df["start"].to_numpy()[1:] <= df["end"].to_numpy()[:-1])).any()

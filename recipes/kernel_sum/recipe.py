@@ -1,27 +1,66 @@
 """kernel_sum: GPU time by kernel name, like `nsys stats -r cuda_gpu_kern_sum`, plus the
 kernel's class and precision. With iterations_only, only kernels that start inside the
 budget's wall-clock iterations count (warm-up, compile and teardown left out). With ncu, the
-tensor-pipe counters of an Nsight Compute report label kernels whose name says nothing."""
+tensor-pipe counters of an Nsight Compute report label kernels whose name says nothing.
+Big reports are summarized in DuckDB over the table cache (``nsightlab.engine``)."""
 import numpy as np
+import pandas as pd
 
-from nsightlab import budget, ncu, recipes
+from nsightlab import budget, engine, ncu, recipes
 from nsightlab.classify import annotate
 from nsightlab.stats import describe
 
+COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"]
+
 
 def run(report, params):
-    k = report.kernels(["name", "start_ns", "duration_ns"])
-    if params["iterations_only"]:
-        it = recipes.run("budget", report)["iterations"]
-        if len(it) and it["name"].iloc[0] != budget.WHOLE_RUN:
-            ws = np.unique(it["start_ns"].to_numpy())
-            we = it.groupby("start_ns")["end_ns"].max().reindex(ws).to_numpy()
-            t = k["start_ns"].to_numpy()
-            i = np.searchsorted(ws, t, "right") - 1
-            k = k[(i >= 0) & (t < we[np.maximum(i, 0)])]
-    out = describe(k, ["name"], "duration_ns")
-    out = out.rename(columns={"count": "instances"})
+    windows = iteration_windows(report) if params["iterations_only"] else None
+    if engine.active(report):
+        with engine.Engine(report) as db:
+            out = summarize_sql(db, windows)
+    else:
+        out = summarize(report, windows)
     out["time_pct"] = 100.0 * out["total_ns"] / max(out["total_ns"].sum(), 1)
     out = out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
     evidence = ncu.tensor_evidence(ncu.kernels(params["ncu"])) if params["ncu"] else None
     return {"kernel_sum": annotate(out, explain=True, evidence=evidence)}
+
+
+def iteration_windows(report):
+    """(start_ns, end_ns) of the budget's wall-clock iterations, one row per distinct start;
+    None when the run has no iteration ranges (then every kernel counts)."""
+    it = recipes.run("budget", report)["iterations"]
+    if not len(it) or it["name"].iloc[0] == budget.WHOLE_RUN:
+        return None
+    return it.groupby("start_ns", as_index=False)["end_ns"].max().sort_values("start_ns")
+
+
+def summarize(report, windows):
+    """The summary in memory (NumPy): groups in order of first appearance."""
+    k = report.kernels(["name", "start_ns", "duration_ns"])
+    if windows is not None:
+        ws, we = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
+        t = k["start_ns"].to_numpy()
+        i = np.searchsorted(ws, t, "right") - 1
+        k = k[(i >= 0) & (t < we[np.maximum(i, 0)])]
+    return describe(k, ["name"], "duration_ns").rename(columns={"count": "instances"})
+
+
+def summarize_sql(db, windows):
+    """The same summary in DuckDB, out of core: groups in order of first appearance too."""
+    k = db.view("kernels", rows=True)
+    if windows is None:
+        source, tables = k, {}
+    else:  # the window starting last at or before each kernel, if the kernel starts in it
+        source = (f"(SELECT k.* FROM {k} k ASOF JOIN windows w ON k.start_ns >= w.start_ns "
+                  "WHERE k.start_ns < w.end_ns)")
+        tables = {"windows": windows}
+    out = db.frame(f"""
+        SELECT name, count(*) AS instances, sum(duration_ns)::BIGINT AS total_ns,
+               avg(duration_ns) AS avg_ns, median(duration_ns)::DOUBLE AS med_ns,
+               min(duration_ns) AS min_ns, max(duration_ns) AS max_ns,
+               coalesce(stddev_samp(duration_ns), 0) AS stddev_ns
+        FROM {source} GROUP BY name ORDER BY min(row)""", **tables)
+    out["name"] = out["name"].astype("category")
+    return out[COLUMNS].astype({"instances": np.int64, "total_ns": np.int64,
+                                "min_ns": np.int64, "max_ns": np.int64})

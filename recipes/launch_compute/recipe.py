@@ -1,26 +1,42 @@
-"""launch_compute: launch overhead vs GPU compute, per kernel, per run and per NVTX range."""
+"""launch_compute: launch overhead vs GPU compute, per kernel, per run and per NVTX range.
+Big reports are joined and summarized in DuckDB over the table cache (``nsightlab.engine``)."""
 import numpy as np
 import pandas as pd
 
-from nsightlab import recipes
-from nsightlab.launches import first_of_call, launches
-from nsightlab.projection import project
+from nsightlab import engine, recipes
+from nsightlab.launches import first_of_call, launches, launches_sql
+from nsightlab.projection import project, project_sql
 from nsightlab.recipes import NoDataError
 from nsightlab.stats import STATS, Groups, group_ids
 from nsightlab.tables import nullable_int64
 from nsightlab.timeline import busy_time
 
 
+OP_COLUMNS = ("start_ns", "end_ns", "device_id", "name")
+API_COLUMNS = ("start_ns", "end_ns", "tid", "name")
+
+
 def run(report, params):
     budget = recipes.run("budget", report)["summary"]  # first: its scratch is freed before lk
-    lk = launches(report, op_columns=("start_ns", "end_ns", "device_id", "name"),
-                  api_columns=("start_ns", "end_ns", "tid", "name"))
+    if engine.active(report):
+        with engine.Engine(report) as db:
+            if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
+                raise _no_launches(report)
+            ranges = by_range(project_sql(report, db), params)
+            return {"per_kernel": per_kernel_sql(db),
+                    "summary": summary(summary_sql(db, params), params, budget),
+                    "by_range": ranges}
+    lk = launches(report, op_columns=OP_COLUMNS, api_columns=API_COLUMNS)
     if lk.empty:
-        raise NoDataError(report.missing_hint("kernels") or report.missing_hint("cuda_api")
-                          or f"{report.path.name}: no kernel launches")
-    ranges = by_range(report, lk, params)
-    return {"per_kernel": per_kernel(lk), "summary": summary(lk, ranges, params, budget),
+        raise _no_launches(report)
+    ranges = by_range(project(report, lk), params)
+    return {"per_kernel": per_kernel(lk), "summary": summary(run_numbers(lk, params), params, budget),
             "by_range": ranges}
+
+
+def _no_launches(report):
+    return NoDataError(report.missing_hint("kernels") or report.missing_hint("cuda_api")
+                       or f"{report.path.name}: no kernel launches")
 
 
 def per_kernel(lk):
@@ -65,8 +81,42 @@ def _evidence(busy_pct, kernel_avg, api_avg, n):
             f"mean launch call {api_avg / 1e3:.1f} us; {n} kernels")
 
 
-def by_range(report, lk, params):
-    proj = project(report, lk)
+#: per metric of per_kernel: SQL over lk, NULL where the call has no value (queue: the kernel
+#: started before its launch call returned)
+METRICS_SQL = {"api": "api_end_ns - api_start_ns",
+               "queue": "CASE WHEN start_ns >= api_end_ns THEN start_ns - api_end_ns END",
+               "kernel": "end_ns - start_ns",
+               "total": "greatest(api_end_ns, end_ns) - api_start_ns"}
+
+
+def per_kernel_sql(db):
+    """``per_kernel`` in DuckDB over ``lk``: the same groups (in order of first appearance),
+    the same statistics (NVIDIA's: sample standard deviation, 0 for one value)."""
+    cols = []
+    for metric, expr in METRICS_SQL.items():
+        x = f"({expr})"
+        if metric in ("api", "queue"):
+            cols.append(f"count({x}) AS {'count' if metric == 'api' else 'queue_count'}")
+        cols += [f"sum({x})::BIGINT AS {metric}_total_ns", f"avg({x}) AS {metric}_avg_ns",
+                 f"median({x})::DOUBLE AS {metric}_med_ns", f"min({x}) AS {metric}_min_ns",
+                 f"max({x}) AS {metric}_max_ns",
+                 f"CASE WHEN count({x}) > 1 THEN stddev_samp({x}) WHEN count({x}) = 1 THEN 0.0 "
+                 f"END AS {metric}_stddev_ns"]
+    out = db.frame(f"""SELECT pid, api_tid AS tid, device_id AS device, api_name, name,
+                              {', '.join(cols)}
+                       FROM lk GROUP BY pid, api_tid, device_id, api_name, name
+                       ORDER BY min(op_row)""")
+    for c in out.columns:
+        if c.endswith(("_total_ns", "_min_ns", "_max_ns")):
+            out[c] = out[c].astype("Int64")
+    for c in ("count", "queue_count"):
+        out[c] = out[c].astype(np.int64)
+    for c in ("api_name", "name"):
+        out[c] = out[c].astype("category")
+    return out.sort_values("total_avg_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def by_range(proj, params):
     proj = proj[proj["kernel_count"] > 0].reset_index(drop=True)
     span = proj["gpu_span_ns"].astype("float64").to_numpy()
     busy = np.minimum(100.0, 100.0 * proj["kernel_time_ns"].to_numpy() / np.maximum(span, 1))
@@ -95,7 +145,8 @@ def _budget_verdict(budget, dev, busy_pct, k_mean, per_kernel_api, n_k):
     return str(b["verdict"]), f"{b['evidence']}; whole run: {launch}"
 
 
-def summary(lk, ranges, params, budget):
+def run_numbers(lk, params):
+    """Per (pid, device) of the launch table: the numbers the run summary states."""
     rows = []
     groups = lk.groupby(["pid", "device_id"], sort=True).indices
     cols = {c: lk[c].to_numpy() for c in ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "api_row")}
@@ -122,15 +173,59 @@ def summary(lk, ranges, params, budget):
         kdur.sort()
         k_med = float(kdur[(n_k - 1) // 2] + kdur[n_k // 2]) / 2
         del kdur
-        busy_pct = 100.0 * busy_ns / max(span, 1)
-        per_kernel_api = launch_sum / n_k
-        v, ev = _budget_verdict(budget, dev, busy_pct, k_mean, per_kernel_api, n_k)
         rows.append({
             "pid": pid, "device": dev, "kernel_count": n_k, "kernel_time_ns": k_sum,
-            "gpu_span_ns": span, "gpu_busy_ns": busy_ns, "gpu_busy_pct": busy_pct,
+            "gpu_span_ns": span, "gpu_busy_ns": busy_ns,
             "launch_calls": n_calls, "launch_api_ns": launch_sum, "launch_api_avg_ns": launch_avg,
             "kernel_avg_ns": k_mean, "kernel_med_ns": k_med, "queue_med_ns": queue_med,
             "short_kernel_pct": short,
-            "verdict": v, "evidence": ev,
         })
     return pd.DataFrame(rows)
+
+
+def summary_sql(db, params):
+    """``run_numbers`` in DuckDB over ``lk`` (busy time: each kernel adds what lies beyond
+    every kernel that started before it, as ``timeline.busy_time``)."""
+    from nsightlab.launches import once_sql
+
+    short = float(params["short_kernel_us"]) * 1e3
+    once = once_sql(db)
+    return db.frame(f"""
+        WITH k AS (SELECT pid, device_id, count(*) AS kernel_count,
+                          sum(end_ns - start_ns)::BIGINT AS kernel_time_ns,
+                          max(end_ns) - min(start_ns) AS gpu_span_ns,
+                          avg(end_ns - start_ns) AS kernel_avg_ns,
+                          median(end_ns - start_ns)::DOUBLE AS kernel_med_ns,
+                          median(start_ns - api_end_ns) FILTER (WHERE start_ns >= api_end_ns)
+                              ::DOUBLE AS queue_med_ns,
+                          100.0 * avg(((end_ns - start_ns) < {short})::INTEGER) AS short_kernel_pct
+                   FROM lk GROUP BY pid, device_id),
+             c AS (SELECT pid, device_id, count(*) AS launch_calls,
+                          sum(api_end_ns - api_start_ns)::BIGINT AS launch_api_ns,
+                          avg(api_end_ns - api_start_ns) AS launch_api_avg_ns
+                   FROM (SELECT pid, device_id, api_start_ns, api_end_ns, {once} AS once FROM lk)
+                   WHERE once GROUP BY pid, device_id),
+             b AS (SELECT pid, device_id,
+                          sum(greatest(0, end_ns - greatest(start_ns, coalesce(reach, start_ns))))
+                              ::BIGINT AS gpu_busy_ns
+                   FROM (SELECT pid, device_id, start_ns, end_ns,
+                                max(end_ns) OVER (PARTITION BY pid, device_id ORDER BY start_ns
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+                         FROM lk) GROUP BY pid, device_id)
+        SELECT k.pid, k.device_id AS device, kernel_count, kernel_time_ns, gpu_span_ns,
+               gpu_busy_ns, launch_calls, launch_api_ns, launch_api_avg_ns, kernel_avg_ns,
+               kernel_med_ns, queue_med_ns, short_kernel_pct
+        FROM k JOIN c USING (pid, device_id) JOIN b USING (pid, device_id)
+        ORDER BY k.pid, k.device_id""")
+
+
+def summary(numbers, params, budget):
+    """The run summary: per (pid, device) numbers with busy share and the budget's verdict."""
+    out = numbers.copy()
+    busy = 100.0 * out["gpu_busy_ns"].to_numpy() / np.maximum(out["gpu_span_ns"].to_numpy(), 1)
+    out.insert(out.columns.get_loc("gpu_busy_ns") + 1, "gpu_busy_pct", busy)
+    verdicts = [_budget_verdict(budget, r.device, b, r.kernel_avg_ns, r.launch_api_ns / r.kernel_count,
+                                r.kernel_count) for r, b in zip(out.itertuples(), busy)]
+    out["verdict"] = [v for v, _ in verdicts]
+    out["evidence"] = [e for _, e in verdicts]
+    return out

@@ -1,7 +1,10 @@
-"""sync_gaps: host waits on the GPU, GPU idle gaps, and which wait each gap follows."""
+"""sync_gaps: host waits on the GPU, GPU idle gaps, and which wait each gap follows.
+Big reports: the gaps (8M in a launch-bound run of 8M kernels) are found and matched in
+DuckDB over the table cache (``nsightlab.engine``); only the reported ones reach pandas."""
 import numpy as np
 import pandas as pd
 
+from nsightlab import engine
 from nsightlab.classify import sync_kind
 from nsightlab.launches import keys as join_keys, match
 from nsightlab.tables import nullable_int64
@@ -10,12 +13,81 @@ from nsightlab.timeline import gaps as idle_gaps
 OPS = ("kernels", "memcpy", "memset")
 
 
+SYNC_COLUMNS = ["pid", "tid", "name", "start_ns", "end_ns", "duration_ns", "correlation_id",
+                "callchain_id"]
+
+
 def run(report, params):
+    if engine.active(report):
+        with engine.Engine(report) as db:
+            return run_sql(report, db, params)
     ops = gpu_ops(report)
     raw_gaps = all_gaps(ops)
     syncs = sync_calls(report, raw_gaps)
     gaps = reported_gaps(report, ops, raw_gaps, syncs, params["min_gap_ms"] * 1e6)
     return {"syncs": syncs, "gaps": gaps, "by_api": by_api(syncs, gaps)}
+
+
+def run_sql(report, db, params):
+    """The same three tables, with the gaps found in DuckDB: NVIDIA's pairing of the j-th
+    smallest end with the (j+1)-th smallest start per (pid, device, context), as a join of
+    two numbered sorts that spills instead of holding 8M gaps."""
+    selects = [f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id, {i} AS tbl, "
+               f"row FROM {db.view(t, rows=True)}" for i, t in enumerate(OPS) if report.has_rows(t)]
+    key = "pid, device_id, context_id"
+    db.con.execute(f"""CREATE OR REPLACE TEMP TABLE raw_gaps AS
+        WITH o AS ({" UNION ALL ".join(selects)}),
+             s AS (SELECT {key}, start_ns, correlation_id,
+                          row_number() OVER (PARTITION BY {key} ORDER BY start_ns, tbl, row) AS n
+                   FROM o),
+             e AS (SELECT {key}, end_ns,
+                          row_number() OVER (PARTITION BY {key} ORDER BY end_ns) + 1 AS n FROM o)
+        SELECT e.pid, e.device_id, e.context_id, e.end_ns AS start_ns, s.start_ns AS end_ns,
+               s.correlation_id AS next_correlation_id
+        FROM e JOIN s USING ({key}, n) WHERE e.end_ns < s.start_ns""")
+    api = db.view("cuda_api", rows=True)
+    wanted = pd.DataFrame({"name": [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]},
+                          dtype=object)
+    rows = db.frame(f"SELECT {', '.join(SYNC_COLUMNS)}, row FROM {api} "
+                    "WHERE name IN (SELECT name FROM wanted) ORDER BY row", wanted=wanted)
+    # idle after each call: the gap it returned into, per (device, context) of its process
+    idle = db.frame("""SELECT q.i, max(CASE WHEN q.end_ns <= g.end_ns THEN g.end_ns - q.end_ns
+                                            ELSE 0 END) AS idle
+                       FROM (SELECT q.*, k.device_id, k.context_id FROM calls q JOIN
+                             (SELECT DISTINCT pid, device_id, context_id FROM raw_gaps) k
+                             USING (pid)) q
+                       ASOF JOIN raw_gaps g ON q.pid = g.pid AND q.device_id = g.device_id
+                            AND q.context_id = g.context_id AND q.end_ns >= g.start_ns
+                       GROUP BY q.i""",
+                    calls=pd.DataFrame({"i": np.arange(len(rows)), "pid": rows["pid"].to_numpy(),
+                                        "end_ns": rows["end_ns"].to_numpy(np.int64)}))
+    after = np.zeros(len(rows), np.int64)
+    after[idle["i"].to_numpy(np.int64)] = idle["idle"].to_numpy(np.int64)
+    syncs = describe_syncs(report, rows.drop(columns="row"), after)
+    gaps = db.frame(f"""SELECT {key}, start_ns, end_ns, next_correlation_id FROM raw_gaps
+                        WHERE end_ns - start_ns >= {float(params["min_gap_ms"]) * 1e6}
+                        ORDER BY {key}, start_ns""")
+    db.con.execute("DROP TABLE raw_gaps")
+    ending = pd.DataFrame({"pid": gaps["pid"].to_numpy(np.int64),
+                           "correlation_id": gaps.pop("next_correlation_id").to_numpy(np.int64)})
+    found = db.frame(f"""SELECT q.i, a.row FROM ending q JOIN {api} a
+                         ON a.pid = q.pid AND a.correlation_id = q.correlation_id
+                         ORDER BY q.i, a.row""",
+                     ending=ending.assign(i=np.arange(len(ending))))
+    gi, ai = found["i"].to_numpy(np.int64), found["row"].to_numpy(np.int64)
+    gaps = _finish(report, syncs, gaps, gi, ai, _previous_sql(report, ai))
+    return {"syncs": syncs, "gaps": gaps, "by_api": by_api(syncs, gaps)}
+
+
+def _previous_sql(report, ai, max_back=256):
+    """``previous_on_thread`` reading only the ``max_back`` API rows before each of ``ai``."""
+    if not len(ai):
+        return np.empty(0, np.int64)
+    near = np.unique((ai[:, None] - np.arange(0, max_back + 1)[None, :]).ravel())
+    near = near[near >= 0]
+    tids = report.take("cuda_api", ["tid"], near)["tid"].to_numpy()
+    local = previous_on_thread(tids, np.searchsorted(near, ai), max_back)
+    return np.where(local >= 0, near[np.maximum(local, 0)], -1)
 
 
 def gpu_ops(report):
@@ -51,17 +123,20 @@ def all_gaps(ops):
 
 def sync_calls(report, raw_gaps):
     api = report.cuda_api(["name"])
-    kinds = {n: sync_kind(str(n)) for n in api["name"].cat.categories}
-    wanted = [n for n, k in kinds.items() if k]
+    wanted = [n for n in api["name"].cat.categories if sync_kind(str(n))]
     rows = np.flatnonzero(api["name"].isin(wanted).to_numpy())
     del api
-    cols = ["pid", "tid", "name", "start_ns", "end_ns", "duration_ns", "correlation_id",
-            "callchain_id"]
-    s = pd.concat([report.cuda_api([c])[c].iloc[rows].reset_index(drop=True) for c in cols],
+    s = pd.concat([report.cuda_api([c])[c].iloc[rows].reset_index(drop=True) for c in SYNC_COLUMNS],
                   axis=1)
+    return describe_syncs(report, s, idle_after(s, raw_gaps))
+
+
+def describe_syncs(report, s, idle_after_ns):
+    """The syncs table from the synchronizing calls ``s`` (SYNC_COLUMNS, in row order) and the
+    GPU idle time after each."""
     s = s.rename(columns={"name": "api_name"})
     s["api_name"] = s["api_name"].astype(str)
-    s["sync_kind"] = s["api_name"].map(kinds)
+    s["sync_kind"] = s["api_name"].map(sync_kind)
     # what CUPTI says the call waited on
     s["stream_id"] = pd.array([pd.NA] * len(s), dtype="UInt32")
     s["sync_type"] = pd.Series([None] * len(s), dtype=object)
@@ -70,7 +145,7 @@ def sync_calls(report, raw_gaps):
         si, ci = match(*join_keys(s, cu))
         s.loc[si, "stream_id"] = cu["stream_id"].to_numpy()[ci]
         s.loc[si, "sync_type"] = cu["sync_type"].astype(str).to_numpy()[ci]
-    s["gpu_idle_after_ns"] = idle_after(s, raw_gaps)
+    s["gpu_idle_after_ns"] = idle_after_ns
     stacks = report.call_stacks(s["callchain_id"].dropna().unique())
     s["call_stack"] = s["callchain_id"].map(lambda i: stacks.get(int(i)) if pd.notna(i) else None)
     s = s.drop(columns=["callchain_id"])
@@ -100,6 +175,22 @@ def reported_gaps(report, ops, raw_gaps, syncs, min_gap_ns):
         frames.append(pd.DataFrame({"pid": pid, "device_id": dev, "context_id": ctx,
                                     "start_ns": gs[keep], "end_ns": ge[keep]}))
     gaps = pd.concat(frames, ignore_index=True)
+    gi = ai = prev = np.empty(0, np.int64)
+    if len(gaps):
+        ending = ending_ops(ops, gaps)
+        api = report.cuda_api(["pid", "correlation_id"])
+        gi, ai = match(*join_keys(ending, api))
+        del api
+        tids = report.cuda_api(["tid"])["tid"].to_numpy()
+        prev = previous_on_thread(tids, ai)  # host activity: the thread's previous CUDA call
+        del tids
+    return _finish(report, syncs, gaps, gi, ai, prev)
+
+
+def _finish(report, syncs, gaps, gi, ai, prev):
+    """Causes of the reported ``gaps`` (pid, device_id, context_id, start_ns, end_ns): ``ai``
+    is the API row that launched the operation ending gap ``gi``, ``prev`` the previous call
+    on that thread (-1: none)."""
     gaps["duration_ns"] = gaps["end_ns"] - gaps["start_ns"]
     n = len(gaps)
     cause = np.array(["host"] * n, dtype=object)
@@ -108,13 +199,6 @@ def reported_gaps(report, ops, raw_gaps, syncs, min_gap_ns):
     next_api = np.array([None] * n, dtype=object)
     next_start = np.full(n, -1, np.int64)
     if n:
-        ending = ending_ops(ops, gaps)
-        api = report.cuda_api(["pid", "correlation_id"])
-        gi, ai = match(*join_keys(ending, api))
-        del api
-        tids = report.cuda_api(["tid"])["tid"].to_numpy()
-        prev = previous_on_thread(tids, ai)  # host activity: the thread's previous CUDA call
-        del tids
         has = prev >= 0
         rows = np.concatenate([ai, prev[has]])  # only these API rows are looked at
         pick = {c: _take(report, c, rows) for c in ("name", "start_ns", "end_ns")}
