@@ -103,7 +103,7 @@ def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("sta
     the same columns (``op_row`` added: the operation's row in ``table``) and returns its
     row count. Out of core: the join spills instead of holding both tables in memory."""
     if not db.report.has(table) or not db.report.has("cuda_api"):
-        db.con.execute("CREATE OR REPLACE TEMP TABLE lk AS SELECT 0::INTEGER AS pid, "
+        db.con.execute("CREATE OR REPLACE TABLE lk AS SELECT 0::INTEGER AS pid, "
                        "0::BIGINT AS api_row, 0::BIGINT AS op_row LIMIT 0")
         return 0
     ops, api = db.view(table, rows=True), db.view("cuda_api", rows=True)
@@ -112,7 +112,7 @@ def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("sta
 
     cols = ", ".join([*(f"{col('o', table, c)} AS {c}" for c in op_columns),
                       *(f"{col('a', 'cuda_api', c)} AS api_{c}" for c in api_columns)])
-    db.con.execute(f"""CREATE OR REPLACE TEMP TABLE lk AS
+    db.con.execute(f"""CREATE OR REPLACE TABLE lk AS
         SELECT o.pid, {cols}, a.row AS api_row, o.row AS op_row
         FROM {ops} o JOIN {api} a ON o.pid = a.pid AND o.correlation_id = a.correlation_id""")
     return db.con.execute("SELECT count(*) FROM lk").fetchone()[0]

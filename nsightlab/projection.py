@@ -138,7 +138,7 @@ def project_sql(report: Report, db) -> pd.DataFrame:
         "start_ns": nvtx["start_ns"].to_numpy(np.int64),
         "end_ns": nvtx["end_ns"].fillna(np.iinfo(np.int64).max).to_numpy(np.int64)})
     once = once_sql(db)
-    db.con.execute(f"""CREATE OR REPLACE TEMP TABLE lk_once AS
+    db.con.execute(f"""CREATE OR REPLACE TABLE lk_once AS
         SELECT pid::BIGINT AS pid, api_tid::BIGINT AS tid, api_start_ns, start_ns, end_ns,
                {once} AS once, api_end_ns - api_start_ns AS api_ns FROM lk""")
     per_depth = " UNION ALL ".join(

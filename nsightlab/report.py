@@ -90,6 +90,11 @@ class Report:
         """The Parquet table cache (None when off, or after its folder proved unwritable)."""
         return self._reader.cache
 
+    def note(self, message: str) -> None:
+        """Tell the user something on the progress channel (stderr in the CLI), if any."""
+        if self._reader.progress is not None:
+            self._reader.progress(message)
+
     @property
     def rows_read(self) -> int:
         """Table rows this Report has handed out so far (from the cache or SQLite)."""

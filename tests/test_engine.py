@@ -99,3 +99,23 @@ def test_engine_choice_and_spill_folder(reports, tmp_path, monkeypatch):
     monkeypatch.setenv("NSIGHTLAB_ENGINE", "fast")
     with pytest.raises(UsageError, match="NSIGHTLAB_ENGINE"):
         engine.active(report)
+
+
+def test_out_of_memory_in_duckdb_falls_back_with_a_note(reports, tmp_path, monkeypatch):
+    """Simulated (a real one needs a report bigger than the test data): DuckDB raising its
+    out-of-memory error mid-recipe gives the NumPy answer and one note, not a traceback."""
+    import duckdb
+
+    path = reports("nsys", "", "h200-vit-fp16-syncy")
+    ref = _run(path, "sync_gaps", "numpy", tmp_path, monkeypatch)
+
+    def no_memory(*_a, **_k):
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+
+    monkeypatch.setattr(engine.Engine, "frame", no_memory)
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    notes = []
+    got = R.run("sync_gaps", nsightlab.open(path, cache_dir=tmp_path / "oom", progress=notes.append))
+    for table in ref:
+        assert_same(ref[table], got[table], f"sync_gaps.{table}")
+    assert any("NSIGHTLAB_MEMORY_MB" in n for n in notes)

@@ -15,11 +15,8 @@ COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_n
 
 def run(report, params):
     windows = iteration_windows(report) if params["iterations_only"] else None
-    if engine.active(report):
-        with engine.Engine(report) as db:
-            out = summarize_sql(db, windows)
-    else:
-        out = summarize(report, windows)
+    out = engine.analyse(report, lambda db: summarize_sql(db, windows),
+                         lambda: summarize(report, windows))
     out["time_pct"] = 100.0 * out["total_ns"] / max(out["total_ns"].sum(), 1)
     out = out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
     evidence = ncu.tensor_evidence(ncu.kernels(params["ncu"])) if params["ncu"] else None

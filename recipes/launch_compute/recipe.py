@@ -18,14 +18,19 @@ API_COLUMNS = ("start_ns", "end_ns", "tid", "name")
 
 def run(report, params):
     budget = recipes.run("budget", report)["summary"]  # first: its scratch is freed before lk
-    if engine.active(report):
-        with engine.Engine(report) as db:
-            if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
-                raise _no_launches(report)
-            ranges = by_range(project_sql(report, db), params)
-            return {"per_kernel": per_kernel_sql(db),
-                    "summary": summary(summary_sql(db, params), params, budget),
-                    "by_range": ranges}
+    return engine.analyse(report, lambda db: in_duckdb(report, db, params, budget),
+                          lambda: in_numpy(report, params, budget), auto=False)
+
+
+def in_duckdb(report, db, params, budget):
+    if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
+        raise _no_launches(report)
+    ranges = by_range(project_sql(report, db), params)
+    return {"per_kernel": per_kernel_sql(db),
+            "summary": summary(summary_sql(db, params), params, budget), "by_range": ranges}
+
+
+def in_numpy(report, params, budget):
     lk = launches(report, op_columns=OP_COLUMNS, api_columns=API_COLUMNS)
     if lk.empty:
         raise _no_launches(report)

@@ -18,9 +18,11 @@ SYNC_COLUMNS = ["pid", "tid", "name", "start_ns", "end_ns", "duration_ns", "corr
 
 
 def run(report, params):
-    if engine.active(report):
-        with engine.Engine(report) as db:
-            return run_sql(report, db, params)
+    return engine.analyse(report, lambda db: run_sql(report, db, params),
+                          lambda: run_numpy(report, params))
+
+
+def run_numpy(report, params):
     ops = gpu_ops(report)
     raw_gaps = all_gaps(ops)
     syncs = sync_calls(report, raw_gaps)
@@ -29,22 +31,23 @@ def run(report, params):
 
 
 def run_sql(report, db, params):
-    """The same three tables, with the gaps found in DuckDB: NVIDIA's pairing of the j-th
-    smallest end with the (j+1)-th smallest start per (pid, device, context), as a join of
-    two numbered sorts that spills instead of holding 8M gaps."""
+    """The same three tables, with the gaps found in DuckDB: where an operation starts after
+    every earlier-starting one of its (pid, device, context) has ended (one sorted window).
+    That is NVIDIA's pairing of the j-th smallest end with the (j+1)-th smallest start: the
+    j operations that start first have all ended exactly when the j-th smallest end comes
+    before the (j+1)-th start."""
     selects = [f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id, {i} AS tbl, "
                f"row FROM {db.view(t, rows=True)}" for i, t in enumerate(OPS) if report.has_rows(t)]
     key = "pid, device_id, context_id"
-    db.con.execute(f"""CREATE OR REPLACE TEMP TABLE raw_gaps AS
+    db.con.execute(f"""CREATE OR REPLACE TABLE raw_gaps AS
         WITH o AS ({" UNION ALL ".join(selects)}),
-             s AS (SELECT {key}, start_ns, correlation_id,
-                          row_number() OVER (PARTITION BY {key} ORDER BY start_ns, tbl, row) AS n
-                   FROM o),
-             e AS (SELECT {key}, end_ns,
-                          row_number() OVER (PARTITION BY {key} ORDER BY end_ns) + 1 AS n FROM o)
-        SELECT e.pid, e.device_id, e.context_id, e.end_ns AS start_ns, s.start_ns AS end_ns,
-               s.correlation_id AS next_correlation_id
-        FROM e JOIN s USING ({key}, n) WHERE e.end_ns < s.start_ns""")
+             w AS (SELECT {key}, start_ns, correlation_id,
+                          max(end_ns) OVER (PARTITION BY {key} ORDER BY start_ns, tbl, row
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+                   FROM o)
+        SELECT {key}, reach AS start_ns, start_ns AS end_ns,
+               correlation_id AS next_correlation_id
+        FROM w WHERE start_ns > reach""")
     api = db.view("cuda_api", rows=True)
     wanted = pd.DataFrame({"name": [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]},
                           dtype=object)
