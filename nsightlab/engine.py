@@ -104,8 +104,8 @@ class Engine:
         # the memory limit for the disk; in an in-memory database they cannot
         self.con = duckdb.connect(str(self.spill / "scratch.duckdb"), config={
             "threads": threads(), "memory_limit": f"{memory_mb()}MB",
-            "temp_directory": str(self.spill), "preserve_insertion_order": False,
-            "enable_progress_bar": False})  # its bar goes to stdout: the CLI's answers
+            "temp_directory": str(self.spill), "preserve_insertion_order": False})
+        self.con.execute("SET enable_progress_bar = false")  # it prints to stdout: our answers
         self._views: set[str] = set()
 
     def view(self, name: str, rows: bool = False) -> str:
