@@ -119,3 +119,14 @@ def test_out_of_memory_in_duckdb_falls_back_with_a_note(reports, tmp_path, monke
     for table in ref:
         assert_same(ref[table], got[table], f"sync_gaps.{table}")
     assert any("NSIGHTLAB_MEMORY_MB" in n for n in notes)
+
+
+@pytest.mark.parametrize("folder,prefix,name", REPORTS[:3], ids=[r[2] for r in REPORTS[:3]])
+def test_completeness_same_both_ways(reports, folder, prefix, name, tmp_path, monkeypatch):
+    """Launch calls and devices are counted in SQL on big reports: the same findings."""
+    path = reports(folder, prefix, name)
+    found = {}
+    for how in ("numpy", "duckdb"):
+        monkeypatch.setenv("NSIGHTLAB_ENGINE", how)
+        found[how] = nsightlab.open(path, cache_dir=tmp_path / how).completeness
+    assert found["numpy"] == found["duckdb"]

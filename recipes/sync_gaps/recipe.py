@@ -31,46 +31,21 @@ def run_numpy(report, params):
 
 
 def run_sql(report, db, params):
-    """The same three tables, with the gaps found in DuckDB: where an operation starts after
-    every earlier-starting one of its (pid, device, context) has ended (one sorted window).
-    That is NVIDIA's pairing of the j-th smallest end with the (j+1)-th smallest start: the
-    j operations that start first have all ended exactly when the j-th smallest end comes
-    before the (j+1)-th start."""
-    selects = [f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id, {i} AS tbl, "
-               f"row FROM {db.view(t, rows=True)}" for i, t in enumerate(OPS) if report.has_rows(t)]
-    key = "pid, device_id, context_id"
-    db.con.execute(f"""CREATE OR REPLACE TABLE raw_gaps AS
-        WITH o AS ({" UNION ALL ".join(selects)}),
-             w AS (SELECT {key}, start_ns, correlation_id,
-                          max(end_ns) OVER (PARTITION BY {key} ORDER BY start_ns, tbl, row
-                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-                   FROM o)
-        SELECT {key}, reach AS start_ns, start_ns AS end_ns,
-               correlation_id AS next_correlation_id
-        FROM w WHERE start_ns > reach""")
+    """The same three tables from a sorted stream: DuckDB sorts the GPU operations by
+    (pid, device, context, start) out of core and hands them over a million at a time; each
+    batch yields its gaps (an operation that starts after every earlier-starting one has
+    ended, the running maximum of ends carried from batch to batch). That is NVIDIA's pairing
+    of the j-th smallest end with the (j+1)-th smallest start: the j operations that start
+    first have all ended exactly when the j-th smallest end comes before the (j+1)-th start.
+    Only the reported gaps and the syncs' idle times are kept: memory does not grow with the
+    report."""
     api = db.view("cuda_api", rows=True)
     wanted = pd.DataFrame({"name": [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]},
                           dtype=object)
     rows = db.frame(f"SELECT {', '.join(SYNC_COLUMNS)}, row FROM {api} "
                     "WHERE name IN (SELECT name FROM wanted) ORDER BY row", wanted=wanted)
-    # idle after each call: the gap it returned into, per (device, context) of its process
-    idle = db.frame("""SELECT q.i, max(CASE WHEN q.end_ns <= g.end_ns THEN g.end_ns - q.end_ns
-                                            ELSE 0 END) AS idle
-                       FROM (SELECT q.*, k.device_id, k.context_id FROM calls q JOIN
-                             (SELECT DISTINCT pid, device_id, context_id FROM raw_gaps) k
-                             USING (pid)) q
-                       ASOF JOIN raw_gaps g ON q.pid = g.pid AND q.device_id = g.device_id
-                            AND q.context_id = g.context_id AND q.end_ns >= g.start_ns
-                       GROUP BY q.i""",
-                    calls=pd.DataFrame({"i": np.arange(len(rows)), "pid": rows["pid"].to_numpy(),
-                                        "end_ns": rows["end_ns"].to_numpy(np.int64)}))
-    after = np.zeros(len(rows), np.int64)
-    after[idle["i"].to_numpy(np.int64)] = idle["idle"].to_numpy(np.int64)
+    gaps, after = _stream_gaps(report, db, rows, float(params["min_gap_ms"]) * 1e6)
     syncs = describe_syncs(report, rows.drop(columns="row"), after)
-    gaps = db.frame(f"""SELECT {key}, start_ns, end_ns, next_correlation_id FROM raw_gaps
-                        WHERE end_ns - start_ns >= {float(params["min_gap_ms"]) * 1e6}
-                        ORDER BY {key}, start_ns""")
-    db.con.execute("DROP TABLE raw_gaps")
     ending = pd.DataFrame({"pid": gaps["pid"].to_numpy(np.int64),
                            "correlation_id": gaps.pop("next_correlation_id").to_numpy(np.int64)})
     found = db.frame(f"""SELECT q.i, a.row FROM ending q JOIN {api} a
@@ -80,6 +55,53 @@ def run_sql(report, db, params):
     gi, ai = found["i"].to_numpy(np.int64), found["row"].to_numpy(np.int64)
     gaps = _finish(report, syncs, gaps, gi, ai, _previous_sql(report, ai))
     return {"syncs": syncs, "gaps": gaps, "by_api": by_api(syncs, gaps)}
+
+
+def _stream_gaps(report, db, calls, min_gap_ns, batch_rows=1 << 20):
+    """(reported gaps with the correlation id of the operation ending each, GPU idle after
+    each of ``calls``), from one sorted pass over the operations (see ``run_sql``)."""
+    selects = [f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id, {i} AS tbl, "
+               f"row FROM {db.view(t, rows=True)}" for i, t in enumerate(OPS) if report.has_rows(t)]
+    stream = db.stream(
+        f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id FROM "
+        f"({' UNION ALL '.join(selects)}) ORDER BY pid, device_id, context_id, start_ns, tbl, row",
+        batch_rows)
+    call_pid, call_end = calls["pid"].to_numpy(), calls["end_ns"].to_numpy(np.int64)
+    after = np.zeros(len(calls), np.int64)
+    reach: dict[tuple, int] = {}  # per (pid, device, context): the latest end so far
+    kept = []
+    for batch in stream:
+        col = [batch.column(i).to_numpy() for i in range(6)]
+        pid, dev, ctx = col[0], col[1], col[2]
+        cut = np.flatnonzero((pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1]) | (ctx[1:] != ctx[:-1]))
+        for lo, hi in zip(np.concatenate([[0], cut + 1]), np.concatenate([cut + 1, [len(pid)]])):
+            key = (int(pid[lo]), int(dev[lo]), int(ctx[lo]))
+            s, e, corr = col[3][lo:hi].astype(np.int64), col[4][lo:hi].astype(np.int64), col[5][lo:hi]
+            prev = reach.get(key)
+            upto = np.maximum.accumulate(e)
+            if prev is not None:
+                np.maximum(upto, prev, out=upto)
+            before = np.empty_like(upto)
+            before[1:] = upto[:-1]
+            before[0] = s[0] if prev is None else prev  # the very first follows no gap
+            reach[key] = int(upto[-1])
+            idle = s > before
+            gs, ge, gc = before[idle], s[idle], corr[idle]
+            mine = np.flatnonzero(call_pid == key[0])
+            if len(mine) and len(gs):  # each call returned into at most one gap of this key
+                t = call_end[mine]
+                i = np.searchsorted(gs, t, "right") - 1
+                inside = (i >= 0) & (t <= ge[np.maximum(i, 0)])
+                after[mine] = np.maximum(after[mine], np.where(inside, ge[np.maximum(i, 0)] - t, 0))
+            long = (ge - gs) >= min_gap_ns
+            if long.any():
+                kept.append(pd.DataFrame({"pid": key[0], "device_id": key[1], "context_id": key[2],
+                                          "start_ns": gs[long], "end_ns": ge[long],
+                                          "next_correlation_id": gc[long]}))
+    gaps = pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(
+        {c: pd.Series(dtype=np.int64) for c in ("pid", "device_id", "context_id", "start_ns",
+                                                 "end_ns", "next_correlation_id")})
+    return gaps, after
 
 
 def _previous_sql(report, ai, max_back=256):
