@@ -76,7 +76,7 @@ def nsys_commands(report: Path, out: Path) -> list[tuple[str, list[str]]]:
     ]
 
 
-def per_recipe(report: Path, cache: Path, engines: list[str]) -> None:
+def per_recipe(report: Path, cache: Path, engines: list[str], cold_only: bool = False) -> None:
     """One fresh process per recipe and engine: cold (kernel_sum on no cache, the others on
     the tables it cached, as a user running three commands) and tables warm."""
     import os
@@ -87,7 +87,7 @@ def per_recipe(report: Path, cache: Path, engines: list[str]) -> None:
     for engine in engines:
         os.environ["NSIGHTLAB_ENGINE"] = engine
         shutil.rmtree(cache, ignore_errors=True)
-        for case in ("cold", "tables warm"):
+        for case in ("cold",) if cold_only else ("cold", "tables warm"):
             total = 0.0
             for d in cache.glob("*/results"):
                 shutil.rmtree(d)
@@ -106,12 +106,13 @@ def main() -> None:
     ap.add_argument("--no-nsys", action="store_true", help="skip the nsys comparison")
     ap.add_argument("--each", action="store_true", help="one fresh process per recipe")
     ap.add_argument("--engines", default="auto", help="with --each: engines to compare")
+    ap.add_argument("--cold-only", action="store_true", help="with --each: skip 'tables warm'")
     args = ap.parse_args()
     report = scaled_report(args.work, args.copies)
     cache = args.work / "recipe-cache"
     shutil.rmtree(cache, ignore_errors=True)
     if args.each:
-        per_recipe(report, cache, args.engines.split(","))
+        per_recipe(report, cache, args.engines.split(","), args.cold_only)
         return
     rows = []
     cold = in_fresh_process(CHILD, report, cache, *RECIPES)

@@ -183,5 +183,34 @@ class Engine:
         self.close()
 
 
+def medians(db: Engine, source: str, key: str, value: str, tables: dict | None = None
+            ) -> pd.DataFrame:
+    """Exact median of ``value`` per ``key`` over the SQL relation ``source`` (nsys's: the
+    mean of the two middle values for an even count), in bounded memory: DuckDB's median
+    keeps every value of a group (40M kernels ran it out of memory), so this counts each
+    distinct (key, value) in a spilling hash aggregate and reads the middle ranks off those
+    counts. Columns: ``key``, ``med``."""
+    h = db.frame(f"SELECT {key} AS k, {value} AS v, count(*) AS c FROM {source} "
+                 f"WHERE {value} IS NOT NULL GROUP BY ALL", **(tables or {}))
+    if not len(h):
+        return pd.DataFrame({key: pd.Series(dtype=object), "med": pd.Series(dtype=np.float64)})
+    codes, keys = pd.factorize(h["k"], use_na_sentinel=False)
+    v, c = h["v"].to_numpy(np.float64), h["c"].to_numpy(np.int64)
+    order = np.lexsort((v, codes))
+    codes, v, c = codes[order], v[order], c[order]
+    starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+    ends = np.append(starts[1:], len(codes))
+    cum = np.cumsum(c)  # rows up to and including each (key, value), over all keys
+    before = np.concatenate([[0], cum[ends[:-1] - 1]])  # rows of earlier keys
+    n = cum[ends - 1] - before
+    out = np.empty(len(starts))
+    for i, (lo, hi) in enumerate(zip(starts, ends)):
+        seg = cum[lo:hi] - before[i]  # ranks (1-based) reached by each value of the key
+        a = v[lo + np.searchsorted(seg, (n[i] - 1) // 2 + 1)]
+        b = v[lo + np.searchsorted(seg, n[i] // 2 + 1)]
+        out[i] = (a + b) / 2
+    return pd.DataFrame({key: keys[codes[starts]], "med": out})
+
+
 def _quoted(path: Path) -> str:
     return str(path).replace("'", "''")

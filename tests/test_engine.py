@@ -130,3 +130,19 @@ def test_completeness_same_both_ways(reports, folder, prefix, name, tmp_path, mo
         monkeypatch.setenv("NSIGHTLAB_ENGINE", how)
         found[how] = nsightlab.open(path, cache_dir=tmp_path / how).completeness
     assert found["numpy"] == found["duckdb"]
+
+
+def test_medians_from_value_counts_equal_numpy(reports, tmp_path, monkeypatch):
+    """engine.medians (counts of distinct values, bounded memory) against np.median, for odd
+    and even counts, repeated values, one-row groups and huge values."""
+    rng = np.random.default_rng(7)
+    sizes = {"a": 1, "b": 2, "c": 1001, "d": 1000, "e": 5000}
+    frames = [pd.DataFrame({"k": k, "v": rng.integers(0, 50 if k == "e" else 10**12, n)})
+              for k, n in sizes.items()]
+    df = pd.concat(frames, ignore_index=True).sample(frac=1, random_state=1)
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    report = nsightlab.open(reports("nsys", "", "h200-launchbound"), cache_dir=tmp_path)
+    with engine.Engine(report) as db:
+        got = engine.medians(db, "t", "k", "v", {"t": df}).set_index("k")["med"]
+    for k in sizes:
+        assert got[k] == np.median(df.loc[df["k"] == k, "v"].to_numpy()), k
