@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .classify import sync_kind
-from .launches import keys, match
+from .launches import pairs
 from .reader import readers
 from .report import Report
 from .timeline import covered, union
@@ -120,19 +120,17 @@ def iteration_ranges(report: Report) -> pd.DataFrame:
 def gpu_ops(report: Report) -> dict[str, np.ndarray]:
     """Every kernel, copy and memset as arrays in start order: device_id, start_ns, end_ns,
     api_start_ns (the start of the API call that launched it; NaN where none was recorded) and
-    part (the index of its ``BUSY_PARTS`` entry). The join is ``launches.match`` on integer
-    keys, and plain arrays, not a DataFrame: no copies of millions of rows."""
+    part (the index of its ``BUSY_PARTS`` entry). The join is ``launches.pairs`` (integer
+    keys), and plain arrays, not a DataFrame: no copies of millions of rows."""
     cols: dict[str, list[np.ndarray]] = {c: [] for c in OP_COLUMNS}
-    api = report.cuda_api(["pid", "correlation_id"]) if report.has_rows("cuda_api") else None
     for table in ("kernels", "memcpy", "memset"):
         if not report.has_rows(table):
             continue
+        oi, ai = pairs(report, table)
         extra = ["copy_kind", "src_kind", "dst_kind"] if table == "memcpy" else []
-        ops = report.table(table, ["pid", "correlation_id", "device_id", "start_ns", "end_ns",
-                                   *extra])
+        ops = report.table(table, ["device_id", "start_ns", "end_ns", *extra])
         api_start = np.full(len(ops), np.nan)
-        if api is not None:
-            oi, ai = match(*keys(ops, api))
+        if len(oi):
             api_start[oi] = report.take("cuda_api", ["start_ns"], ai)["start_ns"].to_numpy()
         if table == "memcpy":
             code = _copy_codes(ops)
@@ -145,7 +143,6 @@ def gpu_ops(report: Report) -> dict[str, np.ndarray]:
                      ("part", code)):
             cols[c].append(v)
         del ops
-    del api
     out = {c: np.concatenate(v) if len(v) > 1 else (v[0] if v else np.empty(0, DTYPES[c]))
            for c, v in cols.items()}
     if len(cols["start_ns"]) > 1 and not np.all(out["start_ns"][1:] >= out["start_ns"][:-1]):

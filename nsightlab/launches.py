@@ -54,6 +54,35 @@ def match(op_keys: np.ndarray, api_keys: np.ndarray) -> tuple[np.ndarray, np.nda
     return ops, (pos if order is None else order[pos])
 
 
+def pairs(report: Report, table: str) -> tuple[np.ndarray, np.ndarray]:
+    """(operation row, API row) of every operation of ``table`` and the call that issued it,
+    ordered by operation then API row (``match``'s order), by ``match`` over the key columns;
+    with NSIGHTLAB_ENGINE=duckdb in DuckDB (parallel, spilling; only the pairs come back). Not
+    under ``auto``: on 2 cores at 8M kernels DuckDB took 2.3 s against NumPy's 0.8 s, for the
+    same peak memory."""
+    from . import engine
+
+    def in_numpy():
+        api = report.cuda_api(["pid", "correlation_id"])
+        ops = report.table(table, ["pid", "correlation_id"])
+        return match(*keys(ops, api))
+
+    def in_duckdb(db):
+        ops, api = db.view(table, rows=True), db.view("cuda_api", rows=True)
+        stream = db.stream(f"SELECT o.row AS o, a.row AS a FROM {ops} o JOIN {api} a "
+                           "ON o.pid = a.pid AND o.correlation_id = a.correlation_id "
+                           "ORDER BY o.row, a.row", 1 << 20)
+        got = [(b.column(0).to_numpy(), b.column(1).to_numpy()) for b in stream]
+        if not got:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return (np.concatenate([o for o, _ in got]).astype(np.int64, copy=False),
+                np.concatenate([a for _, a in got]).astype(np.int64, copy=False))
+
+    if not report.has_rows(table) or not report.has_rows("cuda_api"):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return engine.analyse(report, in_duckdb, in_numpy, auto=False)
+
+
 def launches(report: Report, table: str = "kernels",
              op_columns: tuple[str, ...] = ("start_ns", "end_ns", "device_id", "name"),
              api_columns: tuple[str, ...] = ("start_ns", "end_ns", "tid", "name")
@@ -69,11 +98,8 @@ def launches(report: Report, table: str = "kernels",
     cols = ["pid", *op_columns, *(f"api_{c}" for c in api_columns), "api_row"]
     if not report.has(table) or not report.has("cuda_api"):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    # API keys first: on a first read this builds the big API cache before the ops are held
-    api = report.cuda_api(["pid", "correlation_id"])
+    op_idx, api_idx = pairs(report, table)  # first: the big API cache before the ops are held
     ops = report.table(table, list(dict.fromkeys(["pid", "correlation_id", *op_columns])))
-    op_idx, api_idx = match(*keys(ops, api))
-    del api
     if len(op_idx) == len(ops) and (len(ops) < 2 or np.all(op_idx[1:] > op_idx[:-1])):
         out = ops  # every operation matched once, in order: no copy
     else:
