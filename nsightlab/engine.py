@@ -1,20 +1,21 @@
 """Big reports are analysed out of core: SQL in DuckDB over the report's Parquet table cache.
 
 Below ``MIN_ROWS`` kernels the recipes work on NumPy arrays in memory (fast, no start-up).
-From there on the heavy relational steps (the kernel ⋈ API join, grouped statistics with
-medians, GPU idle gaps, range joins of NVTX ranges and launches) run in DuckDB: on every core
-(``reader.readers()``), within a memory limit (``NSIGHTLAB_MEMORY_MB``, default
-``MEMORY_MB``), spilling to a private folder in the cache when a step needs more. Measured
-on the 8M-kernel report (2 cores): grouped kernel statistics 0.16 s (NumPy: 1.4 s on 16
-cores), the 8M ⋈ 16M join 0.7 s within a 600 MB limit. The NumPy path stays the reference:
-the tests run every recipe both ways on real reports and compare (counts exact, sums within
-1e-9 relative).
+From there on, steps whose memory would grow with the report run in DuckDB, within a memory
+limit (``NSIGHTLAB_MEMORY_MB``, default ``MEMORY_MB``), on up to one thread per core
+(``threads()``), spilling to a private folder beside the cache: kernel_sum's statistics
+(medians from counts of distinct values, ``medians``), sync_gaps' GPU gaps (a sorted stream
+read a million operations at a time) and the completeness counts. On the 16-core GPU machine
+at 100M kernels kernel_sum peaked at 0.26 GB and sync_gaps at 1.10 GB, as at 8M. The NumPy
+path stays the reference: the tests run every recipe both ways on real reports and compare
+(counts exact, sums within 1e-9 relative).
 
-``NSIGHTLAB_ENGINE`` chooses: ``auto`` (default: DuckDB from ``MIN_ROWS`` kernels when the
-report has a table cache, for kernel_sum and sync_gaps), ``duckdb`` (always, where there is a
-cache, launch_compute too) or ``numpy`` (never). launch_compute stays in NumPy under ``auto``:
-on the 16-core GPU machine at 8M kernels its SQL path took 11.2 s against 6.5 s (at 1.10
-against 1.39 GB), and its time budget is computed in memory either way.
+``NSIGHTLAB_ENGINE`` chooses: ``auto`` (default, as above), ``duckdb`` (on any cached
+report, and also launch_compute's launch table, statistics and NVTX projection, and the
+kernel ⋈ API join) or ``numpy`` (never). Those last two stay in NumPy under ``auto``: on the
+16-core machine at 8M kernels launch_compute's SQL path took 11.2 s against 6.5 s (1.10
+against 1.39 GB), and on 2 cores the join 2.3 s against 0.8 s; the time budget is computed in
+memory either way.
 """
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ MB_PER_THREAD = 80
 CHOICES = ("auto", "duckdb", "numpy")
 
 
+class Unavailable(Exception):
+    """The engine cannot see the report's tables (its cache turned out unwritable)."""
+
+
 def choice() -> str:
     """NSIGHTLAB_ENGINE, checked (a typo is an error, not a silent default)."""
     value = os.environ.get("NSIGHTLAB_ENGINE", "auto").strip().lower() or "auto"
@@ -58,9 +63,8 @@ def active(report: Report, auto: bool = True) -> bool:
 
 def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
     """``in_duckdb(engine)`` when ``report`` is analysed in DuckDB (``active``), else
-    ``in_numpy()``. A
-    step that outgrows DuckDB's memory limit (it spills most, not everything) is not an
-    error for the user: a note says so and the NumPy path answers (the same tables)."""
+    ``in_numpy()``. A step that outgrows DuckDB's memory limit (it spills most, not
+    everything) is not an error for the user: a note says so and the NumPy path answers."""
     if not active(report, auto):
         return in_numpy()
     import duckdb
@@ -68,6 +72,8 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
     try:
         with Engine(report) as db:
             return in_duckdb(db)
+    except (Unavailable, OSError):  # no cache to scan after all (unwritable): in memory
+        return in_numpy()
     except duckdb.OutOfMemoryException:
         report.note(f"{report.path.name}: a step needed more than DuckDB's {memory_mb()} MB; "
                     "analysing in memory instead (set NSIGHTLAB_MEMORY_MB higher to stay out "
@@ -76,6 +82,7 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
 
 
 def memory_mb() -> int:
+    """DuckDB's memory limit in MB: NSIGHTLAB_MEMORY_MB (at least 100) or ``MEMORY_MB``."""
     value = os.environ.get("NSIGHTLAB_MEMORY_MB", "").strip()
     return int(value) if value.isdigit() and int(value) >= 100 else MEMORY_MB
 
@@ -116,10 +123,12 @@ class Engine:
         report = self.report
         spec = report.spec(name)
         files = None
-        if report.has(name):
+        if report.has_rows(name):
             report.prefetch([name])
             files = report.cache.files(name) if report.cache is not None else None
-        if files is None:  # no rows, or the cache went away: the contract's empty table
+            if files is None:  # the cache turned out unwritable: the tables are not there
+                raise Unavailable(f"no cache entry for {name}")
+        if files is None:  # the report lacks the table: the contract's empty table
             empty = spec.schema.empty_table()
             self.con.register(f"_{key}", empty)
             sql = f"SELECT *{', 0::BIGINT AS row' if rows else ''} FROM _{key}"
@@ -129,9 +138,9 @@ class Engine:
             if rows:  # one scan of all parts; a part's first row is the rows before it
                 meta = report.cache.meta(name)
                 starts = np.concatenate([[0], np.cumsum([p["rows"] for p in meta["parts"]])])
+                first = ", ".join(str(int(x)) for x in starts[:-1])
                 sql = (f"SELECT * EXCLUDE (file_row_number), file_row_number + "
-                       f"([{', '.join(str(int(x)) for x in starts[:-1])}]::BIGINT[])[file_index::BIGINT + 1] "
-                       "AS row "
+                       f"([{first}]::BIGINT[])[file_index::BIGINT + 1] AS row "
                        f"FROM read_parquet([{listed}], file_row_number = true)")
         self.con.execute(f"CREATE OR REPLACE TEMP VIEW {key} AS {sql}")
         self._views.add(key)

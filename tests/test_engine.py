@@ -146,3 +146,15 @@ def test_medians_from_value_counts_equal_numpy(reports, tmp_path, monkeypatch):
         got = engine.medians(db, "t", "k", "v", {"t": df}).set_index("k")["med"]
     for k in sizes:
         assert got[k] == np.median(df.loc[df["k"] == k, "v"].to_numpy()), k
+
+
+def test_no_cache_entry_after_all_means_numpy_not_empty_tables(reports, tmp_path, monkeypatch):
+    """A cache that turns out unusable mid-run (entries not there) must not read as a report
+    without kernels: the NumPy path answers."""
+    path = reports("nsys", "", "h200-vit-fp16-syncy")
+    ref = _run(path, "kernel_sum", "numpy", tmp_path, monkeypatch)["kernel_sum"]
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    report = nsightlab.open(path, cache_dir=tmp_path / "gone")
+    monkeypatch.setattr(type(report.cache), "files", lambda self, table: None)
+    got = R.run("kernel_sum", report)["kernel_sum"]
+    assert_same(ref, got, "kernel_sum")
