@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .classify import sync_kind
+from .frames import release_memory
 from .launches import pairs
 from .reader import readers
 from .report import Report
@@ -246,6 +247,8 @@ def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
                .agg(idle_ns=("idle_ns", "sum"), stretches=("idle_ns", "size"))
                .sort_values("idle_ns", ascending=False, kind="stable").reset_index(drop=True))
     by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
+    del ops, rows, causes
+    release_memory()  # the idle threads' scratch: before the caller builds its own tables
     return table, by_sync, source
 
 

@@ -120,3 +120,16 @@ class FrameBuilder:
             else:
                 out[c] = v
         return pd.DataFrame(out, copy=False)
+
+
+def release_memory() -> None:
+    """Give freed heap memory back to the operating system (glibc's ``malloc_trim``). NumPy
+    temporaries freed in worker threads stay in those threads' malloc arenas otherwise: ~300 MB
+    were still held after the time budget of 8M kernels on the 16-core machine. Nothing where
+    the C library has no ``malloc_trim`` (musl, macOS)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

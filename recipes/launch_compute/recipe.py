@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab import engine, recipes
+from nsightlab.frames import release_memory
 from nsightlab.launches import first_of_call, launches, launches_sql
 from nsightlab.projection import project, project_sql
 from nsightlab.recipes import NoDataError
@@ -170,7 +171,8 @@ def run_numbers(lk, params):
         queue = g["start_ns"] - g["api_end_ns"]
         queue.sort()
         queued = queue[np.searchsorted(queue, 0):]
-        queue_med = float(np.median(queued)) if len(queued) else np.nan
+        n_q = len(queued)  # sorted already: no np.median copy
+        queue_med = float(queued[(n_q - 1) // 2] + queued[n_q // 2]) / 2 if n_q else np.nan
         del queue, queued
         kdur = g["end_ns"] - g["start_ns"]
         k_sum, k_mean, n_k = int(kdur.sum()), float(kdur.mean()), len(kdur)
@@ -178,6 +180,7 @@ def run_numbers(lk, params):
         kdur.sort()
         k_med = float(kdur[(n_k - 1) // 2] + kdur[n_k // 2]) / 2
         del kdur
+        release_memory()
         rows.append({
             "pid": pid, "device": dev, "kernel_count": n_k, "kernel_time_ns": k_sum,
             "gpu_span_ns": span, "gpu_busy_ns": busy_ns,
