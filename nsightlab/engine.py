@@ -113,6 +113,9 @@ class Engine:
             "threads": threads(), "memory_limit": f"{memory_mb()}MB",
             "temp_directory": str(self.spill), "preserve_insertion_order": False})
         self.con.execute("SET enable_progress_bar = false")  # it prints to stdout: our answers
+        # freed blocks go back sooner (default: 128 MB cached across DuckDB's threads), so
+        # the pandas work that follows a query does not stack on DuckDB's leftovers
+        self.con.execute("SET allocator_flush_threshold = '16MB'")
         self._views: set[str] = set()
 
     def view(self, name: str, rows: bool = False) -> str:
