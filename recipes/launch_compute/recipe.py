@@ -1,5 +1,7 @@
 """launch_compute: launch overhead vs GPU compute, per kernel, per run and per NVTX range.
-Big reports are joined and summarized in DuckDB over the table cache (``nsightlab.engine``)."""
+In memory (NumPy); with NSIGHTLAB_ENGINE=duckdb joined and summarized in DuckDB over the
+table cache instead (``nsightlab.engine``: measured slower at 8M kernels, so not by default;
+its per-kernel medians use DuckDB's median(), which holds every value)."""
 import numpy as np
 import pandas as pd
 
