@@ -21,8 +21,15 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     (groups in order of first appearance)."""
     combined = np.zeros(len(keys), np.int64)
     for c in keys.columns:
-        codes, uniques = pd.factorize(keys[c], use_na_sentinel=False)
-        combined = combined * (len(uniques) + 1) + codes
+        col = keys[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):  # its codes already: no hash table
+            codes, n = col.cat.codes.to_numpy(), len(col.cat.categories) + 1  # -1: missing
+        else:
+            codes, uniques = pd.factorize(col, use_na_sentinel=False)
+            n = len(uniques)
+        combined *= n + 1  # in place: 8M-row keys cost one 64 MB array, not one per step
+        combined += codes
+        del codes
     gid, uniques = pd.factorize(combined)
     first = np.empty(len(uniques), np.int64)
     first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)  # last write wins: the first row
