@@ -77,8 +77,8 @@ def build_dir(parent: Path, name: str) -> Path:
 
 def remove_stale(folder: Path) -> None:
     """Remove what killed runs left in ``folder``: ``.NAME.PID.tmp`` files and build folders
-    (``build_dir``) of processes that are gone, and hidden folders older than ``STALE_TMP_S``.
-    Never fails."""
+    (``build_dir``: table builds, DuckDB's spill folders) of processes that are gone, and
+    other hidden folders older than ``STALE_TMP_S``. Never fails."""
     try:
         entries = list(folder.glob(".*"))
     except OSError:
@@ -90,8 +90,8 @@ def remove_stale(folder: Path) -> None:
             d = _PID_DIR.match(e.name)
             if m and e.is_file() and not _alive(int(m.group(1))):
                 e.unlink()
-            elif e.is_dir() and ((d and not _alive(int(d.group(1))))
-                                 or now - e.stat().st_mtime > STALE_TMP_S):
+            elif e.is_dir() and (not _alive(int(d.group(1))) if d  # a live run's: kept
+                                 else now - e.stat().st_mtime > STALE_TMP_S):
                 shutil.rmtree(e, ignore_errors=True)
         except OSError:
             pass

@@ -19,6 +19,7 @@ memory either way.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .cache import build_dir
 from .errors import UsageError
 from .reader import readers
 from .report import Report
@@ -57,6 +59,8 @@ def active(report: Report, auto: bool = True) -> bool:
     only when NSIGHTLAB_ENGINE=duckdb asks for it (a recipe whose SQL path measured slower)."""
     how = choice()
     if how == "numpy" or report.cache is None or not report.has("kernels"):
+        return False
+    if importlib.util.find_spec("duckdb") is None:  # an install without it: in memory
         return False
     return how == "duckdb" or (auto and _kernels_at_least(report, MIN_ROWS))
 
@@ -115,8 +119,8 @@ class Engine:
         import duckdb
 
         self.report = report
-        self.spill = report.cache.root / f".duckdb-{os.getpid()}"
-        self.spill.mkdir(parents=True, exist_ok=True)
+        report.cache.root.mkdir(parents=True, exist_ok=True)
+        self.spill = build_dir(report.cache.root, "duckdb")  # a killed run's: removed next run
         # a database file, not memory: tables built here (the launch table) can then leave
         # the memory limit for the disk; in an in-memory database they cannot
         self.con = duckdb.connect(str(self.spill / "scratch.duckdb"), config={

@@ -158,3 +158,24 @@ def test_no_cache_entry_after_all_means_numpy_not_empty_tables(reports, tmp_path
     monkeypatch.setattr(type(report.cache), "files", lambda self, table: None)
     got = R.run("kernel_sum", report)["kernel_sum"]
     assert_same(ref, got, "kernel_sum")
+
+
+def test_spill_folders_of_killed_runs_go_live_ones_stay(reports, tmp_path, monkeypatch):
+    """DuckDB's spill folder carries its process id: a killed run's is removed by the next
+    open of the report, a running one's is kept however old."""
+    import os
+    import time
+
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    path = reports("nsys", "", "h200-launchbound")
+    report = nsightlab.open(path, cache_dir=tmp_path)
+    with engine.Engine(report) as db:
+        live = db.spill
+        assert live.name.startswith(f".duckdb-{os.getpid()}-") and live.is_dir()
+        dead = live.with_name(".duckdb-999999999-x")
+        dead.mkdir()
+        old = time.time() - 7200
+        os.utime(live, (old, old))
+        nsightlab.open(path, cache_dir=tmp_path)  # what a next run does first
+        assert live.is_dir() and not dead.exists()
+    assert not live.exists()
