@@ -179,3 +179,21 @@ def test_spill_folders_of_killed_runs_go_live_ones_stay(reports, tmp_path, monke
         nsightlab.open(path, cache_dir=tmp_path)  # what a next run does first
         assert live.is_dir() and not dead.exists()
     assert not live.exists()
+
+
+def test_budget_idle_attribution_in_threads_equals_one_pass(reports, monkeypatch):
+    """The idle gaps are attributed in chunks on several threads: with 1,000-gap chunks (80
+    chunks on this report) the budget equals the one-chunk, one-thread result exactly."""
+    from nsightlab import budget
+
+    report = nsightlab.open(reports("nsys", "", "h200-launchbound"), cache=False)
+    monkeypatch.setattr(budget, "GAP_CHUNK", 1 << 30)
+    monkeypatch.setattr(budget, "IDLE_THREADS", 1)
+    one, by_sync_one, _ = budget.compute(report)
+    monkeypatch.setattr(budget, "GAP_CHUNK", 1000)
+    monkeypatch.setattr(budget, "IDLE_THREADS", 4)
+    monkeypatch.setattr(budget, "readers", lambda: 4)
+    many, by_sync_many, _ = budget.compute(report)
+    pd.testing.assert_frame_equal(one, many)
+    assert by_sync_one["idle_ns"].sum() == by_sync_many["idle_ns"].sum()
+    assert one[[c for c in one.columns if c.startswith("idle_")]].to_numpy().sum() > 0
