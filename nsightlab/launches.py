@@ -99,20 +99,27 @@ def launches(report: Report, table: str = "kernels",
     if not report.has(table) or not report.has("cuda_api"):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
     op_idx, api_idx = pairs(report, table)  # first: the big API cache before the ops are held
+    api_row, op_idx = _int32(api_idx), _int32(op_idx)  # 32 MB each at 8M; take() keeps them
+    del api_idx
     ops = report.table(table, list(dict.fromkeys(["pid", "correlation_id", *op_columns])))
     if len(op_idx) == len(ops) and (len(ops) < 2 or np.all(op_idx[1:] > op_idx[:-1])):
         out = ops  # every operation matched once, in order: no copy
     else:
         out = ops.iloc[op_idx].reset_index(drop=True)
-    del ops
+    del ops, op_idx
     if "correlation_id" not in op_columns:
         out = out.drop(columns="correlation_id")
-    out["api_row"] = api_idx.astype(np.int32) if len(api_idx) and api_idx.max() < 2**31 else api_idx
-    picked = report.take("cuda_api", list(api_columns), api_idx)  # only the matched rows
+    out["api_row"] = api_row
+    picked = report.take("cuda_api", list(api_columns), api_row)  # only the matched rows
     for c in api_columns:
         out[f"api_{c}"] = picked[c].to_numpy() if not isinstance(
             picked[c].dtype, pd.CategoricalDtype) else picked[c]
     return out[cols]
+
+
+def _int32(rows: np.ndarray) -> np.ndarray:
+    """Row numbers as int32 when they fit (half the memory of match's int64)."""
+    return rows.astype(np.int32) if len(rows) and rows.max() < 2**31 else rows
 
 
 def first_of_call(api_row: np.ndarray) -> np.ndarray:

@@ -73,13 +73,13 @@ def project(report: Report, launched: pd.DataFrame | None = None) -> pd.DataFram
             k_start = l_start if take is None else l_start[take]
             k_end = l_end if take is None else l_end[take]
             once = first if take is None else first[take]
-            a_dur = np.where(once, (l_api_end if take is None else l_api_end[take]) - api_start, 0)
             lo = np.searchsorted(api_start, start[rows], "left")
             hi = np.searchsorted(api_start, end[rows], "right")
             count[rows] = hi - lo
-            ktime[rows] = _slice_sum(k_end - k_start, lo, hi)
-            api[rows] = _slice_sum(a_dur, lo, hi)
-            calls[rows] = _slice_sum(once.astype(np.int64), lo, hi)
+            ktime[rows] = _slice_sum(k_end, k_start, lo, hi)
+            api[rows] = _slice_sum(l_api_end if take is None else l_api_end[take], api_start,
+                                   lo, hi, once)
+            calls[rows] = _slice_sum(once, 0, lo, hi)
             gstart[rows] = slice_reduce(np.minimum, k_start, lo, hi, gstart[0])
             gend[rows] = slice_reduce(np.maximum, k_end, lo, hi, gend[0])
     out = nvtx.copy()
@@ -103,8 +103,16 @@ def _ordered(api_start: np.ndarray, sel: np.ndarray | None) -> np.ndarray | None
     return sel[np.argsort(api_start[sel], kind="stable")]
 
 
-def _slice_sum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    cum = np.concatenate([[0], np.cumsum(values)])
+def _slice_sum(a: np.ndarray, b, lo: np.ndarray, hi: np.ndarray,
+               where: np.ndarray | None = None) -> np.ndarray:
+    """Sum of ``a - b`` (only where ``where``) over every [lo, hi) slice, in one buffer: one
+    8M-row array, not three (difference, cumulative sum, its shifted copy)."""
+    cum = np.empty(len(a) + 1, np.int64)
+    cum[0] = 0
+    np.subtract(a, b, out=cum[1:])
+    if where is not None and not where.all():
+        cum[1:][~where] = 0
+    np.cumsum(cum[1:], out=cum[1:])
     return cum[hi] - cum[lo]
 
 
