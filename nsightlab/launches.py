@@ -99,7 +99,7 @@ def launches(report: Report, table: str = "kernels",
     if not report.has(table) or not report.has("cuda_api"):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
     op_idx, api_idx = pairs(report, table)  # first: the big API cache before the ops are held
-    api_row, op_idx = _int32(api_idx), _int32(op_idx)  # 32 MB each at 8M; take() keeps them
+    api_row, op_idx = _int32(api_idx), _int32(op_idx)  # 32 MB each at 8M
     del api_idx
     ops = report.table(table, list(dict.fromkeys(["pid", "correlation_id", *op_columns])))
     if len(op_idx) == len(ops) and (len(ops) < 2 or np.all(op_idx[1:] > op_idx[:-1])):

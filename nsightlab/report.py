@@ -242,9 +242,7 @@ class Report:
         without holding whole columns of a cached big table (see ``TableReader.take``)."""
         spec = self.spec(name)
         keep = self._columns(spec, columns)
-        rows = np.asarray(rows)
-        if rows.dtype.kind not in "iu":  # int32 row numbers are kept as they are (no copy)
-            rows = rows.astype(np.int64)
+        rows = np.asarray(rows, dtype=np.int64)  # int32 rows would be widened per batch
         if not (spec.present(self.db) and spec.split and frames.supported(spec, keep)):
             return self.table(name, keep).iloc[rows].reset_index(drop=True)
         return self._reader.take(spec, keep, rows)
