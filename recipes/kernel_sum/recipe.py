@@ -4,7 +4,6 @@ budget's wall-clock iterations count (warm-up, compile and teardown left out). W
 tensor-pipe counters of an Nsight Compute report label kernels whose name says nothing.
 Big reports are summarized in DuckDB over the table cache (``nsightlab.engine``)."""
 import numpy as np
-import pandas as pd
 
 from nsightlab import budget, engine, ncu, recipes
 from nsightlab.classify import annotate
