@@ -225,12 +225,15 @@ def _busy_per_iteration(lk: pd.DataFrame) -> np.ndarray:
 
 
 def _containing(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Index of the (non-overlapping, sorted) range containing each t, or -1."""
-    if len(starts) == 0:
-        return np.full(len(t), -1)
-    i = np.searchsorted(starts, t, "right") - 1
-    inside = (i >= 0) & (t <= ends[np.maximum(i, 0)])
-    return np.where(inside, i, -1)
+    """Index of the (non-overlapping, sorted) range containing each t, or -1 (int32, found
+    ``API_CHUNK`` at a time: 8M launches need one 32 MB array, not four of 64 MB)."""
+    out = np.full(len(t), -1, np.int32)
+    for a in range(0, len(t) if len(starts) else 0, API_CHUNK):
+        c = t[a:a + API_CHUNK]
+        i = np.searchsorted(starts, c, "right") - 1
+        inside = (i >= 0) & (c <= ends[np.maximum(i, 0)])
+        out[a:a + API_CHUNK] = np.where(inside, i, -1)
+    return out
 
 
 def _slots(lk: pd.DataFrame, n: int, by_layer: bool = True) -> pd.DataFrame:
@@ -238,12 +241,17 @@ def _slots(lk: pd.DataFrame, n: int, by_layer: bool = True) -> pd.DataFrame:
     within one iteration), with the name and precision it had first. ``by_layer=False``
     counts within the whole iteration (layer ``(iteration)``). Integer keys throughout:
     8M kernels take one hash pass, not a three-column groupby."""
-    cls = lk["kernel_class"].cat.codes.to_numpy().astype(np.int64)
-    lay = lk["layer"].cat.codes.to_numpy().astype(np.int64) if by_layer else np.zeros(len(lk), np.int64)
-    group = lay * 64 + cls  # (layer, class); fewer than 64 classes
+    # (layer, class) in one int32 (fewer than 64 classes; layers * 64 far below 2**31)
+    group = lk["kernel_class"].cat.codes.to_numpy().astype(np.int32)
+    if by_layer:
+        group += lk["layer"].cat.codes.to_numpy().astype(np.int32) * 64
     it = lk["iter"].to_numpy()
     slot = _occurrence(group, it)
-    key = group * (int(slot.max(initial=0)) + 1) + slot
+    wide = (int(group.max(initial=0)) + 1) * (int(slot.max(initial=0)) + 1) >= 2**31
+    key = group.astype(np.int64) if wide else group  # 32-bit keys whenever they fit
+    key *= int(slot.max(initial=0)) + 1
+    key += slot
+    del group
     codes, uniq = pd.factorize(key)
     del key
     first = np.empty(len(uniq), np.int64)
@@ -265,8 +273,11 @@ def _slots(lk: pd.DataFrame, n: int, by_layer: bool = True) -> pd.DataFrame:
 def _occurrence(group: np.ndarray, it: np.ndarray) -> np.ndarray:
     """For each row, how many earlier rows of the same iteration have the same group (rows in
     launch order, iterations non-decreasing)."""
-    slot = np.empty(len(group), np.int64)
-    groups = np.unique(group)
+    slot = np.empty(len(group), np.int32)
+    if len(group) and group.min() >= 0:
+        groups = np.flatnonzero(np.bincount(group))  # the groups present, without a sort
+    else:
+        groups = np.unique(group)
     if len(groups) <= 64:  # few groups: one pass each, no sort of millions of keys
         for g in groups:
             idx = np.flatnonzero(group == g)
@@ -279,6 +290,10 @@ def _occurrence(group: np.ndarray, it: np.ndarray) -> np.ndarray:
     starts = np.searchsorted(w, w, "left")
     slot[order] = np.arange(len(w)) - starts
     return slot
+
+
+#: API rows summed per pass in ``_overheads`` (scratch of a few MB per pass)
+API_CHUNK = 1 << 21
 
 
 def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
@@ -295,23 +310,27 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
     api_ns = sync_ns = memcpy_ns = syncs = api_calls = memcpys = np.zeros(n)
     if len(iters):
         lo, hi = iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy()
-        # the API table is the biggest: one column at a time
+        # the API table is the biggest: one column at a time, summed in chunks (iteration
+        # index + 1, 0 for "outside"), so no boolean-indexed copies of 16M-row columns
         starts = report.cuda_api(["start_ns"])["start_ns"].to_numpy()
-        where = np.empty(len(starts), np.int32)
-        for a in range(0, len(starts), 1 << 21):  # chunks: small temporaries
-            where[a:a + (1 << 21)] = _containing(lo, hi, starts[a:a + (1 << 21)])
+        where = _containing(lo, hi, starts)
+        where += 1
         del starts
-        inside = where >= 0
-        dur = report.cuda_api(["duration_ns"])["duration_ns"].to_numpy()
-        api_ns = per(where[inside], dur[inside])
-        api_calls = np.bincount(where[inside], minlength=n)
         names = report.cuda_api(["name"])["name"]
         sync_codes = [i for i, c in enumerate(names.cat.categories) if sync_kind(str(c))]
-        is_sync = np.isin(names.cat.codes.to_numpy(), sync_codes) & inside
+        codes = names.cat.codes.to_numpy()
         del names
-        sync_ns = per(where[is_sync], dur[is_sync])
-        syncs = np.bincount(where[is_sync], minlength=n).astype(float)
-        del dur, where, inside
+        dur = report.cuda_api(["duration_ns"])["duration_ns"].to_numpy()
+        sums = np.zeros((4, n + 1))  # api time, api calls, sync time, syncs
+        for a in range(0, len(dur), API_CHUNK):
+            w, d = where[a:a + API_CHUNK], dur[a:a + API_CHUNK]
+            sync = np.isin(codes[a:a + API_CHUNK], sync_codes)
+            sums[0] += np.bincount(w, weights=d, minlength=n + 1)
+            sums[1] += np.bincount(w, minlength=n + 1)
+            sums[2] += np.bincount(w[sync], weights=d[sync], minlength=n + 1)
+            sums[3] += np.bincount(w[sync], minlength=n + 1)
+        del dur, where, codes
+        api_ns, api_calls, sync_ns, syncs = (row[1:] for row in sums)
         if report.has("memcpy"):
             mc = report.memcpy(["start_ns", "duration_ns"])
             m_in = _containing(spans["s"].to_numpy(), spans["e"].to_numpy(), mc["start_ns"].to_numpy())
