@@ -194,9 +194,7 @@ class Engine:
     def stream(self, sql: str, batch_rows: int):
         """Result of ``sql`` as Arrow record batches of ``batch_rows``, produced as they are
         read (a sorted result comes out of DuckDB's out-of-core sort, not from memory)."""
-        rel = self.con.sql(sql)
-        reader = getattr(rel, "to_arrow_reader", None) or rel.fetch_arrow_reader  # duckdb < 1.4
-        return reader(batch_rows)
+        return self.con.sql(sql).to_arrow_reader(batch_rows)
 
     def close(self) -> None:
         self.con.close()
