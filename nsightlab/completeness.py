@@ -128,23 +128,28 @@ def _launch_calls(report: Report, kernels: int) -> tuple[int, int]:
     exports hold two API rows for one call (CUDA backtraces)."""
     if not report.has_rows("cuda_api"):
         return 0, 0
-    got = engine.analyse(  # big reports: counted in DuckDB, no 16M-row column read
-        report, lambda db: db.frame(f"SELECT name, count(*) AS n FROM {db.view('cuda_api')} "
-                                    "WHERE name IS NOT NULL GROUP BY name"), lambda: None)
-    if got is not None:
-        per_name = dict(zip(got["name"].astype(str), got["n"].astype(int)))
-        launch = sum(n for c, n in per_name.items() if LAUNCH_CALLS.match(c))
-        graph = sum(n for c, n in per_name.items() if GRAPH_LAUNCH.match(c))
-        if kernels >= KERNEL_RECORD_SHARE * (launch - graph):
-            return launch, graph
-    names = report.cuda_api(["name"])["name"]
+    names = None
+
+    def in_numpy() -> dict[str, int]:
+        nonlocal names
+        names = report.cuda_api(["name"])["name"]
+        cats = names.cat.categories.astype(str)
+        return dict(zip(cats, np.bincount(names.cat.codes.to_numpy() + 1,
+                                          minlength=len(cats) + 1)[1:].tolist()))
+
+    per_name = engine.analyse(  # big reports: counted in DuckDB, no 16M-row column read
+        report, lambda db: dict(db.con.execute(
+            f"SELECT name, count(*) FROM {db.view('cuda_api')} WHERE name IS NOT NULL "
+            "GROUP BY name").fetchall()), in_numpy)
+    launch = sum(n for c, n in per_name.items() if LAUNCH_CALLS.match(c))
+    graph = sum(n for c, n in per_name.items() if GRAPH_LAUNCH.match(c))
+    if kernels >= KERNEL_RECORD_SHARE * (launch - graph):
+        return int(launch), int(graph)
+    if names is None:
+        names = report.cuda_api(["name"])["name"]
     cats = names.cat.categories.astype(str)
-    counts = np.bincount(names.cat.codes.to_numpy() + 1, minlength=len(cats) + 1)[1:]
     launch_ids = [i for i, c in enumerate(cats) if LAUNCH_CALLS.match(c)]
     graph_ids = [i for i, c in enumerate(cats) if GRAPH_LAUNCH.match(c)]
-    launch, graph = int(counts[launch_ids].sum()), int(counts[graph_ids].sum())
-    if kernels >= KERNEL_RECORD_SHARE * (launch - graph):
-        return launch, graph
     codes = names.cat.codes.to_numpy()
     del names
 

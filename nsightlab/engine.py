@@ -181,15 +181,16 @@ class Engine:
 
     def frame(self, sql: str, **tables: pd.DataFrame) -> pd.DataFrame:
         """Result of ``sql`` as a DataFrame; ``tables`` are registered under their names."""
-        for k, v in tables.items():
-            self.con.register(k, v)
-        return self.con.execute(sql).df()
+        return self._run(sql, tables).df()
 
     def arrays(self, sql: str, **tables: pd.DataFrame) -> dict[str, np.ndarray]:
         """Result of ``sql`` as NumPy arrays by column (no DataFrame in between)."""
+        return {k: np.asarray(v) for k, v in self._run(sql, tables).fetchnumpy().items()}
+
+    def _run(self, sql: str, tables: dict[str, pd.DataFrame]):
         for k, v in tables.items():
             self.con.register(k, v)
-        return {k: np.asarray(v) for k, v in self.con.execute(sql).fetchnumpy().items()}
+        return self.con.execute(sql)
 
     def stream(self, sql: str, batch_rows: int):
         """Result of ``sql`` as Arrow record batches of ``batch_rows``, produced as they are
