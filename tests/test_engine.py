@@ -26,6 +26,8 @@ REPORTS = [
     ("nsys", "", "h200-vit-fp16-syncy"),          # a host sync in every block
     ("nsys", "", "pub-realcugan-trt10"),          # TensorRT, start/end NVTX ranges (fallback)
     ("nsys", "", "pub-fuser-crossentropy-h200"),  # push/pop ranges 18 deep (as-of joins)
+    ("nsys", "", "pub-pipit-saxpy-a100"),         # nsys 2022.2, schema 2.9.1, A100
+    ("nsys", "", "pub-pipit-cloverleaf-a100"),    # nsys 2024.5, schema 3.13.2
     ("scenarios", "h100-", "h2d_pageable"),       # copies
     ("scenarios", "h100-", "overlap"),            # kernels on several streams
 ]
