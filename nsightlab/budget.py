@@ -213,43 +213,77 @@ def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The budget: (per iteration and GPU, idle time by sync API, how iterations were found).
 
     Columns of the first: iteration, name, device_id, start_ns, end_ns, wall_ns, one ``*_ns``
-    column per part (``PARTS``; they add up to wall_ns), hidden_copy_ns.
+    column per part (``PARTS``; they add up to wall_ns), hidden_copy_ns. Big reports are
+    computed out of core (``budget_stream``, same numbers), others in memory.
     """
-    ops, syncs = gpu_ops(report), _sync_calls(report)
-    n_ops = len(ops["start_ns"])
+    from . import engine
+    from .budget_stream import StreamedOps
+
+    return engine.analyse(report, lambda db: _compute(report, StreamedOps(report, db)),
+                          lambda: _compute(report, MemoryOps(report)))
+
+
+class MemoryOps:
+    """Every GPU operation in memory (``gpu_ops``), as ``budget_stream.StreamedOps``."""
+
+    def __init__(self, report: Report):
+        self.report, self.ops = report, gpu_ops(report)
+        self.count = len(self.ops["start_ns"])
+
+    def span(self) -> tuple[int, int]:
+        return int(self.ops["start_ns"].min()), int(self.ops["end_ns"].max())
+
+    def syncs(self) -> pd.DataFrame:
+        return _sync_calls(self.report)
+
+    def gpu_end(self, iters: pd.DataFrame) -> np.ndarray:
+        return _gpu_end_per_iteration(iters, self.ops)
+
+    def budgets(self, start: np.ndarray, end: np.ndarray, syncs: pd.DataFrame) -> dict:
+        ops, out = self.ops, {}
+        devices = np.unique(ops["device_id"]) if self.count else []
+        for dev in devices:
+            mine = ops if len(devices) == 1 else _select(ops, np.flatnonzero(ops["device_id"] == dev))
+            out[int(dev)] = _device_budget(mine, start, end, syncs)
+        return out
+
+
+def _compute(report: Report, ops) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    syncs = ops.syncs()
     iters = iteration_ranges(report)
-    if len(iters) and n_ops:
-        start, end = windows(iters, _gpu_end_per_iteration(iters, ops))
+    if len(iters) and ops.count:
+        start, end = windows(iters, ops.gpu_end(iters))
         names = iters["name"].map(base_name).to_numpy()
         source = f"{len(iters)} NVTX iteration ranges ({names[0]}...), wall-clock"
     else:
-        lo = int(ops["start_ns"].min()) if n_ops else 0
-        hi = int(ops["end_ns"].max()) if n_ops else 0
+        lo, hi = ops.span() if ops.count else (0, 0)
         start, end, names = np.array([lo]), np.array([hi]), np.array([WHOLE_RUN])
         source = ("no NVTX iteration ranges: the whole span of GPU activity as one iteration"
-                  if n_ops else "no GPU activity")
+                  if ops.count else "no GPU activity")
     rows, causes = [], []
-    devices = np.unique(ops["device_id"]) if n_ops else []
-    for dev in devices:
-        mine = ops if len(devices) == 1 else _select(ops, np.flatnonzero(ops["device_id"] == dev))
-        parts, idle = _device_budget(mine, start, end, syncs)
-        frame = pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
-                              "device_id": int(dev), "start_ns": start, "end_ns": end,
-                              "wall_ns": end - start, **parts})
-        rows.append(frame)
+    for dev, (parts, idle) in ops.budgets(start, end, syncs).items():
+        rows.append(pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
+                                  "device_id": int(dev), "start_ns": start, "end_ns": end,
+                                  "wall_ns": end - start, **parts}))
         causes.append(idle)
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
         columns=["iteration", "name", "device_id", "start_ns", "end_ns", "wall_ns",
                  *(f"{p}_ns" for p in PARTS), "hidden_copy_ns"])
-    pieces = pd.concat(causes, ignore_index=True) if causes else pd.DataFrame(
-        {"api_name": pd.Series(dtype=object), "idle_ns": pd.Series(dtype=np.int64)})
-    by_sync = (pieces.groupby("api_name", as_index=False)
-               .agg(idle_ns=("idle_ns", "sum"), stretches=("idle_ns", "size"))
-               .sort_values("idle_ns", ascending=False, kind="stable").reset_index(drop=True))
+    by_sync = merge_by_sync(causes)
     by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
     del ops, rows, causes
     release_memory()  # the idle threads' scratch: before the caller builds its own tables
     return table, by_sync, source
+
+
+def merge_by_sync(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per-GPU ``by_sync_frame`` tables as one: idle time and stretches per sync API over
+    all GPUs, largest first."""
+    both = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {"api_name": pd.Series(dtype=object), "idle_ns": pd.Series(dtype=np.int64),
+         "stretches": pd.Series(dtype=np.int64)})
+    out = both.groupby("api_name", as_index=False, sort=True)[["idle_ns", "stretches"]].sum()
+    return out.sort_values("idle_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def _sync_calls(report: Report) -> pd.DataFrame:
@@ -301,29 +335,68 @@ def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
     # gaps of the busy union, including before the first and after the last busy interval
     gs = np.concatenate([[np.iinfo(np.int64).min], me])
     ge = np.concatenate([ms, [np.iinfo(np.int64).max]])
-    ctx = {"start": start, "end": end, "op_start": ops["start_ns"],
-           "api_start": ops["api_start_ns"], "se": syncs["end_ns"].to_numpy(np.int64),
-           "sync_api": syncs["api_name"].to_numpy()}
-    api = ctx["api_start"]
-    ctx["launches_at"] = np.unique(api[~np.isnan(api)])
-    out = {f"{part}_ns": np.zeros(len(start), np.int64) for part in IDLE_PARTS}
+    ctx = idle_context(start, end, syncs)
+    op_start, api = ops["start_ns"], ops["api_start_ns"]
+    launches_at = np.unique(api[~np.isnan(api)])
+
+    def work(a):
+        cs, ce = gs[a:a + GAP_CHUNK], ge[a:a + GAP_CHUNK]
+        # the operation that ends each gap, and when its launch call started
+        nxt = np.minimum(np.searchsorted(op_start, ce, "left"), max(len(op_start) - 1, 0))
+        launch_at = api[nxt] if len(op_start) else np.full(len(ce), np.nan)
+        launch_at = np.where(ce == np.iinfo(np.int64).max, np.nan, launch_at)
+        # host time since the previous launch call: short stretches are the framework issuing work
+        at = np.nan_to_num(launch_at).astype(np.int64)
+        j = np.searchsorted(launches_at, at, "left") - 1
+        quick = (j >= 0) & (at - launches_at[np.maximum(j, 0)] <= LAUNCH_STRETCH_NS)
+        return idle_pieces(cs, ce, launch_at, quick, ctx)
+
     chunks = range(0, len(gs), GAP_CHUNK)
-    work = lambda a: _idle_chunk(gs[a:a + GAP_CHUNK], ge[a:a + GAP_CHUNK], ctx)  # noqa: E731
     threads = min(IDLE_THREADS, readers(), len(chunks))
     if threads > 1:  # NumPy releases the GIL in the searches and the arithmetic
         with ThreadPoolExecutor(threads) as pool:
             done = list(pool.map(work, chunks))
     else:
         done = [work(a) for a in chunks]
-    for sums, _ in done:
+    return add_idle(ctx, done), by_sync_frame(ctx, done)
+
+
+def idle_context(start: np.ndarray, end: np.ndarray, syncs: pd.DataFrame) -> dict:
+    """What ``idle_pieces`` needs besides the gaps: the windows and the sync calls (their
+    ends, and their API names as codes into ``sync_names``)."""
+    codes, names = pd.factorize(syncs["api_name"].to_numpy(), sort=True)
+    return {"start": start, "end": end, "se": syncs["end_ns"].to_numpy(np.int64),
+            "sync_code": codes.astype(np.int64), "sync_names": np.asarray(names, dtype=object)}
+
+
+def add_idle(ctx: dict, done: list) -> dict:
+    """Sum the idle parts per window of ``idle_pieces`` results."""
+    out = {f"{part}_ns": np.zeros(len(ctx["start"]), np.int64) for part in IDLE_PARTS}
+    for sums, *_ in done:
         for k, v in sums.items():
             out[k] += v
-    return out, pd.concat([pieces for _, pieces in done], ignore_index=True)
+    return out
 
 
-def _idle_chunk(gs: np.ndarray, ge: np.ndarray, ctx: dict) -> tuple[dict, pd.DataFrame]:
-    """Attribute one chunk of gaps (see ``_idle``): (idle time per part and window, the
-    sync pieces)."""
+def by_sync_frame(ctx: dict, done: list) -> pd.DataFrame:
+    """Idle time and stretches per sync API (largest first) from ``idle_pieces`` results."""
+    n = len(ctx["sync_names"])
+    idle, count = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for _, i, c in done:
+        idle += i
+        count += c
+    has = count > 0
+    out = pd.DataFrame({"api_name": ctx["sync_names"][has], "idle_ns": idle[has],
+                        "stretches": count[has]})
+    return out.sort_values("idle_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def idle_pieces(gs: np.ndarray, ge: np.ndarray, launch_at: np.ndarray, quick: np.ndarray,
+                ctx: dict) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Attribute gaps [gs, ge) of the busy union (see ``_idle``), given per gap when the call
+    that launched the operation ending it started (``launch_at``, NaN: unknown) and whether
+    the previous launch call started at most ``LAUNCH_STRETCH_NS`` before that (``quick``):
+    (idle time per part and window, idle time and pieces per sync API code)."""
     start, end, n = ctx["start"], ctx["end"], len(ctx["start"])
     out = {f"{part}_ns": np.zeros(n, np.int64) for part in IDLE_PARTS}
     # pieces: each gap clipped to each window it overlaps (most gaps lie in one window)
@@ -334,13 +407,9 @@ def _idle_chunk(gs: np.ndarray, ge: np.ndarray, ctx: dict) -> tuple[dict, pd.Dat
     ps, pe = np.maximum(gs[g], start[w]), np.minimum(ge[g], end[w])
     keep = pe > ps
     g, w, ps, pe = g[keep], w[keep], ps[keep], pe[keep]
-    # the operation that ends each gap, and when its launch call started
-    op_start, api_start = ctx["op_start"], ctx["api_start"]
-    nxt = np.minimum(np.searchsorted(op_start, ge[g], "left"), max(len(op_start) - 1, 0))
-    launch_at = api_start[nxt] if len(op_start) else np.full(len(g), np.nan)
-    launch_at = np.where(ge[g] == np.iinfo(np.int64).max, np.nan, launch_at)
+    launch_at, quick = launch_at[g], quick[g]
     known = ~np.isnan(launch_at)
-    del g, nxt
+    del g
     # split each piece where that call started: before it the host was elsewhere (or waiting
     # in a sync), while it ran the GPU waited for the launch itself
     at = np.nan_to_num(launch_at).astype(np.int64)
@@ -350,12 +419,8 @@ def _idle_chunk(gs: np.ndarray, ge: np.ndarray, ctx: dict) -> tuple[dict, pd.Dat
     se = ctx["se"]
     k = np.searchsorted(se, cut, "right") - 1
     synced = ((k >= 0) & (se[np.maximum(k, 0)] >= ps)) if len(se) else np.zeros(len(ps), bool)
-    # host time since the previous launch call: short stretches are the framework issuing work
-    launches_at = ctx["launches_at"]
-    j = np.searchsorted(launches_at, at, "left") - 1
-    stretch = np.where(j >= 0, at - launches_at[np.maximum(j, 0)], np.iinfo(np.int64).max)
     cause = np.full(len(ps), 3, np.int8)  # unattributed: no next operation or no launch record
-    cause[known] = np.where(stretch[known] <= LAUNCH_STRETCH_NS, 1, 2)  # dispatch / host work
+    cause[known] = np.where(quick[known], 1, 2)  # dispatch / host work
     cause[synced] = 0
     for code, part in enumerate(IDLE_PARTS):
         sel = (cause == code) & (before > 0)
@@ -365,8 +430,11 @@ def _idle_chunk(gs: np.ndarray, ge: np.ndarray, ctx: dict) -> tuple[dict, pd.Dat
     for part, which in (("idle_launch", sel & ~synced), ("idle_sync", sel & synced)):
         out[f"{part}_ns"] += np.bincount(w[which], weights=during[which],
                                          minlength=n).astype(np.int64)
-    return out, pd.DataFrame({"api_name": ctx["sync_api"][k[synced]] if len(se) else [],
-                              "idle_ns": (before + np.where(known, during, 0))[synced]})
+    m = len(ctx["sync_names"])
+    code = ctx["sync_code"][k[synced]] if len(se) else np.empty(0, np.int64)
+    idle = (before + np.where(known, during, 0))[synced]
+    return (out, np.bincount(code, weights=idle, minlength=m).astype(np.int64),
+            np.bincount(code, minlength=m).astype(np.int64))
 
 
 # ---- verdicts ---------------------------------------------------------------------------------

@@ -183,6 +183,10 @@ class Engine:
         """Result of ``sql`` as a DataFrame; ``tables`` are registered under their names."""
         return self._run(sql, tables).df()
 
+    def one(self, sql: str) -> tuple:
+        """The single row of ``sql`` (fully fetched: a half-read result blocks the connection)."""
+        return self.con.execute(sql).fetchall()[0]
+
     def arrays(self, sql: str, **tables: pd.DataFrame) -> dict[str, np.ndarray]:
         """Result of ``sql`` as NumPy arrays by column (no DataFrame in between)."""
         return {k: np.asarray(v) for k, v in self._run(sql, tables).fetchnumpy().items()}
@@ -208,18 +212,37 @@ class Engine:
         self.close()
 
 
-def medians(db: Engine, source: str, key: str, value: str, tables: dict | None = None
-            ) -> pd.DataFrame:
-    """Exact median of ``value`` per ``key`` over the SQL relation ``source`` (nsys's: the
-    mean of the two middle values for an even count), in bounded memory: DuckDB's median
+#: distinct (key, value) pairs ``medians`` holds at most (~60 MB); past that it sorts instead
+MAX_PAIRS = 2_000_000
+
+
+def medians(db: Engine, source: str, keys: str | list[str], value: str,
+            tables: dict | None = None) -> pd.DataFrame:
+    """Exact median of ``value`` per ``keys`` over the SQL relation ``source`` (nsys's: the
+    mean of the two middle values for an even count), in bounded memory. DuckDB's median
     keeps every value of a group (40M kernels ran it out of memory), so this counts each
     distinct (key, value) in a spilling hash aggregate and reads the middle ranks off those
-    counts. Columns: ``key``, ``med``."""
-    h = db.frame(f"SELECT {key} AS k, {value} AS v, count(*) AS c FROM {source} "
-                 f"WHERE {value} IS NOT NULL GROUP BY ALL", **(tables or {}))
-    if not len(h):
-        return pd.DataFrame({key: pd.Series(dtype=object), "med": pd.Series(dtype=np.float64)})
-    codes, keys = pd.factorize(h["k"], use_na_sentinel=False)
+    counts; values too scattered for that (more than ``MAX_PAIRS`` distinct pairs: queue times
+    in nanoseconds) are read in sorted order instead, one column at a time. Columns: the
+    keys, ``med`` (groups without values left out)."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    k = ", ".join(keys)
+    for name, t in (tables or {}).items():
+        db.con.register(name, t)
+    batches, rows = [], 0
+    stream = db.stream(f"SELECT {k}, {value} AS v, count(*) AS c FROM {source} "
+                       f"WHERE {value} IS NOT NULL GROUP BY ALL", 1 << 18)
+    for batch in stream:
+        rows += batch.num_rows
+        if rows > MAX_PAIRS:
+            stream.close()  # a half-read result would block the connection
+            return _medians_sorted(db, source, keys, value)
+        batches.append(batch.to_pandas())
+    if not rows:
+        return pd.DataFrame({**{c: pd.Series(dtype=object) for c in keys},
+                             "med": pd.Series(dtype=np.float64)})
+    h = pd.concat(batches, ignore_index=True)
+    codes = h.groupby(keys, sort=False, dropna=False, observed=True).ngroup().to_numpy()
     v, c = h["v"].to_numpy(np.float64), h["c"].to_numpy(np.int64)
     order = np.lexsort((v, codes))
     codes, v, c = codes[order], v[order], c[order]
@@ -234,7 +257,30 @@ def medians(db: Engine, source: str, key: str, value: str, tables: dict | None =
         a = v[lo + np.searchsorted(seg, (n[i] - 1) // 2 + 1)]
         b = v[lo + np.searchsorted(seg, n[i] // 2 + 1)]
         out[i] = (a + b) / 2
-    return pd.DataFrame({key: keys[codes[starts]], "med": out})
+    found = h.iloc[order[starts]][keys].reset_index(drop=True)
+    found["med"] = out
+    return found
+
+
+def _medians_sorted(db: Engine, source: str, keys: list[str], value: str) -> pd.DataFrame:
+    """``medians`` from the values in (keys, value) order, streamed: group sizes first (in
+    the same key order), then the two middle ranks of every group picked as they pass."""
+    k = ", ".join(keys)
+    counts = db.frame(f"SELECT {k}, count(*) AS n FROM {source} WHERE {value} IS NOT NULL "
+                      f"GROUP BY ALL ORDER BY {k}")
+    n = counts.pop("n").to_numpy(np.int64)
+    first = np.concatenate([[0], np.cumsum(n)[:-1]])
+    want = np.concatenate([first + (n - 1) // 2, first + n // 2])  # global ranks, 0-based
+    order = np.argsort(want, kind="stable")
+    got, pos, j = np.empty(len(want)), 0, 0
+    for batch in db.stream(f"SELECT {value} FROM {source} WHERE {value} IS NOT NULL "
+                           f"ORDER BY {k}, {value}", 1 << 20):
+        v = batch.column(0).to_numpy().astype(np.float64)
+        hi = j + int(np.searchsorted(want[order[j:]], pos + len(v), "left"))
+        got[order[j:hi]] = v[want[order[j:hi]] - pos]
+        pos, j = pos + len(v), hi
+    counts["med"] = (got[:len(n)] + got[len(n):]) / 2
+    return counts
 
 
 def _quoted(path: Path) -> str:

@@ -148,11 +148,11 @@ def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("sta
     db.con.execute(f"""CREATE OR REPLACE TABLE lk AS
         SELECT o.pid, {cols}, a.row AS api_row, o.row AS op_row
         FROM {ops} o JOIN {api} a ON o.pid = a.pid AND o.correlation_id = a.correlation_id""")
-    return db.con.execute("SELECT count(*) FROM lk").fetchone()[0]
+    return db.one("SELECT count(*) FROM lk")[0]
 
 
 def once_sql(db) -> str:
     """SQL expression over ``lk``: true for the first operation of each API call (the NumPy
     path's ``first_of_call``); plain true when every call launched one operation."""
-    calls, rows = db.con.execute("SELECT count(DISTINCT api_row), count(*) FROM lk").fetchone()
+    calls, rows = db.one("SELECT count(DISTINCT api_row), count(*) FROM lk")
     return "true" if calls == rows else "(op_row = min(op_row) OVER (PARTITION BY api_row))"

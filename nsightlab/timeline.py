@@ -29,16 +29,18 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return s[first], reach[last]
 
 
-def busy_time(starts: np.ndarray, ends: np.ndarray, chunk: int = 1 << 20) -> int:
+def busy_time(starts: np.ndarray, ends: np.ndarray, chunk: int = 1 << 20,
+              reach: int = np.iinfo(np.int64).min) -> int:
     """Length of the union of intervals, without building it: each interval adds the part
     of it beyond everything that started before it ended. Sorted by start in chunks, so
-    8M intervals need a few MB of scratch, not the ~400 MB ``union`` would."""
+    8M intervals need a few MB of scratch, not the ~400 MB ``union`` would. ``reach``: the
+    latest end of intervals already counted (all starting no later than these)."""
     if len(starts) == 0:
         return 0
     if not np.all(starts[1:] >= starts[:-1]):
         order = np.argsort(starts, kind="stable")
         starts, ends = starts[order], ends[order]
-    total, reach = 0, np.iinfo(np.int64).min
+    total = 0
     for a in range(0, len(starts), chunk):
         s = starts[a:a + chunk].astype(np.int64, copy=False)
         e = ends[a:a + chunk].astype(np.int64, copy=False)

@@ -134,20 +134,29 @@ def test_completeness_same_both_ways(reports, folder, prefix, name, tmp_path, mo
     assert found["numpy"] == found["duckdb"]
 
 
-def test_medians_from_value_counts_equal_numpy(reports, tmp_path, monkeypatch):
-    """engine.medians (counts of distinct values, bounded memory) against np.median, for odd
-    and even counts, repeated values, one-row groups and huge values."""
+@pytest.mark.parametrize("max_pairs", [engine.MAX_PAIRS, 10], ids=["value-counts", "sorted"])
+def test_medians_equal_numpy(reports, tmp_path, monkeypatch, max_pairs):
+    """engine.medians (counts of distinct values, or past MAX_PAIRS a sorted stream: bounded
+    memory either way) against np.median, for odd and even counts, repeated values, one-row
+    groups, huge values, two-column keys and NULL values."""
     rng = np.random.default_rng(7)
     sizes = {"a": 1, "b": 2, "c": 1001, "d": 1000, "e": 5000}
-    frames = [pd.DataFrame({"k": k, "v": rng.integers(0, 50 if k == "e" else 10**12, n)})
+    frames = [pd.DataFrame({"k": k, "j": rng.integers(0, 2, n),
+                            "v": rng.integers(0, 50 if k == "e" else 10**12, n).astype(float)})
               for k, n in sizes.items()]
     df = pd.concat(frames, ignore_index=True).sample(frac=1, random_state=1)
+    df.loc[df.index[:7], "v"] = np.nan
     monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    monkeypatch.setattr(engine, "MAX_PAIRS", max_pairs)
     report = nsightlab.open(reports("nsys", "", "h200-launchbound"), cache_dir=tmp_path)
     with engine.Engine(report) as db:
         got = engine.medians(db, "t", "k", "v", {"t": df}).set_index("k")["med"]
-    for k in sizes:
-        assert got[k] == np.median(df.loc[df["k"] == k, "v"].to_numpy()), k
+        two = engine.medians(db, "t", ["k", "j"], "v", {"t": df}).set_index(["k", "j"])["med"]
+    for k, g in df.groupby("k"):
+        assert got[k] == np.median(g["v"].dropna().to_numpy()), k
+    for (k, j), g in df.groupby(["k", "j"]):
+        assert two[(k, j)] == np.median(g["v"].dropna().to_numpy()), (k, j)
+    assert len(two) == df.groupby(["k", "j"]).ngroups
 
 
 def test_no_cache_entry_after_all_means_numpy_not_empty_tables(reports, tmp_path, monkeypatch):
@@ -199,3 +208,20 @@ def test_budget_idle_attribution_in_threads_equals_one_pass(reports, monkeypatch
     pd.testing.assert_frame_equal(one, many)
     assert by_sync_one["idle_ns"].sum() == by_sync_many["idle_ns"].sum()
     assert one[[c for c in one.columns if c.startswith("idle_")]].to_numpy().sum() > 0
+
+
+@pytest.mark.parametrize("folder,prefix,name", REPORTS, ids=[r[2] for r in REPORTS])
+def test_streamed_budget_in_small_batches_equals_numpy(reports, folder, prefix, name, tmp_path,
+                                                       monkeypatch):
+    """The out-of-core budget carries union intervals, gaps and launch times from batch to
+    batch: batches of 997 and of 3 operations (every carry taken many times) give the
+    in-memory numbers."""
+    from nsightlab import budget_stream
+
+    path = reports(folder, prefix, name)
+    ref = _run(path, "budget", "numpy", tmp_path, monkeypatch)
+    for rows in (997, 3) if name in ("h200-vit-fp16-syncy", "h2d_pageable", "overlap") else (997,):
+        monkeypatch.setattr(budget_stream, "BATCH_ROWS", rows)
+        got = _run(path, "budget", "duckdb", tmp_path / str(rows), monkeypatch)
+        for table in ref:
+            assert_same(ref[table], got[table], f"{name} budget.{table} in batches of {rows}")

@@ -22,7 +22,7 @@ API_COLUMNS = ("start_ns", "end_ns", "tid", "name")
 def run(report, params):
     budget = recipes.run("budget", report)["summary"]  # first: its scratch is freed before lk
     return engine.analyse(report, lambda db: in_duckdb(report, db, params, budget),
-                          lambda: in_numpy(report, params, budget), auto=False)
+                          lambda: in_numpy(report, params, budget))
 
 
 def in_duckdb(report, db, params, budget):
@@ -99,21 +99,26 @@ METRICS_SQL = {"api": "api_end_ns - api_start_ns",
 
 def per_kernel_sql(db):
     """``per_kernel`` in DuckDB over ``lk``: the same groups (in order of first appearance),
-    the same statistics (NVIDIA's: sample standard deviation, 0 for one value)."""
+    the same statistics (NVIDIA's: sample standard deviation, 0 for one value); medians in
+    bounded memory (``engine.medians``)."""
+    keys = ["pid", "api_tid", "device_id", "api_name", "name"]
     cols = []
     for metric, expr in METRICS_SQL.items():
         x = f"({expr})"
         if metric in ("api", "queue"):
             cols.append(f"count({x}) AS {'count' if metric == 'api' else 'queue_count'}")
         cols += [f"sum({x})::BIGINT AS {metric}_total_ns", f"avg({x}) AS {metric}_avg_ns",
-                 f"median({x})::DOUBLE AS {metric}_med_ns", f"min({x}) AS {metric}_min_ns",
+                 f"NULL::DOUBLE AS {metric}_med_ns", f"min({x}) AS {metric}_min_ns",
                  f"max({x}) AS {metric}_max_ns",
                  f"CASE WHEN count({x}) > 1 THEN stddev_samp({x}) WHEN count({x}) = 1 THEN 0.0 "
                  f"END AS {metric}_stddev_ns"]
-    out = db.frame(f"""SELECT pid, api_tid AS tid, device_id AS device, api_name, name,
-                              {', '.join(cols)}
-                       FROM lk GROUP BY pid, api_tid, device_id, api_name, name
-                       ORDER BY min(op_row)""")
+    out = db.frame(f"""SELECT {', '.join(keys)}, {', '.join(cols)}
+                       FROM lk GROUP BY ALL ORDER BY min(op_row)""")
+    at = pd.MultiIndex.from_frame(out[keys])
+    for metric, expr in METRICS_SQL.items():
+        med = engine.medians(db, f"(SELECT {', '.join(keys)}, {expr} AS x FROM lk)", keys, "x")
+        out[f"{metric}_med_ns"] = med.set_index(keys)["med"].reindex(at).to_numpy()
+    out = out.rename(columns={"api_tid": "tid", "device_id": "device"})
     for c in out.columns:
         if c.endswith(("_total_ns", "_min_ns", "_max_ns")):
             out[c] = out[c].astype("Int64")
@@ -197,39 +202,60 @@ def run_numbers(lk, params):
 
 
 def summary_sql(db, params):
-    """``run_numbers`` in DuckDB over ``lk`` (busy time: each kernel adds what lies beyond
-    every kernel that started before it, as ``timeline.busy_time``)."""
+    """``run_numbers`` in DuckDB over ``lk``, in bounded memory: medians by
+    ``engine.medians``, busy time from the kernels in start order (``timeline.busy_time``
+    per process and GPU, the reach carried from batch to batch)."""
     from nsightlab.launches import once_sql
 
     short = float(params["short_kernel_us"]) * 1e3
     once = once_sql(db)
-    return db.frame(f"""
+    out = db.frame(f"""
         WITH k AS (SELECT pid, device_id, count(*) AS kernel_count,
                           sum(end_ns - start_ns)::BIGINT AS kernel_time_ns,
                           max(end_ns) - min(start_ns) AS gpu_span_ns,
                           avg(end_ns - start_ns) AS kernel_avg_ns,
-                          median(end_ns - start_ns)::DOUBLE AS kernel_med_ns,
-                          median(start_ns - api_end_ns) FILTER (WHERE start_ns >= api_end_ns)
-                              ::DOUBLE AS queue_med_ns,
                           100.0 * avg(((end_ns - start_ns) < {short})::INTEGER) AS short_kernel_pct
                    FROM lk GROUP BY pid, device_id),
              c AS (SELECT pid, device_id, count(*) AS launch_calls,
                           sum(api_end_ns - api_start_ns)::BIGINT AS launch_api_ns,
                           avg(api_end_ns - api_start_ns) AS launch_api_avg_ns
                    FROM (SELECT pid, device_id, api_start_ns, api_end_ns, {once} AS once FROM lk)
-                   WHERE once GROUP BY pid, device_id),
-             b AS (SELECT pid, device_id,
-                          sum(greatest(0, end_ns - greatest(start_ns, coalesce(reach, start_ns))))
-                              ::BIGINT AS gpu_busy_ns
-                   FROM (SELECT pid, device_id, start_ns, end_ns,
-                                max(end_ns) OVER (PARTITION BY pid, device_id ORDER BY start_ns
-                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-                         FROM lk) GROUP BY pid, device_id)
+                   WHERE once GROUP BY pid, device_id)
         SELECT k.pid, k.device_id AS device, kernel_count, kernel_time_ns, gpu_span_ns,
-               gpu_busy_ns, launch_calls, launch_api_ns, launch_api_avg_ns, kernel_avg_ns,
-               kernel_med_ns, queue_med_ns, short_kernel_pct
-        FROM k JOIN c USING (pid, device_id) JOIN b USING (pid, device_id)
+               launch_calls, launch_api_ns, launch_api_avg_ns, kernel_avg_ns,
+               short_kernel_pct
+        FROM k JOIN c USING (pid, device_id)
         ORDER BY k.pid, k.device_id""")
+    at = pd.MultiIndex.from_arrays([out["pid"], out["device"]])
+    def median(expr):
+        med = engine.medians(db, f"(SELECT pid, device_id, {expr} AS x FROM lk)",
+                             ["pid", "device_id"], "x")
+        return med.set_index(["pid", "device_id"])["med"].reindex(at).to_numpy()
+
+    busy = _busy_sql(db)
+    out.insert(out.columns.get_loc("gpu_span_ns") + 1, "gpu_busy_ns",
+               np.array([busy[(p, d)] for p, d in zip(out["pid"], out["device"])], np.int64))
+    out.insert(out.columns.get_loc("kernel_avg_ns") + 1, "kernel_med_ns", median("end_ns - start_ns"))
+    out.insert(out.columns.get_loc("kernel_med_ns") + 1, "queue_med_ns",
+               median("CASE WHEN start_ns >= api_end_ns THEN start_ns - api_end_ns END"))
+    return out
+
+
+def _busy_sql(db) -> dict:
+    """GPU busy time (the union of kernel intervals) per (pid, device) of ``lk``."""
+    from nsightlab.timeline import busy_time
+
+    total, reach = {}, {}
+    for batch in db.stream("SELECT pid, device_id, start_ns, end_ns FROM lk "
+                           "ORDER BY pid, device_id, start_ns", 1 << 20):
+        pid, dev, s, e = (batch.column(i).to_numpy() for i in range(4))
+        cut = np.flatnonzero((pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])) + 1
+        for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(s)]])):
+            key = (int(pid[lo]), int(dev[lo]))
+            before = reach.get(key, np.iinfo(np.int64).min)
+            total[key] = total.get(key, 0) + busy_time(s[lo:hi], e[lo:hi], reach=before)
+            reach[key] = max(before, int(e[lo:hi].max()))
+    return total
 
 
 def summary(numbers, params, budget):

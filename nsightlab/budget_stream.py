@@ -1,0 +1,283 @@
+"""The time budget of a big report out of core: the same numbers as ``budget`` in memory,
+from two sorted streams that DuckDB reads off the table cache (``nsightlab.engine``).
+
+``budget`` holds every GPU operation of the run in memory (29 bytes each: 2.9 GB at 100M
+kernels). Here DuckDB joins the operations to their launch calls into a scratch table and
+hands them over a million at a time:
+
+1. in launch-call order (per GPU): the end of the last GPU work each iteration launched (the
+   iteration windows), and for every launch call whether the previous one started at most
+   ``LAUNCH_STRETCH_NS`` before it, one bit per API row;
+2. in start order (per GPU): the busy unions, part by part in priority order, and the idle gaps
+   between them. A union interval can only grow while later operations start inside it, so
+   every interval but the last of a batch is final: its covered time per window is added and
+   the last is carried into the next batch (one interval per level). Each gap ends at an
+   operation's start; that operation's launch call and its bit decide the idle cause
+   (``budget.idle_pieces``, shared with the in-memory path).
+
+Memory holds the windows, the sync calls, one batch and the bits, not the run.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .budget import (BUSY_PARTS, COPY_PARTS, IDLE_PARTS, LAUNCH_STRETCH_NS, add_idle,
+                     by_sync_frame, copy_part, idle_context, idle_pieces)
+from .classify import sync_kind
+from .timeline import covered, union
+
+BATCH_ROWS = 1 << 20
+TABLES = ("kernels", "memcpy", "memset")
+_MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+class StreamedOps:
+    """The GPU operations of a report as DuckDB's scratch table ``bops``: device_id,
+    start_ns, end_ns, part (``BUSY_PARTS`` index), tbl and row (the operation's table and row:
+    the in-memory order of equal starts), api_start and api_row (its launch call; NULL when
+    none was recorded)."""
+
+    def __init__(self, report, db, batch_rows: int | None = None):
+        self.report, self.db, self.batch_rows = report, db, batch_rows or BATCH_ROWS
+        selects = [self._select(i, t) for i, t in enumerate(TABLES) if report.has_rows(t)]
+        self.count, self.lo, self.hi = 0, 0, 0
+        self._gpu_end, self._quick = None, None
+        if not selects:
+            return
+        api = db.view("cuda_api", rows=True)
+        join = (f"LEFT JOIN {api} a ON o.pid = a.pid AND o.correlation_id = a.correlation_id"
+                if report.has_rows("cuda_api") else
+                "LEFT JOIN (SELECT NULL::BIGINT AS start_ns, NULL::BIGINT AS row) a ON false")
+        db.con.execute(f"""CREATE OR REPLACE TABLE bops AS
+            SELECT o.device_id::INTEGER AS device_id, o.start_ns, o.end_ns, o.part, o.tbl, o.row,
+                   a.start_ns AS api_start, a.row AS api_row
+            FROM ({' UNION ALL '.join(selects)}) o {join}""")
+        ops = sum(db.one(f"SELECT count(*) FROM {db.view(t)}")[0]
+                  for t in TABLES if report.has_rows(t))  # Parquet metadata: no scan
+        self.count, lo, hi = db.one("SELECT count(*), min(start_ns), max(end_ns) FROM bops")
+        if self.count > ops:  # an export with two API rows for one call: the last one wins
+            db.con.execute("""CREATE OR REPLACE TABLE bops AS
+                SELECT any_value(device_id) AS device_id, any_value(start_ns) AS start_ns,
+                       any_value(end_ns) AS end_ns, any_value(part) AS part, tbl, row,
+                       arg_max(api_start, api_row) AS api_start, max(api_row) AS api_row
+                FROM bops GROUP BY tbl, row""")
+            self.count = ops
+        self.lo, self.hi = lo, hi
+
+    def _select(self, i: int, table: str) -> str:
+        view = self.db.view(table, rows=True)
+        if table != "memcpy":
+            part = BUSY_PARTS.index("kernels" if table == "kernels" else "memset")
+            return (f"SELECT device_id, start_ns, end_ns, pid, correlation_id, "
+                    f"{part}::TINYINT AS part, {i} AS tbl, row FROM {view}")
+        trio = ("copy_kind", "src_kind", "dst_kind")
+        kinds = self.db.frame(f"SELECT DISTINCT {', '.join(trio)} FROM {view}")
+        kinds["part"] = [BUSY_PARTS.index(copy_part(*("" if pd.isna(v) else str(v) for v in r)))
+                         for r in kinds[list(trio)].itertuples(index=False)]
+        kinds = kinds.astype({"part": np.int8})
+        self.db.con.register("copy_parts", kinds)
+        on = " AND ".join(f"m.{c}::VARCHAR IS NOT DISTINCT FROM o.{c}::VARCHAR" for c in trio)
+        return (f"SELECT o.device_id, o.start_ns, o.end_ns, o.pid, o.correlation_id, "
+                f"m.part::TINYINT AS part, {i} AS tbl, o.row FROM {view} o JOIN copy_parts m ON {on}")
+
+    def span(self) -> tuple[int, int]:
+        return int(self.lo), int(self.hi)
+
+    def syncs(self) -> pd.DataFrame:
+        """Synchronizing API calls: api_name and end_ns, sorted by end (``budget._sync_calls``)."""
+        if not self.report.has_rows("cuda_api"):
+            return pd.DataFrame({"api_name": [], "end_ns": np.array([], np.int64)})
+        wanted = pd.DataFrame({"name": [n for n in self.db.distinct("cuda_api", "name")
+                                        if sync_kind(n)]}, dtype=object)
+        got = self.db.frame(f"SELECT name AS api_name, end_ns FROM {self.db.view('cuda_api', rows=True)} "
+                            "WHERE name IN (SELECT name FROM wanted) ORDER BY end_ns, row",
+                            wanted=wanted)
+        return pd.DataFrame({"api_name": got["api_name"].astype(str).to_numpy(dtype=object),
+                             "end_ns": got["end_ns"].to_numpy(np.int64)})
+
+    def gpu_end(self, iters: pd.DataFrame) -> np.ndarray:
+        """``budget._gpu_end_per_iteration``, from the launch-order pass."""
+        self._launch_pass(iters)
+        return self._gpu_end
+
+    def _launch_pass(self, iters: pd.DataFrame | None) -> None:
+        """Pass 1 (module docstring): per launch call in start order per GPU, the bit 'the
+        previous distinct launch time of this GPU is at most LAUNCH_STRETCH_NS earlier'
+        (``budget._idle``'s stretch test), and each iteration's GPU end."""
+        if self._quick is not None:
+            return
+        n_api = self.db.one("SELECT coalesce(max(api_row), -1) + 1 FROM bops")[0]
+        bits = np.zeros((n_api + 7) // 8, np.uint8)
+        rs = iters["start_ns"].to_numpy(np.int64) if iters is not None else np.empty(0, np.int64)
+        re_ = iters["end_ns"].to_numpy(np.int64) if iters is not None else np.empty(0, np.int64)
+        gpu_end = np.full(len(rs), -1, np.int64)
+        carry: tuple | None = None  # (device, last launch time, the distinct one before it)
+        stream = self.db.stream("SELECT device_id, api_start, api_row, end_ns FROM bops "
+                                "WHERE api_start IS NOT NULL ORDER BY device_id, api_start",
+                                self.batch_rows)
+        for batch in stream:
+            dev, t, row, e = (batch.column(i).to_numpy() for i in range(4))
+            t, e = t.astype(np.int64, copy=False), e.astype(np.int64, copy=False)
+            cut = np.flatnonzero(dev[1:] != dev[:-1]) + 1
+            for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(t)]])):
+                d = int(dev[lo])
+                prev = _previous_distinct(t[lo:hi], carry[1:] if carry and carry[0] == d else None)
+                quick = (prev != _MIN) & (t[lo:hi] - prev <= LAUNCH_STRETCH_NS)
+                _set_bits(bits, row[lo:hi][quick].astype(np.int64))
+                carry = (d, int(t[hi - 1]), int(prev[-1]))
+            if len(rs):
+                _max_per_iteration(gpu_end, rs, re_, t, e)
+        self._quick, self._gpu_end = bits, gpu_end
+
+    def budgets(self, start: np.ndarray, end: np.ndarray, syncs: pd.DataFrame) -> dict:
+        """{device: (parts per window, idle time per sync API)}, as ``budget._device_budget``,
+        from the start-order pass."""
+        if not self.count:
+            return {}
+        self._launch_pass(None)
+        present = self.db.frame("SELECT DISTINCT device_id, part FROM bops")
+        ctx = idle_context(start, end, syncs)
+        out, state = {}, None
+        stream = self.db.stream("SELECT device_id, start_ns, end_ns, part, api_start, "
+                                "coalesce(api_row, -1) FROM bops "
+                                "ORDER BY device_id, start_ns, tbl, row", self.batch_rows)
+        for batch in stream:
+            dev = batch.column(0).to_numpy()
+            s, e, part = (batch.column(i).to_numpy() for i in (1, 2, 3))
+            api = batch.column(4).to_numpy(zero_copy_only=False).astype(np.float64)
+            row = batch.column(5).to_numpy()
+            cut = np.flatnonzero(dev[1:] != dev[:-1]) + 1
+            for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(s)]])):
+                d = int(dev[lo])
+                if state is None or state.device != d:
+                    if state is not None:
+                        out[state.device] = state.finish()
+                    codes = present.loc[present["device_id"] == d, "part"].to_numpy()
+                    state = _Device(d, codes, ctx, self._quick)
+                state.add(s[lo:hi].astype(np.int64), e[lo:hi].astype(np.int64), part[lo:hi],
+                          api[lo:hi], row[lo:hi].astype(np.int64))
+        if state is not None:
+            out[state.device] = state.finish()
+        return out
+
+
+class _Device:
+    """One GPU's running budget in the start-order pass: a carried union interval per level
+    (the busy parts up to each present one, in priority order; copies also alone), covered
+    time per window and level, and the idle sums."""
+
+    def __init__(self, device: int, codes: np.ndarray, ctx: dict, quick_bits: np.ndarray):
+        self.device, self.ctx, self.bits = device, ctx, quick_bits
+        self.codes = sorted(int(c) for c in codes)
+        n = len(ctx["start"])
+        self.level = {c: np.zeros(n, np.int64) for c in self.codes}
+        self.alone = {c: np.zeros(n, np.int64) for c in self.codes if BUSY_PARTS[c] in COPY_PARTS}
+        self.carry: dict[tuple, tuple[int, int]] = {}
+        self.first = True
+        self.idle = [({f"{p}_ns": np.zeros(n, np.int64) for p in IDLE_PARTS},
+                      np.zeros(len(ctx["sync_names"]), np.int64),
+                      np.zeros(len(ctx["sync_names"]), np.int64))]
+
+    def _advance(self, key: tuple, s: np.ndarray, e: np.ndarray, into: np.ndarray):
+        """Union of the carried interval and ``s``/``e`` (sorted by start): covered time of
+        every final interval into ``into``; the last interval is carried. Returns the union."""
+        held = self.carry.get(key)
+        if held is not None:
+            s, e = np.concatenate([[held[0]], s]), np.concatenate([[held[1]], e])
+        us, ue = union(s, e)
+        if len(us):
+            into += covered(us[:-1], ue[:-1], self.ctx["start"], self.ctx["end"])
+            self.carry[key] = (int(us[-1]), int(ue[-1]))
+        return us, ue
+
+    def add(self, s, e, part, api, row) -> None:
+        top = self.codes[-1]
+        for c in self.codes:
+            sel = part <= c if c != top else slice(None)
+            us, ue = self._advance(("level", c), s[sel], e[sel], self.level[c])
+            if c in self.alone:
+                mine = part == c
+                self._advance(("alone", c), s[mine], e[mine], self.alone[c])
+        # the gaps between this batch's union intervals of everything (the top level)
+        gs, ge = ue[:-1], us[1:]
+        if self.first:  # the stretch before the GPU's first operation
+            gs, ge = np.concatenate([[_MIN], gs]), np.concatenate([[us[0]], ge])
+            self.first = False
+        nxt = np.searchsorted(s, ge, "left")  # the operation that ends each gap
+        launch_at, r = api[nxt], row[nxt]
+        quick = (r >= 0) & _get_bits(self.bits, np.maximum(r, 0))
+        self._idle(gs, ge, launch_at, quick)
+
+    def _idle(self, gs, ge, launch_at, quick) -> None:
+        got = idle_pieces(gs, ge, launch_at, quick, self.ctx)
+        sums, idle, count = self.idle[0]
+        for k, v in got[0].items():
+            sums[k] += v
+        idle += got[1]
+        count += got[2]
+
+    def finish(self) -> tuple[dict, pd.DataFrame]:
+        for (kind, c), (cs, ce) in self.carry.items():  # the last intervals are final now
+            into = self.level[c] if kind == "level" else self.alone[c]
+            into += covered(np.array([cs]), np.array([ce]), self.ctx["start"], self.ctx["end"])
+        last_end = self.carry[("level", self.codes[-1])][1]  # after the last operation
+        self._idle(np.array([last_end]), np.array([_MAX]), np.array([np.nan]), np.array([False]))
+        parts, done = {}, np.zeros(len(self.ctx["start"]), np.int64)
+        copy_total = np.zeros_like(done)
+        for code, part in enumerate(BUSY_PARTS):
+            if code in self.level:
+                parts[f"{part}_ns"] = self.level[code] - done
+                done = self.level[code]
+                if code in self.alone:
+                    copy_total += self.alone[code]
+            else:
+                parts[f"{part}_ns"] = np.zeros_like(done)
+        copies = sum(parts[f"{p}_ns"] for p in COPY_PARTS)
+        parts.update(add_idle(self.ctx, self.idle))
+        parts["hidden_copy_ns"] = copy_total - copies
+        return parts, by_sync_frame(self.ctx, self.idle)
+
+
+def _previous_distinct(t: np.ndarray, carry: tuple | None) -> np.ndarray:
+    """For sorted ``t``: the largest earlier value strictly below each (``_MIN`` if none);
+    ``carry`` = (last value before ``t``, the distinct value before that)."""
+    ext = np.concatenate([[carry[0]], t]) if carry else t
+    new = np.empty(len(ext), bool)
+    new[0] = True
+    new[1:] = ext[1:] != ext[:-1]
+    run = np.maximum.accumulate(np.where(new, np.arange(len(ext)), 0))  # each run's first index
+    prev = np.where(run > 0, ext[np.maximum(run - 1, 0)], carry[1] if carry else _MIN)
+    return prev[1:] if carry else prev
+
+
+def _max_per_iteration(out: np.ndarray, rs: np.ndarray, re_: np.ndarray, t: np.ndarray,
+                       e: np.ndarray) -> None:
+    """``out[i] = max(out[i], end)`` for launches at ``t`` inside iteration range i
+    (``budget._gpu_end_per_iteration``)."""
+    i = np.searchsorted(rs, t, "right") - 1
+    inside = (i >= 0) & (t <= re_[np.maximum(i, 0)])
+    i, e = i[inside], e[inside]
+    if not len(i):
+        return
+    if not np.all(i[1:] >= i[:-1]):
+        order = np.argsort(i, kind="stable")
+        i, e = i[order], e[order]
+    first = np.flatnonzero(np.concatenate([[True], i[1:] != i[:-1]]))
+    np.maximum.at(out, i[first], np.maximum.reduceat(e, first))
+
+
+def _set_bits(bits: np.ndarray, rows: np.ndarray) -> None:
+    if not len(rows):
+        return
+    rows = np.sort(rows)
+    byte = rows >> 3
+    mask = np.left_shift(1, rows & 7).astype(np.uint8)
+    first = np.flatnonzero(np.concatenate([[True], byte[1:] != byte[:-1]]))
+    bits[byte[first]] |= np.bitwise_or.reduceat(mask, first)
+
+
+def _get_bits(bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    if not len(bits):
+        return np.zeros(len(rows), bool)
+    return ((bits[rows >> 3] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
