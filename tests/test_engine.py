@@ -225,3 +225,19 @@ def test_streamed_budget_in_small_batches_equals_numpy(reports, folder, prefix, 
         got = _run(path, "budget", "duckdb", tmp_path / str(rows), monkeypatch)
         for table in ref:
             assert_same(ref[table], got[table], f"{name} budget.{table} in batches of {rows}")
+
+
+@pytest.mark.parametrize("name", ["h200-vit-fp16-cudagraph", "pub-realcugan-trt10",
+                                  "pub-fuser-crossentropy-h200"])
+def test_launch_compute_streamed_in_small_batches_equals_numpy(reports, name, tmp_path,
+                                                              monkeypatch):
+    """The NVTX projection adds up ranges over batches of the launch table: batches of 1000
+    launches (graph replays, start/end ranges, 18-deep push/pop) give the in-memory tables."""
+    from nsightlab import projection
+
+    path = reports("nsys", "", name)
+    ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
+    monkeypatch.setattr(projection, "STREAM_ROWS", 1000)
+    got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
+    for table in ref:
+        assert_same(ref[table], got[table], f"{name} launch_compute.{table} in batches")
