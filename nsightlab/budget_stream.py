@@ -25,6 +25,7 @@ import pandas as pd
 from .budget import (BUSY_PARTS, COPY_PARTS, IDLE_PARTS, LAUNCH_STRETCH_NS, add_idle,
                      by_sync_frame, copy_part, idle_context, idle_pieces)
 from .classify import sync_kind
+from .engine import RowBits
 from .timeline import covered, union
 
 BATCH_ROWS = 1 << 20
@@ -108,7 +109,7 @@ class StreamedOps:
         if self._quick is not None:
             return
         n_api = self.db.one("SELECT coalesce(max(api_row), -1) + 1 FROM bops")[0]
-        bits = np.zeros((n_api + 7) // 8, np.uint8)
+        bits = RowBits(n_api)
         rs = iters["start_ns"].to_numpy(np.int64) if iters is not None else np.empty(0, np.int64)
         re_ = iters["end_ns"].to_numpy(np.int64) if iters is not None else np.empty(0, np.int64)
         gpu_end = np.full(len(rs), -1, np.int64)
@@ -124,7 +125,7 @@ class StreamedOps:
                 d = int(dev[lo])
                 prev = _previous_distinct(t[lo:hi], carry[1:] if carry and carry[0] == d else None)
                 quick = (prev != _MIN) & (t[lo:hi] - prev <= LAUNCH_STRETCH_NS)
-                _set_bits(bits, row[lo:hi][quick].astype(np.int64))
+                bits.add(row[lo:hi][quick])
                 carry = (d, int(t[hi - 1]), int(prev[-1]))
             if len(rs):
                 _max_per_iteration(gpu_end, rs, re_, t, e)
@@ -167,7 +168,7 @@ class _Device:
     (the busy parts up to each present one, in priority order; copies also alone), covered
     time per window and level, and the idle sums."""
 
-    def __init__(self, device: int, codes: np.ndarray, ctx: dict, quick_bits: np.ndarray):
+    def __init__(self, device: int, codes: np.ndarray, ctx: dict, quick_bits):
         self.device, self.ctx, self.bits = device, ctx, quick_bits
         self.codes = sorted(int(c) for c in codes)
         n = len(ctx["start"])
@@ -206,7 +207,7 @@ class _Device:
             self.first = False
         nxt = np.searchsorted(s, ge, "left")  # the operation that ends each gap
         launch_at, r = api[nxt], row[nxt]
-        quick = (r >= 0) & _get_bits(self.bits, np.maximum(r, 0))
+        quick = (r >= 0) & self.bits.has(np.maximum(r, 0))
         self._idle(gs, ge, launch_at, quick)
 
     def _idle(self, gs, ge, launch_at, quick) -> None:
@@ -265,19 +266,3 @@ def _max_per_iteration(out: np.ndarray, rs: np.ndarray, re_: np.ndarray, t: np.n
         i, e = i[order], e[order]
     first = np.flatnonzero(np.concatenate([[True], i[1:] != i[:-1]]))
     np.maximum.at(out, i[first], np.maximum.reduceat(e, first))
-
-
-def _set_bits(bits: np.ndarray, rows: np.ndarray) -> None:
-    if not len(rows):
-        return
-    rows = np.sort(rows)
-    byte = rows >> 3
-    mask = np.left_shift(1, rows & 7).astype(np.uint8)
-    first = np.flatnonzero(np.concatenate([[True], byte[1:] != byte[:-1]]))
-    bits[byte[first]] |= np.bitwise_or.reduceat(mask, first)
-
-
-def _get_bits(bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    if not len(bits):
-        return np.zeros(len(rows), bool)
-    return ((bits[rows >> 3] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)

@@ -283,5 +283,28 @@ def _medians_sorted(db: Engine, source: str, keys: list[str], value: str) -> pd.
     return counts
 
 
+class RowBits:
+    """A set of row numbers in [0, n) as one bit each (200M API rows: 25 MB): what a stream
+    remembers about rows it has passed."""
+
+    def __init__(self, n: int):
+        self.bits = np.zeros((max(n, 0) + 7) // 8, np.uint8)
+
+    def add(self, rows: np.ndarray) -> None:
+        if not len(rows):
+            return
+        rows = np.sort(rows.astype(np.int64, copy=False))
+        byte = rows >> 3
+        mask = np.left_shift(1, rows & 7).astype(np.uint8)
+        first = np.flatnonzero(np.concatenate([[True], byte[1:] != byte[:-1]]))
+        self.bits[byte[first]] |= np.bitwise_or.reduceat(mask, first)
+
+    def has(self, rows: np.ndarray) -> np.ndarray:
+        rows = rows.astype(np.int64, copy=False)
+        if not len(self.bits):
+            return np.zeros(len(rows), bool)
+        return ((self.bits[rows >> 3] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
+
+
 def _quoted(path: Path) -> str:
     return str(path).replace("'", "''")
