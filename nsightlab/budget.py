@@ -276,6 +276,17 @@ def _compute(report: Report, ops) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     return table, by_sync, source
 
 
+def api_names(report: Report) -> list[str]:
+    """The distinct CUDA API names of the run (on a big report from DuckDB: the name column of
+    200M calls is ~1 GB in pandas)."""
+    from . import engine
+
+    if not report.has_rows("cuda_api"):
+        return []
+    return engine.analyse(report, lambda db: db.distinct("cuda_api", "name"),
+                          lambda: [str(n) for n in report.cuda_api(["name"])["name"].cat.categories])
+
+
 def merge_by_sync(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Per-GPU ``by_sync_frame`` tables as one: idle time and stretches per sync API over
     all GPUs, largest first."""

@@ -4,8 +4,7 @@ from nsightlab import budget
 
 def run(report, params):
     table, by_sync, source = budget.compute(report)
-    graphs = report.has_rows("cuda_api") and bool(
-        report.cuda_api(["name"])["name"].cat.categories.str.startswith("cudaGraphLaunch").any())
+    graphs = any(n.startswith("cudaGraphLaunch") for n in budget.api_names(report))
     summary = budget.summarize(table, by_sync, graphs, params)
     summary.insert(1, "iteration_source", source)
     return {"summary": summary, "iterations": table, "sync_idle": by_sync}
