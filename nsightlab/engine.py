@@ -4,18 +4,16 @@ Below ``MIN_ROWS`` kernels the recipes work on NumPy arrays in memory (fast, no 
 From there on, steps whose memory would grow with the report run in DuckDB, within a memory
 limit (``NSIGHTLAB_MEMORY_MB``, default ``MEMORY_MB``), on up to one thread per core
 (``threads()``), spilling to a private folder beside the cache: kernel_sum's statistics
-(medians from counts of distinct values, ``medians``), sync_gaps' GPU gaps (a sorted stream
-read a million operations at a time) and the completeness counts. On the 16-core GPU machine
-at 100M kernels kernel_sum peaked at 0.26 GB and sync_gaps at 1.10 GB, as at 8M. The NumPy
-path stays the reference: the tests run every recipe both ways on real reports and compare
-(counts exact, sums within 1e-9 relative).
+(medians in bounded memory, ``medians``), sync_gaps' GPU gaps and the time budget
+(``budget_stream``: sorted streams read a million operations at a time), launch_compute's
+launch table, statistics and NVTX projection, and the completeness checks. On the 16-core GPU
+machine at 100M kernels kernel_sum peaked at 0.26 GB, sync_gaps at 1.1 GB and launch_compute
+at 1.8 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
+both ways on real reports and compare (counts exact, sums within 1e-9 relative).
 
 ``NSIGHTLAB_ENGINE`` chooses: ``auto`` (default, as above), ``duckdb`` (on any cached
-report, and also launch_compute's launch table, statistics and NVTX projection, and the
-kernel ⋈ API join) or ``numpy`` (never). Those last two stay in NumPy under ``auto``: on the
-16-core machine at 8M kernels launch_compute's SQL path took 11.2 s against 6.5 s (1.10
-against 1.39 GB), and on 2 cores the join 2.3 s against 0.8 s; the time budget is computed in
-memory either way.
+report, and also the kernel ⋈ API join of the in-memory steps) or ``numpy`` (never). The
+join stays in NumPy under ``auto``: on 2 cores at 8M kernels DuckDB took 2.3 s against 0.8 s.
 """
 from __future__ import annotations
 

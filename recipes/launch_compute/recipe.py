@@ -1,7 +1,7 @@
 """launch_compute: launch overhead vs GPU compute, per kernel, per run and per NVTX range.
-In memory (NumPy); with NSIGHTLAB_ENGINE=duckdb joined and summarized in DuckDB over the
-table cache instead (``nsightlab.engine``: measured slower at 8M kernels, so not by default;
-its per-kernel medians use DuckDB's median(), which holds every value)."""
+In memory (NumPy) on small reports; on big ones (``nsightlab.engine``) joined and summarized
+in DuckDB over the table cache, in bounded memory: medians by ``engine.medians``, busy time
+and the NVTX projection from streams of the launch table."""
 import numpy as np
 import pandas as pd
 
