@@ -172,13 +172,9 @@ def _shared_calls(db) -> bool:
     from .engine import RowBits
 
     seen = RowBits(db.one("SELECT coalesce(max(api_row), -1) + 1 FROM lk")[0])
-    stream = db.stream("SELECT api_row FROM lk", 1 << 20)
-    try:
-        for batch in stream:
-            rows = np.sort(batch.column(0).to_numpy())
-            if np.any(rows[1:] == rows[:-1]) or seen.has(rows).any():
-                return True
-            seen.add(rows)
-        return False
-    finally:
-        stream.close()  # a half-read result would block the connection
+    for batch in db.chunks("lk", "api_row"):
+        rows = np.sort(batch.column(0).to_numpy())
+        if np.any(rows[1:] == rows[:-1]) or seen.has(rows).any():
+            return True
+        seen.add(rows)
+    return False

@@ -154,11 +154,17 @@ def project_sql(report: Report, db) -> pd.DataFrame:
 
     sums = _Sums(_ranges(report))
     if sums.n:
-        stream = db.stream("SELECT pid, api_tid, api_start_ns, api_end_ns, start_ns, end_ns, "
-                           f"{once_sql(db)} AS once FROM lk", STREAM_ROWS)
-        for batch in stream:
+        once = once_sql(db)
+        if once != "true":  # per call: a window over the whole table, kept as a column
+            db.con.execute(f"CREATE OR REPLACE TABLE lk_once AS SELECT pid, api_tid, "
+                           f"api_start_ns, api_end_ns, start_ns, end_ns, {once} AS once FROM lk")
+        table = "lk" if once == "true" else "lk_once"
+        for batch in db.chunks(table, "pid, api_tid, api_start_ns, api_end_ns, start_ns, "
+                               f"end_ns, {'true AS once' if once == 'true' else 'once'}",
+                               STREAM_ROWS):
             got = batch.to_pandas()
             sums.add(got, got["once"].to_numpy(bool))
+        db.con.execute("DROP TABLE IF EXISTS lk_once")
     return sums.frame()
 
 
