@@ -33,8 +33,9 @@ from .report import Report
 #: kernels from which ``auto`` analyses in DuckDB
 MIN_ROWS = 2_000_000
 #: DuckDB's memory limit unless NSIGHTLAB_MEMORY_MB says otherwise (the process also holds
-#: Python, pandas and pyarrow: ~200 MB)
-MEMORY_MB = 640
+#: Python, pandas and pyarrow: ~200 MB, and Arrow batches). 640 -> 480 took launch_compute at
+#: 8M kernels from 823 to 700 MB on 2 cores in the same time.
+MEMORY_MB = 480
 MB_PER_THREAD = 80
 CHOICES = ("auto", "duckdb", "numpy")
 

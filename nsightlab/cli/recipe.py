@@ -106,7 +106,7 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
 
     Reports without the data a recipe needs are reported as "no data", not as failures.
     Reports of 2M kernels or more are analysed out of core in DuckDB where a recipe can be
-    (kernel_sum, sync_gaps, budget, launch_compute): NSIGHTLAB_MEMORY_MB sets its memory limit [640],
+    (kernel_sum, sync_gaps, budget, launch_compute): NSIGHTLAB_MEMORY_MB sets its memory limit [480],
     NSIGHTLAB_ENGINE=numpy|duckdb|auto chooses [auto].
 
     \b
