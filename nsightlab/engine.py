@@ -7,8 +7,8 @@ limit (``NSIGHTLAB_MEMORY_MB``, default ``MEMORY_MB``), on up to one thread per 
 (medians in bounded memory, ``medians``), sync_gaps' GPU gaps and the time budget
 (``budget_stream``: sorted streams read a million operations at a time), launch_compute's
 launch table, statistics and NVTX projection, and the completeness checks. On the 16-core GPU
-machine at 100M kernels kernel_sum peaked at 0.26 GB, sync_gaps at 1.1 GB and launch_compute
-at 1.8 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
+machine at 100M kernels kernel_sum peaked at 0.26 GB, sync_gaps at 0.92 GB and launch_compute
+at 1.09 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
 both ways on real reports and compare (counts exact, sums within 1e-9 relative).
 
 ``NSIGHTLAB_ENGINE`` chooses: ``auto`` (default, as above), ``duckdb`` (on any cached
