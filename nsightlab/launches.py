@@ -85,8 +85,8 @@ def pairs(report: Report, table: str) -> tuple[np.ndarray, np.ndarray]:
 
 def launches(report: Report, table: str = "kernels",
              op_columns: tuple[str, ...] = ("start_ns", "end_ns", "device_id", "name"),
-             api_columns: tuple[str, ...] = ("start_ns", "end_ns", "tid", "name")
-             ) -> pd.DataFrame:
+             api_columns: tuple[str, ...] = ("start_ns", "end_ns", "tid", "name"),
+             where=None) -> pd.DataFrame:
     """Rows of ``table`` (kernels, memcpy or memset) joined to the API call that issued them.
 
     Columns: ``pid``, the ``op_columns`` as they are (add ``correlation_id`` there if you
@@ -94,11 +94,19 @@ def launches(report: Report, table: str = "kernels",
     ``api_columns`` prefixed ``api_`` (``api_start_ns``, ``api_end_ns``, ``api_tid``,
     ``api_name``) and ``api_row`` (the call's row in ``cuda_api``: one ``cudaGraphLaunch``
     launches many kernels). Empty (same columns) when either table is missing.
+
+    ``where(api_start_ns, op_rows) -> bool mask`` keeps only some launches, chosen before the
+    table is built (a filtered copy of 8M launches would be ~400 MB beside the original).
     """
     cols = ["pid", *op_columns, *(f"api_{c}" for c in api_columns), "api_row"]
     if not report.has(table) or not report.has("cuda_api"):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
     op_idx, api_idx = pairs(report, table)  # first: the big API cache before the ops are held
+    if where is not None and len(op_idx):
+        keep = where(report.take("cuda_api", ["start_ns"], api_idx)["start_ns"].to_numpy(), op_idx)
+        if not keep.all():
+            op_idx, api_idx = op_idx[keep], api_idx[keep]
+        del keep
     api_row, op_idx = _int32(api_idx), _int32(op_idx)  # 32 MB each at 8M
     del api_idx
     ops = report.table(table, list(dict.fromkeys(["pid", "correlation_id", *op_columns])))
