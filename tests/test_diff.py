@@ -264,3 +264,24 @@ def test_different_models_get_the_workload_warning(model, sqlite_of, cache_dir):
     text = CliRunner().invoke(cli, ["diff", str(model("h100-resnet50-fp16")),
                                     str(model("h100-gpt-fp16"))]).stdout
     assert text.startswith("WARNING (workload): their kernel-class mix differs")
+
+
+@pytest.mark.parametrize("stem", ["h200-vit-fp16", "h200-launchbound", "h200-vit-fp16-cudagraph"])
+def test_launches_outside_iterations_left_out_but_counted(stem, sqlite_of, cache_dir):
+    """The run profile leaves launches outside every iteration range out of its launch table
+    before building it (memory) and still reports their kernel time: the same as the whole
+    launch table filtered afterwards."""
+    from nsightlab import profile
+    from nsightlab.launches import launches
+
+    report = nsightlab.open(sqlite_of(stem))
+    iters = profile._iteration_ranges(report)[1]
+    lk = launches(report, op_columns=("start_ns", "end_ns"), api_columns=("start_ns",))
+    t = lk["api_start_ns"].to_numpy()
+    i = iters["start_ns"].searchsorted(t, "right") - 1
+    inside = (i >= 0) & (t <= iters["end_ns"].to_numpy()[i.clip(0)])
+    dur = (lk["end_ns"] - lk["start_ns"]).to_numpy()
+    p = profile._compute(report, "x")
+    assert p.outside_kernel_ns == pytest.approx(float(dur[~inside].sum()), abs=0.5)
+    assert p.kernel_ns * p.iterations == pytest.approx(float(dur[inside].sum()), rel=1e-12)
+    assert len(iters) and (~inside).any()  # the case exercised: some launches are outside

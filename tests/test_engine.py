@@ -241,3 +241,18 @@ def test_launch_compute_streamed_in_small_batches_equals_numpy(reports, name, tm
     got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
     for table in ref:
         assert_same(ref[table], got[table], f"{name} launch_compute.{table} in batches")
+
+
+def test_row_bits_hold_exactly_the_rows_added():
+    """engine.RowBits (what the streamed budget and the once-per-call test remember about
+    API rows): membership equals a Python set's, across byte boundaries and repeats."""
+    rng = np.random.default_rng(3)
+    bits = engine.RowBits(10_003)
+    added = set()
+    for _ in range(5):
+        rows = rng.integers(0, 10_003, 700)
+        bits.add(rows)
+        added.update(rows.tolist())
+    probe = np.arange(10_003)
+    assert bits.has(probe).tolist() == [r in added for r in probe.tolist()]
+    assert not engine.RowBits(0).has(np.array([0, 5])).any()
