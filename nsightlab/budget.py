@@ -243,7 +243,8 @@ class MemoryOps:
         ops, out = self.ops, {}
         devices = np.unique(ops["device_id"]) if self.count else []
         for dev in devices:
-            mine = ops if len(devices) == 1 else _select(ops, np.flatnonzero(ops["device_id"] == dev))
+            mine = ops if len(devices) == 1 else _select(ops,
+                                                         np.flatnonzero(ops["device_id"] == dev))
             out[int(dev)] = _device_budget(mine, start, end, syncs)
         return out
 
@@ -283,8 +284,10 @@ def api_names(report: Report) -> list[str]:
 
     if not report.has_rows("cuda_api"):
         return []
-    return engine.analyse(report, lambda db: db.distinct("cuda_api", "name"),
-                          lambda: [str(n) for n in report.cuda_api(["name"])["name"].cat.categories])
+    def in_memory() -> list[str]:
+        return [str(n) for n in report.cuda_api(["name"])["name"].cat.categories]
+
+    return engine.analyse(report, lambda db: db.distinct("cuda_api", "name"), in_memory)
 
 
 def merge_by_sync(frames: list[pd.DataFrame]) -> pd.DataFrame:

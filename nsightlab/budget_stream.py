@@ -80,7 +80,8 @@ class StreamedOps:
         self.db.con.register("copy_parts", kinds)
         on = " AND ".join(f"m.{c}::VARCHAR IS NOT DISTINCT FROM o.{c}::VARCHAR" for c in trio)
         return (f"SELECT o.device_id, o.start_ns, o.end_ns, o.pid, o.correlation_id, "
-                f"m.part::TINYINT AS part, {i} AS tbl, o.row FROM {view} o JOIN copy_parts m ON {on}")
+                f"m.part::TINYINT AS part, {i} AS tbl, o.row FROM {view} o "
+                f"JOIN copy_parts m ON {on}")
 
     def span(self) -> tuple[int, int]:
         return int(self.lo), int(self.hi)
@@ -91,7 +92,8 @@ class StreamedOps:
             return pd.DataFrame({"api_name": [], "end_ns": np.array([], np.int64)})
         wanted = pd.DataFrame({"name": [n for n in self.db.distinct("cuda_api", "name")
                                         if sync_kind(n)]}, dtype=object)
-        got = self.db.frame(f"SELECT name AS api_name, end_ns FROM {self.db.view('cuda_api', rows=True)} "
+        api = self.db.view("cuda_api", rows=True)
+        got = self.db.frame(f"SELECT name AS api_name, end_ns FROM {api} "
                             "WHERE name IN (SELECT name FROM wanted) ORDER BY end_ns, row",
                             wanted=wanted)
         return pd.DataFrame({"api_name": got["api_name"].astype(str).to_numpy(dtype=object),

@@ -130,6 +130,7 @@ class Engine:
         # the pandas work that follows a query does not stack on DuckDB's leftovers
         self.con.execute("SET allocator_flush_threshold = '16MB'")
         self._views: set[str] = set()
+        self._once: str | None = None  # launches.once_sql's answer for the launch table
 
     def view(self, name: str, rows: bool = False) -> str:
         """SQL name of table ``name`` (an empty view when the report lacks it)."""

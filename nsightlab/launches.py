@@ -168,8 +168,9 @@ def once_sql(db) -> str:
     """SQL expression over ``lk``: true for the first operation of each API call (the NumPy
     path's ``first_of_call``); plain true when every call launched one operation (asked once
     per launch table)."""
-    if getattr(db, "_once", None) is None:
-        db._once = "true" if not _shared_calls(db) else "(op_row = min(op_row) OVER (PARTITION BY api_row))"
+    if db._once is None:
+        db._once = ("true" if not _shared_calls(db)
+                    else "(op_row = min(op_row) OVER (PARTITION BY api_row))")
     return db._once
 
 

@@ -65,7 +65,8 @@ class _Sums:
         self.end = nvtx["end_ns"].fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
         self.start = nvtx["start_ns"].to_numpy(np.int64)
         push_pop = (nvtx["kind"] == "push_pop").to_numpy()
-        self.groups = list(_groups(nvtx["pid"].to_numpy(), np.where(push_pop, nvtx["tid"].to_numpy(), -1)))
+        tids = np.where(push_pop, nvtx["tid"].to_numpy(), -1)  # start/end: any thread
+        self.groups = list(_groups(nvtx["pid"].to_numpy(), tids))
 
     def add(self, launched: pd.DataFrame, first: np.ndarray) -> None:
         """Add launches (pid, api_tid, api_start_ns, api_end_ns, start_ns, end_ns); ``first``:
@@ -99,10 +100,10 @@ class _Sums:
             self.api[rows] += _slice_sum(l_api_end if take is None else l_api_end[take],
                                          api_start, lo, hi, once)
             self.calls[rows] += _slice_sum(once, 0, lo, hi)
-            self.gstart[rows] = np.minimum(self.gstart[rows],
-                                           slice_reduce(np.minimum, k_start, lo, hi, np.iinfo(np.int64).max))
-            self.gend[rows] = np.maximum(self.gend[rows],
-                                         slice_reduce(np.maximum, k_end, lo, hi, np.iinfo(np.int64).min))
+            gpu_first = slice_reduce(np.minimum, k_start, lo, hi, np.iinfo(np.int64).max)
+            gpu_last = slice_reduce(np.maximum, k_end, lo, hi, np.iinfo(np.int64).min)
+            self.gstart[rows] = np.minimum(self.gstart[rows], gpu_first)
+            self.gend[rows] = np.maximum(self.gend[rows], gpu_last)
 
     def frame(self) -> pd.DataFrame:
         out = self.nvtx.copy()

@@ -235,7 +235,8 @@ def summary_sql(db, params):
     busy = _busy_sql(db)
     out.insert(out.columns.get_loc("gpu_span_ns") + 1, "gpu_busy_ns",
                np.array([busy[(p, d)] for p, d in zip(out["pid"], out["device"])], np.int64))
-    out.insert(out.columns.get_loc("kernel_avg_ns") + 1, "kernel_med_ns", median("end_ns - start_ns"))
+    out.insert(out.columns.get_loc("kernel_avg_ns") + 1, "kernel_med_ns",
+               median("end_ns - start_ns"))
     out.insert(out.columns.get_loc("kernel_med_ns") + 1, "queue_med_ns",
                median("CASE WHEN start_ns >= api_end_ns THEN start_ns - api_end_ns END"))
     return out
