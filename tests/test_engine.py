@@ -256,3 +256,29 @@ def test_row_bits_hold_exactly_the_rows_added():
     probe = np.arange(10_003)
     assert bits.has(probe).tolist() == [r in added for r in probe.tolist()]
     assert not engine.RowBits(0).has(np.array([0, 5])).any()
+
+
+def test_streamed_budget_two_gpus_synthetic_from_real(reports, tmp_path, monkeypatch):
+    """Synthetic edit of a real export: every other kernel and copy on a second GPU (device
+    1). The streamed budget keeps one running state per GPU and starts a GPU's launch-time
+    bits afresh; in batches of 997 and 5 it must give the in-memory budget of both GPUs,
+    and launch_compute and sync_gaps must agree too."""
+    import shutil
+    import sqlite3
+
+    from nsightlab import budget_stream
+
+    path = tmp_path / "two-gpus.sqlite"
+    shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
+    with sqlite3.connect(path) as c:
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"):
+            c.execute(f"UPDATE {table} SET deviceId = 1 WHERE correlationId % 2 = 1")
+    ref = {r: _run(path, r, "numpy", tmp_path, monkeypatch)
+           for r in ("budget", "launch_compute", "sync_gaps")}
+    assert sorted(ref["budget"]["summary"]["device_id"]) == [0, 1]
+    for rows in (997, 5):
+        monkeypatch.setattr(budget_stream, "BATCH_ROWS", rows)
+        for recipe, tables in ref.items():
+            got = _run(path, recipe, "duckdb", tmp_path / f"{recipe}-{rows}", monkeypatch)
+            for table in tables:
+                assert_same(tables[table], got[table], f"two GPUs {recipe}.{table} ({rows})")
