@@ -323,8 +323,12 @@ class TableReader:
             if spec.split else [None]
         whole = spec.finish is not None or len(keep) == len(spec.columns)
         kept: list[list[pa.RecordBatch]] = [[] for _ in ranges]
-        self._stream(spec, open_part if spec.finish is None else None,
-                     lambda i, b: kept[i].append(b if whole else b.select(keep)), ranges)
+        def keep_columns(i: int, b: pa.RecordBatch) -> None:
+            # copies of the columns asked for: a column of an imported batch keeps the whole
+            # batch alive (its buffers share one release)
+            kept[i].append(b if whole else pa.RecordBatch.from_arrays(
+                [pa.concat_arrays([b.column(c)]) for c in keep], names=keep))
+        self._stream(spec, open_part if spec.finish is None else None, keep_columns, ranges)
         schema = spec.schema if whole else pa.schema([spec.schema.field(c) for c in keep])
         table = pa.Table.from_batches([b for p in kept for b in p], schema=schema)
         if spec.finish is not None:  # whole-table pass (NVTX depth) before caching
