@@ -193,20 +193,28 @@ def _gpu_end_per_iteration(iters: pd.DataFrame, ops: dict) -> np.ndarray:
     out = np.full(len(iters), -1, np.int64)
     api = ops["api_start_ns"]
     known = ~np.isnan(api)
-    if not known.any() or not len(iters):
-        return out
-    rs, re_ = iters["start_ns"].to_numpy(np.int64), iters["end_ns"].to_numpy(np.int64)
-    t, e = api[known].astype(np.int64), ops["end_ns"][known]
+    if known.any() and len(iters):
+        max_end_per_iteration(out, iters["start_ns"].to_numpy(np.int64),
+                              iters["end_ns"].to_numpy(np.int64), api[known].astype(np.int64),
+                              ops["end_ns"][known])
+    return out
+
+
+def max_end_per_iteration(out: np.ndarray, rs: np.ndarray, re_: np.ndarray, t: np.ndarray,
+                          e: np.ndarray) -> None:
+    """``out[i] = max(out[i], e)`` for every launch at ``t`` inside iteration range i
+    ([rs, re_], sorted by start); the streamed budget calls it once per batch."""
     i = np.searchsorted(rs, t, "right") - 1
     inside = (i >= 0) & (t <= re_[np.maximum(i, 0)])
     i, e = i[inside], e[inside]
-    if len(i) and not np.all(i[1:] >= i[:-1]):  # launches come in call order: rarely taken
+    if not len(i):
+        return
+    if not np.all(i[1:] >= i[:-1]):  # launches come in call order: rarely taken
         order = np.argsort(i, kind="stable")
         i, e = i[order], e[order]
-    if len(i):  # the max per run of equal iteration indices (np.maximum.at is 10x slower)
-        first = np.flatnonzero(np.concatenate([[True], i[1:] != i[:-1]]))
-        out[i[first]] = np.maximum.reduceat(e, first)
-    return out
+    # the max per run of equal iteration indices (np.maximum.at over every launch: 10x slower)
+    first = np.flatnonzero(np.concatenate([[True], i[1:] != i[:-1]]))
+    np.maximum.at(out, i[first], np.maximum.reduceat(e, first))
 
 
 def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:

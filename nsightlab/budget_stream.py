@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .budget import (BUSY_PARTS, COPY_PARTS, IDLE_PARTS, LAUNCH_STRETCH_NS, add_idle,
-                     by_sync_frame, copy_part, idle_context, idle_pieces)
+                     by_sync_frame, copy_part, idle_context, idle_pieces, max_end_per_iteration)
 from .classify import sync_kind
 from .engine import RowBits
 from .timeline import covered, union
@@ -130,7 +130,7 @@ class StreamedOps:
                 bits.add(row[lo:hi][quick])
                 carry = (d, int(t[hi - 1]), int(prev[-1]))
             if len(rs):
-                _max_per_iteration(gpu_end, rs, re_, t, e)
+                max_end_per_iteration(gpu_end, rs, re_, t, e)
         self._quick, self._gpu_end = bits, gpu_end
 
     def budgets(self, start: np.ndarray, end: np.ndarray, syncs: pd.DataFrame) -> dict:
@@ -252,19 +252,3 @@ def _previous_distinct(t: np.ndarray, carry: tuple | None) -> np.ndarray:
     run = np.maximum.accumulate(np.where(new, np.arange(len(ext)), 0))  # each run's first index
     prev = np.where(run > 0, ext[np.maximum(run - 1, 0)], carry[1] if carry else _MIN)
     return prev[1:] if carry else prev
-
-
-def _max_per_iteration(out: np.ndarray, rs: np.ndarray, re_: np.ndarray, t: np.ndarray,
-                       e: np.ndarray) -> None:
-    """``out[i] = max(out[i], end)`` for launches at ``t`` inside iteration range i
-    (``budget._gpu_end_per_iteration``)."""
-    i = np.searchsorted(rs, t, "right") - 1
-    inside = (i >= 0) & (t <= re_[np.maximum(i, 0)])
-    i, e = i[inside], e[inside]
-    if not len(i):
-        return
-    if not np.all(i[1:] >= i[:-1]):
-        order = np.argsort(i, kind="stable")
-        i, e = i[order], e[order]
-    first = np.flatnonzero(np.concatenate([[True], i[1:] != i[:-1]]))
-    np.maximum.at(out, i[first], np.maximum.reduceat(e, first))

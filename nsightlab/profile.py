@@ -88,7 +88,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     # launch table (the big one) is read
     summary = _budget(report)
     warnings = [w for w in report.completeness if w["severity"] != "note"]
-    iters = _iteration_ranges(report)[1]
+    ranges, iters = _iteration_ranges(report)
     outside = [0.0]  # kernel time of launches outside every iteration (left out of lk)
 
     def inside(api_start: np.ndarray, op_rows: np.ndarray) -> np.ndarray:
@@ -105,7 +105,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         raise NsightlabError(f"{report.path}: no kernel launches to compare "
                              f"({report.missing_hint('kernels') or 'profile with --trace=cuda'})")
     all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0]
-    lk, iters, n, source = _assign_iterations(report, lk)
+    lk, n, source = _assign_iterations(lk, ranges, iters)
     calls = _launch_calls(lk, n)
     for c in ("api_start_ns", "api_end_ns", "api_row"):  # in place: 150 MB at 8M launches
         del lk[c]
@@ -182,23 +182,20 @@ def _budget(report: Report) -> dict:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in rows.iloc[0].items()}
 
 
-def _assign_iterations(report: Report, lk: pd.DataFrame
-                       ) -> tuple[pd.DataFrame, pd.DataFrame, int, str]:
+def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFrame
+                       ) -> tuple[pd.DataFrame, int, str]:
     """Give every launch its iteration (``iter``) and layer (``layer``, a categorical) from the
-    NVTX iteration ranges and the ranges one level inside them; launches outside every
-    iteration are dropped. Without iteration ranges, all launches are one iteration.
+    NVTX iteration ranges and the ranges one level inside them (``_iteration_ranges``); ``lk``
+    holds only launches inside the iterations (``_compute`` leaves the others out). Without
+    iteration ranges, all launches are one iteration.
 
-    Returns (launches, iteration ranges, number of iterations, how iterations were found).
+    Returns (launches, number of iterations, how iterations were found).
     """
-    ranges, iters = _iteration_ranges(report)
     if not lk["api_start_ns"].is_monotonic_increasing:
         lk = lk.sort_values("api_start_ns", kind="stable").reset_index(drop=True)
     api_start = lk["api_start_ns"].to_numpy()
     if len(iters) >= 1:
         it = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start)
-        if (it < 0).any():  # drop launches outside the iterations before adding columns
-            keep = np.flatnonzero(it >= 0)
-            lk, it, api_start = lk.iloc[keep].reset_index(drop=True), it[keep], api_start[keep]
         source = f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}...)"
         depth = int(iters["depth"].min()) + 1
         layers = ranges[(ranges["depth"] == depth)].sort_values("start_ns")
@@ -217,7 +214,7 @@ def _assign_iterations(report: Report, lk: pd.DataFrame
         lk["layer"] = pd.Categorical.from_codes(np.zeros(len(lk), np.int8), categories=[OUTSIDE])
         lk["iter"] = np.zeros(len(lk), np.int32)
         n = 1
-    return lk, iters, n, source
+    return lk, n, source
 
 
 def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame]:
