@@ -25,7 +25,7 @@ import pandas as pd
 from .budget import (BUSY_PARTS, COPY_PARTS, IDLE_PARTS, LAUNCH_STRETCH_NS, add_idle,
                      by_sync_frame, copy_part, idle_context, idle_pieces, max_end_per_iteration)
 from .classify import sync_kind
-from .engine import RowBits
+from .engine import RowBits, runs
 from .timeline import covered, union
 
 BATCH_ROWS = 1 << 20
@@ -90,12 +90,8 @@ class StreamedOps:
         """Synchronizing API calls: api_name and end_ns, sorted by end (``budget._sync_calls``)."""
         if not self.report.has_rows("cuda_api"):
             return pd.DataFrame({"api_name": [], "end_ns": np.array([], np.int64)})
-        wanted = pd.DataFrame({"name": [n for n in self.db.distinct("cuda_api", "name")
-                                        if sync_kind(n)]}, dtype=object)
-        api = self.db.view("cuda_api", rows=True)
-        got = self.db.frame(f"SELECT name AS api_name, end_ns FROM {api} "
-                            "WHERE name IN (SELECT name FROM wanted) ORDER BY end_ns, row",
-                            wanted=wanted)
+        names = [n for n in self.db.distinct("cuda_api", "name") if sync_kind(n)]
+        got = self.db.rows_named("cuda_api", names, "name AS api_name, end_ns", "end_ns, row")
         return pd.DataFrame({"api_name": got["api_name"].astype(str).to_numpy(dtype=object),
                              "end_ns": got["end_ns"].to_numpy(np.int64)})
 
@@ -122,8 +118,7 @@ class StreamedOps:
         for batch in stream:
             dev, t, row, e = (batch.column(i).to_numpy() for i in range(4))
             t, e = t.astype(np.int64, copy=False), e.astype(np.int64, copy=False)
-            cut = np.flatnonzero(dev[1:] != dev[:-1]) + 1
-            for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(t)]])):
+            for lo, hi in runs(dev):
                 d = int(dev[lo])
                 prev = _previous_distinct(t[lo:hi], carry[1:] if carry and carry[0] == d else None)
                 quick = (prev != _MIN) & (t[lo:hi] - prev <= LAUNCH_STRETCH_NS)
@@ -150,8 +145,7 @@ class StreamedOps:
             s, e, part = (batch.column(i).to_numpy() for i in (1, 2, 3))
             api = batch.column(4).to_numpy(zero_copy_only=False).astype(np.float64)
             row = batch.column(5).to_numpy()
-            cut = np.flatnonzero(dev[1:] != dev[:-1]) + 1
-            for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(s)]])):
+            for lo, hi in runs(dev):
                 d = int(dev[lo])
                 if state is None or state.device != d:
                     if state is not None:

@@ -179,6 +179,14 @@ class Engine:
                                f"WHERE {column} IS NOT NULL").fetchall()
         return [str(v) for (v,) in got]
 
+    def rows_named(self, table: str, names: list[str], columns: str, order: str) -> pd.DataFrame:
+        """``columns`` of the rows of ``table`` whose name is one of ``names`` (a few API
+        names: the sync calls), ordered by ``order``; ``row`` is the row's position."""
+        wanted = pd.DataFrame({"name": names}, dtype=object)
+        return self.frame(f"SELECT {columns} FROM {self.view(table, rows=True)} "
+                          f"WHERE name IN (SELECT name FROM wanted) ORDER BY {order}",
+                          wanted=wanted)
+
     def frame(self, sql: str, **tables: pd.DataFrame) -> pd.DataFrame:
         """Result of ``sql`` as a DataFrame; ``tables`` are registered under their names."""
         return self._run(sql, tables).df()
@@ -269,6 +277,17 @@ def medians(db: Engine, source: str, keys: str | list[str], value: str,
     return found
 
 
+def medians_at(db: Engine, rows: pd.DataFrame, source: str, keys: str | list[str], value: str,
+               tables: dict | None = None) -> np.ndarray:
+    """``medians`` in the order of ``rows`` (found by its ``keys`` columns; NaN where a row's
+    group has no values): the median column of a summary built by another query."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    med = medians(db, source, keys, value, tables)
+    if len(keys) == 1:
+        return med.set_index(keys[0])["med"].reindex(rows[keys[0]].to_numpy()).to_numpy()
+    return med.set_index(keys)["med"].reindex(pd.MultiIndex.from_frame(rows[keys])).to_numpy()
+
+
 def _medians_sorted(db: Engine, source: str, keys: list[str], value: str) -> pd.DataFrame:
     """``medians`` from the values in (keys, value) order, streamed: group sizes first (in
     the same key order), then the two middle ranks of every group picked as they pass."""
@@ -288,6 +307,16 @@ def _medians_sorted(db: Engine, source: str, keys: list[str], value: str) -> pd.
         pos, j = pos + len(v), hi
     counts["med"] = (got[:len(n)] + got[len(n):]) / 2
     return counts
+
+
+def runs(*keys: np.ndarray):
+    """(lo, hi) of each run of equal keys in a batch of a stream sorted by ``keys`` (the
+    groups of that batch: one GPU, one process...), in order."""
+    change = np.zeros(max(len(keys[0]) - 1, 0), bool)
+    for k in keys:
+        change |= k[1:] != k[:-1]
+    cut = np.flatnonzero(change) + 1
+    return zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(keys[0])]]))
 
 
 class RowBits:

@@ -56,8 +56,7 @@ def summarize_sql(db, windows):
                avg(duration_ns) AS avg_ns, min(duration_ns) AS min_ns, max(duration_ns) AS max_ns,
                coalesce(stddev_samp(duration_ns), 0) AS stddev_ns
         FROM {source} GROUP BY name ORDER BY min(row)""", **tables)
-    med = engine.medians(db, source, "name", "duration_ns", tables)
-    out["med_ns"] = out["name"].map(dict(zip(med["name"], med["med"])))
+    out["med_ns"] = engine.medians_at(db, out, source, "name", "duration_ns", tables)
     out["name"] = out["name"].astype("category")
     return out[COLUMNS].astype({"instances": np.int64, "total_ns": np.int64,
                                 "min_ns": np.int64, "max_ns": np.int64})

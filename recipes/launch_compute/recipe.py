@@ -114,10 +114,9 @@ def per_kernel_sql(db):
                  f"END AS {metric}_stddev_ns"]
     out = db.frame(f"""SELECT {', '.join(keys)}, {', '.join(cols)}
                        FROM lk GROUP BY ALL ORDER BY min(op_row)""")
-    at = pd.MultiIndex.from_frame(out[keys])
     for metric, expr in METRICS_SQL.items():
-        med = engine.medians(db, f"(SELECT {', '.join(keys)}, {expr} AS x FROM lk)", keys, "x")
-        out[f"{metric}_med_ns"] = med.set_index(keys)["med"].reindex(at).to_numpy()
+        out[f"{metric}_med_ns"] = engine.medians_at(
+            db, out, f"(SELECT {', '.join(keys)}, {expr} AS x FROM lk)", keys, "x")
     out = out.rename(columns={"api_tid": "tid", "device_id": "device"})
     for c in out.columns:
         if c.endswith(("_total_ns", "_min_ns", "_max_ns")):
@@ -226,11 +225,10 @@ def summary_sql(db, params):
                short_kernel_pct
         FROM k JOIN c USING (pid, device_id)
         ORDER BY k.pid, k.device_id""")
-    at = pd.MultiIndex.from_arrays([out["pid"], out["device"]])
+    groups = pd.DataFrame({"pid": out["pid"], "device_id": out["device"]})
     def median(expr):
-        med = engine.medians(db, f"(SELECT pid, device_id, {expr} AS x FROM lk)",
-                             ["pid", "device_id"], "x")
-        return med.set_index(["pid", "device_id"])["med"].reindex(at).to_numpy()
+        return engine.medians_at(db, groups, f"(SELECT pid, device_id, {expr} AS x FROM lk)",
+                                 ["pid", "device_id"], "x")
 
     busy = _busy_sql(db)
     out.insert(out.columns.get_loc("gpu_span_ns") + 1, "gpu_busy_ns",
@@ -250,8 +248,7 @@ def _busy_sql(db) -> dict:
     for batch in db.stream("SELECT pid, device_id, start_ns, end_ns FROM lk "
                            "ORDER BY pid, device_id, start_ns", 1 << 20):
         pid, dev, s, e = (batch.column(i).to_numpy() for i in range(4))
-        cut = np.flatnonzero((pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1])) + 1
-        for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(s)]])):
+        for lo, hi in engine.runs(pid, dev):
             key = (int(pid[lo]), int(dev[lo]))
             before = reach.get(key, np.iinfo(np.int64).min)
             total[key] = total.get(key, 0) + busy_time(s[lo:hi], e[lo:hi], reach=before)

@@ -40,10 +40,8 @@ def run_sql(report, db, params):
     Only the reported gaps and the syncs' idle times are kept: memory does not grow with the
     report."""
     api = db.view("cuda_api", rows=True)
-    wanted = pd.DataFrame({"name": [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]},
-                          dtype=object)
-    rows = db.frame(f"SELECT {', '.join(SYNC_COLUMNS)}, row FROM {api} "
-                    "WHERE name IN (SELECT name FROM wanted) ORDER BY row", wanted=wanted)
+    names = [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]
+    rows = db.rows_named("cuda_api", names, f"{', '.join(SYNC_COLUMNS)}, row", "row")
     gaps, after = _stream_gaps(report, db, rows, float(params["min_gap_ms"]) * 1e6)
     syncs = describe_syncs(report, rows.drop(columns="row"), after)
     ending = pd.DataFrame({"pid": gaps["pid"].to_numpy(np.int64),
@@ -73,8 +71,7 @@ def _stream_gaps(report, db, calls, min_gap_ns, batch_rows=1 << 20):
     for batch in stream:
         col = [batch.column(i).to_numpy() for i in range(6)]
         pid, dev, ctx = col[0], col[1], col[2]
-        cut = np.flatnonzero((pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1]) | (ctx[1:] != ctx[:-1]))
-        for lo, hi in zip(np.concatenate([[0], cut + 1]), np.concatenate([cut + 1, [len(pid)]])):
+        for lo, hi in engine.runs(pid, dev, ctx):
             key = (int(pid[lo]), int(dev[lo]), int(ctx[lo]))
             s, e, corr = col[3][lo:hi].astype(np.int64), col[4][lo:hi].astype(np.int64), col[5][lo:hi]
             prev = reach.get(key)
