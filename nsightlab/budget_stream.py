@@ -31,6 +31,8 @@ from .timeline import covered, union
 BATCH_ROWS = 1 << 20
 TABLES = ("kernels", "memcpy", "memset")
 _MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+#: operation columns ``bops`` has anyway (a launch table asking for them adds nothing)
+_IN_BOPS = ("start_ns", "end_ns", "device_id")
 
 
 class StreamedOps:
@@ -47,16 +49,24 @@ class StreamedOps:
         if not selects:
             return
         api = db.view("cuda_api", rows=True)
+        share = self._shared_launches()
+        if share:
+            api = (f"(SELECT pid, correlation_id, start_ns, row, "
+                   f"{', '.join(a for _, a in share['api'])} FROM {api})")
         join = (f"LEFT JOIN {api} a ON o.pid = a.pid AND o.correlation_id = a.correlation_id"
                 if report.has_rows("cuda_api") else
                 "LEFT JOIN (SELECT NULL::BIGINT AS start_ns, NULL::BIGINT AS row) a ON false")
+        extra = "".join(f", o.{c}" for c, _ in share["op"]) + "".join(
+            f", a.{c} AS {c}" for c, _ in share["api"]) if share else ""
         db.con.execute(f"""CREATE OR REPLACE TABLE bops AS
             SELECT o.device_id::INTEGER AS device_id, o.start_ns, o.end_ns, o.part, o.tbl, o.row,
-                   a.start_ns AS api_start, a.row AS api_row
+                   a.start_ns AS api_start, a.row AS api_row{extra}
             FROM ({' UNION ALL '.join(selects)}) o {join}""")
         ops = sum(db.one(f"SELECT count(*) FROM {db.view(t)}")[0]
                   for t in TABLES if report.has_rows(t))  # Parquet metadata: no scan
         self.count, lo, hi = db.one("SELECT count(*), min(start_ns), max(end_ns) FROM bops")
+        if share:
+            self._leave_launches(share, keep=self.count > ops)
         if self.count > ops:  # an export with two API rows for one call: the last one wins
             db.con.execute("""CREATE OR REPLACE TABLE bops AS
                 SELECT any_value(device_id) AS device_id, any_value(start_ns) AS start_ns,
@@ -66,12 +76,49 @@ class StreamedOps:
             self.count = ops
         self.lo, self.hi = lo, hi
 
+    def _shared_launches(self) -> dict | None:
+        """What the launch table asked for by ``Engine.want_launches`` takes from the join:
+        {"op": [(bops column, kernels SQL)], "api": [(bops column, API SQL)]}; None when
+        nothing asked or the report has no kernel launches to share."""
+        wanted = self.db.wanted_launches
+        if not wanted or not self.report.has_rows("kernels") or not self.report.has_rows(
+                "cuda_api"):
+            return None
+        def col(table: str, c: str) -> str:  # names as ENUM codes (launches.launches_sql)
+            return f"{c}::{self.db.enum(table, c)}" if c == "name" else c
+
+        op_cols, api_cols = wanted
+        return {"cols": op_cols,
+                "op": [("pid", "pid")] + [(f"op_{c}", f"{col('kernels', c)} AS op_{c}")
+                                           for c in op_cols if c not in _IN_BOPS],
+                "api": [(f"api_{c}", f"{col('cuda_api', c)} AS api_{c}") for c in api_cols]}
+
+    def _leave_launches(self, share: dict, keep: bool) -> None:
+        """The launch table ``lk`` (``launches.launches_sql``'s columns) from this join: a
+        view of the kernels with a launch call, or, when ``keep`` (the table is about to be
+        rebuilt without duplicate calls, which the launch table keeps), a copy."""
+        cols = ", ".join(["pid", *(c if c in _IN_BOPS else f"op_{c} AS {c}" for c in share["cols"]),
+                          *(c for c, _ in share["api"]), "api_row", "row AS op_row"])
+        where = "tbl = 0 AND api_row IS NOT NULL"
+        kind = "TABLE" if keep else "VIEW"
+        self.db.con.execute(f"CREATE OR REPLACE {kind} lk AS SELECT {cols} FROM bops WHERE {where}")
+        if not keep:
+            self.db.filtered["lk"] = ("bops", where)
+        self.db.left_launches, self.db._once = self.db.wanted_launches, None
+
     def _select(self, i: int, table: str) -> str:
         view = self.db.view(table, rows=True)
+        share = self._shared_launches()
+        if share:  # the launch table's kernel columns; NULL for copies and memsets
+            view = (f"(SELECT *, {', '.join(sql for _, sql in share['op'][1:])} FROM {view})"
+                    if table == "kernels" else
+                    f"(SELECT *, {', '.join(f'NULL AS {c}' for c, _ in share['op'][1:])} "
+                    f"FROM {view})")
+        extra = "".join(f", {c}" for c, _ in share["op"][1:]) if share else ""
         if table != "memcpy":
             part = BUSY_PARTS.index("kernels" if table == "kernels" else "memset")
             return (f"SELECT device_id, start_ns, end_ns, pid, correlation_id, "
-                    f"{part}::TINYINT AS part, {i} AS tbl, row FROM {view}")
+                    f"{part}::TINYINT AS part, {i} AS tbl, row{extra} FROM {view}")
         trio = ("copy_kind", "src_kind", "dst_kind")
         kinds = self.db.frame(f"SELECT DISTINCT {', '.join(trio)} FROM {view}")
         kinds["part"] = [BUSY_PARTS.index(copy_part(*("" if pd.isna(v) else str(v) for v in r)))
@@ -80,7 +127,8 @@ class StreamedOps:
         self.db.con.register("copy_parts", kinds)
         on = " AND ".join(f"m.{c}::VARCHAR IS NOT DISTINCT FROM o.{c}::VARCHAR" for c in trio)
         return (f"SELECT o.device_id, o.start_ns, o.end_ns, o.pid, o.correlation_id, "
-                f"m.part::TINYINT AS part, {i} AS tbl, o.row FROM {view} o "
+                f"m.part::TINYINT AS part, {i} AS tbl, o.row"
+                f"{extra.replace(', ', ', o.')} FROM {view} o "
                 f"JOIN copy_parts m ON {on}")
 
     def span(self) -> tuple[int, int]:

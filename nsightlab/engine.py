@@ -40,6 +40,11 @@ MB_PER_THREAD = 80
 CHOICES = ("auto", "duckdb", "numpy")
 
 
+#: the engine each report's analysis runs in, while it runs (id(report) -> Engine): a step
+#: that calls another (launch_compute calls the budget) shares its scratch tables
+_OPEN: dict[int, "Engine"] = {}
+
+
 class Unavailable(Exception):
     """The engine cannot see the report's tables (its cache turned out unwritable)."""
 
@@ -82,9 +87,16 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
         return in_numpy()
     import duckdb
 
+    open_ = _OPEN.get(id(report))
+    if open_ is not None:  # a step inside another's analysis: its engine, its scratch tables
+        return in_duckdb(open_)
     try:
         with Engine(report) as db:
-            return in_duckdb(db)
+            _OPEN[id(report)] = db
+            try:
+                return in_duckdb(db)
+            finally:
+                del _OPEN[id(report)]
     except (Unavailable, OSError):  # no cache to scan after all (unwritable): in memory
         return in_numpy()
     except duckdb.OutOfMemoryException:
@@ -131,6 +143,17 @@ class Engine:
         self.con.execute("SET allocator_flush_threshold = '16MB'")
         self._views: set[str] = set()
         self._once: str | None = None  # launches.once_sql's answer for the launch table
+        #: the launch table's columns a later step will ask for (``want_launches``), and
+        #: views that ``chunks`` reads off a table by a filter: {view: (table, where)}
+        self.wanted_launches: tuple | None = None
+        self.left_launches: tuple | None = None  # the columns of an ``lk`` left that way
+        self.filtered: dict[str, tuple[str, str]] = {}
+
+    def want_launches(self, op_columns: tuple[str, ...], api_columns: tuple[str, ...]) -> None:
+        """Say that ``launches.launches_sql`` will follow with these columns: the time
+        budget's join of the same operations and calls (``budget_stream``) then carries them
+        and leaves the launch table ``lk`` as a view of its own (one join, not two)."""
+        self.wanted_launches = (tuple(op_columns), tuple(api_columns))
 
     def view(self, name: str, rows: bool = False) -> str:
         """SQL name of table ``name`` (an empty view when the report lacks it)."""
@@ -210,13 +233,17 @@ class Engine:
         return self.con.sql(sql).to_arrow_reader(batch_rows)
 
     def chunks(self, table: str, columns: str, rows: int = 1 << 20):
-        """``columns`` of every row of ``table`` (one built in this engine's database), as
-        Arrow tables of up to ``rows`` rows, by rowid range: DuckDB's own streams
+        """``columns`` of every row of ``table`` (one built in this engine's database, or a
+        view of one in ``filtered``), as Arrow tables of up to ``rows`` rows (fewer through a
+        view's filter), by rowid range: DuckDB's own streams
         (``stream``) buffer an unordered result whole (40M launches: +1.1 GB)."""
+        table, where = self.filtered.get(table, (table, "true"))
         n = self.one(f"SELECT coalesce(max(rowid), -1) + 1 FROM {table}")[0]
         for a in range(0, n, rows):
-            yield self.con.sql(f"SELECT {columns} FROM {table} WHERE rowid >= {a} "
-                               f"AND rowid < {a + rows}").to_arrow_table()
+            got = self.con.sql(f"SELECT {columns} FROM {table} WHERE rowid >= {a} "
+                               f"AND rowid < {a + rows} AND ({where})").to_arrow_table()
+            if got.num_rows:
+                yield got
 
     def close(self) -> None:
         self.con.close()

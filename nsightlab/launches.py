@@ -142,11 +142,15 @@ def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("sta
                  api_columns: tuple[str, ...] = ("start_ns", "end_ns", "tid")) -> int:
     """``launches`` in DuckDB (``nsightlab.engine``): creates the temporary table ``lk`` with
     the same columns (``op_row`` added: the operation's row in ``table``) and returns its
-    row count. Out of core: the join spills instead of holding both tables in memory."""
+    row count. Out of core: the join spills instead of holding both tables in memory. When
+    the time budget ran first in the same engine, asked by ``Engine.want_launches``, its join
+    has left ``lk`` already (``budget_stream``)."""
     if not db.report.has(table) or not db.report.has("cuda_api"):
         db.con.execute("CREATE OR REPLACE TABLE lk AS SELECT 0::INTEGER AS pid, "
                        "0::BIGINT AS api_row, 0::BIGINT AS op_row LIMIT 0")
         return 0
+    if table == "kernels" and db.left_launches == (tuple(op_columns), tuple(api_columns)):
+        return db.one("SELECT count(*) FROM lk")[0]  # left by the time budget's join
     ops, api = db.view(table, rows=True), db.view("cuda_api", rows=True)
     def side(view: str, name: str, cols: tuple[str, ...]) -> str:
         # names become ENUM codes before the join (as they are scanned): a join that carries
@@ -156,7 +160,9 @@ def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("sta
 
     cols = ", ".join([*(f"o.{c} AS {c}" for c in op_columns),
                       *(f"a.{c} AS api_{c}" for c in api_columns)])
-    db._once = None  # a new launch table
+    db._once, db.left_launches = None, None  # a new launch table
+    if db.filtered.pop("lk", None):
+        db.con.execute("DROP VIEW lk")
     db.con.execute(f"""CREATE OR REPLACE TABLE lk AS
         SELECT o.pid, {cols}, a.row AS api_row, o.row AS op_row
         FROM {side(ops, table, op_columns)} o JOIN {side(api, 'cuda_api', api_columns)} a

@@ -282,3 +282,49 @@ def test_streamed_budget_two_gpus_synthetic_from_real(reports, tmp_path, monkeyp
             got = _run(path, recipe, "duckdb", tmp_path / f"{recipe}-{rows}", monkeypatch)
             for table in tables:
                 assert_same(tables[table], got[table], f"two GPUs {recipe}.{table} ({rows})")
+
+
+@pytest.mark.parametrize("folder,prefix,name", REPORTS, ids=[r[2] for r in REPORTS])
+def test_launch_table_left_by_the_budget_join_equals_numpy(reports, folder, prefix, name,
+                                                            tmp_path, monkeypatch):
+    """launch_compute on a fresh result store computes the budget inside its own engine
+    (``Engine.want_launches``): the budget's join of operations and calls carries the launch
+    table's columns and leaves ``lk`` (a view, or a copy where duplicate API rows are about to
+    be dropped), so launch_compute joins nothing itself. Same tables as in memory.
+    (test_duckdb_equals_numpy runs the budget first: there launch_compute joins on its own.)"""
+    from nsightlab import budget_stream, launches
+
+    path = reports(folder, prefix, name)
+    ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
+    left, joined = [], []
+    leave, own = budget_stream.StreamedOps._leave_launches, launches.launches_sql
+    monkeypatch.setattr(budget_stream.StreamedOps, "_leave_launches",
+                        lambda self, share, keep: (left.append(keep), leave(self, share, keep)))
+    monkeypatch.setattr(launches, "launches_sql", lambda db, *a: (  # bound as the recipe loads
+        joined.append(db.left_launches is None), own(db, *a))[1])
+    got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
+    assert len(left) == 1 and joined == [False], (left, joined)
+    for table in ref:
+        assert_same(ref[table], got[table], f"{name} launch_compute.{table} (shared join)")
+    print(name, "copy" if left[0] else "view")
+
+
+def test_launch_table_left_by_the_budget_join_leaves_out_unlaunched_kernels(
+        reports, tmp_path, monkeypatch):
+    """Synthetic edit of a real export: the launch calls of every 7th kernel deleted. The
+    budget's join keeps those kernels (GPU busy time) while the launch table it leaves must
+    not (no call, no launch numbers): launch_compute equals the in-memory path's."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "unlaunched.sqlite"
+    shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
+    with sqlite3.connect(path) as c:
+        c.execute("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IN (SELECT "
+                  "correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 0)")
+        kernels = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
+    got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
+    assert 0 < ref["per_kernel"]["count"].sum() < kernels
+    for table in ref:
+        assert_same(ref[table], got[table], f"unlaunched launch_compute.{table}")
