@@ -231,19 +231,30 @@ class ExportDB:
         return out
 
     def stream(self, sql: str) -> Iterator[pa.RecordBatch]:
-        """Stream the result of ``sql`` as Arrow record batches (ADBC engine)."""
-        import adbc_driver_sqlite.dbapi as adbc
+        """Stream the result of ``sql`` as Arrow record batches (ADBC engine). ADBC's own
+        low-level objects, not its DB-API module: that one imports pandas and
+        pyarrow.dataset (0.3 s in each reader process, whose start-up the cold read waits
+        for)."""
+        import adbc_driver_manager as adbc
+        import adbc_driver_sqlite
 
-        with adbc.connect(self.uri) as con, con.cursor() as cur:
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-            try:
-                cur.execute(sql)
-                reader = cur.fetch_record_batch()
-                yield from reader
-            except Exception as e:  # adbc raises its own DatabaseError family
-                raise CorruptReportError(
-                    f"{self.path}: reading failed ({str(e).splitlines()[0]}); the export may be "
-                    "truncated: export the report again with nsys export --type sqlite") from None
+        handles = []
+        try:
+            handles.append(adbc_driver_sqlite.connect(self.uri))
+            handles.append(adbc.AdbcConnection(handles[0]))
+            handles.append(adbc.AdbcStatement(handles[1]))
+            stmt = handles[2]
+            stmt.set_sql_query(sql)
+            stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            stream, _ = stmt.execute_query()
+            yield from pa.RecordBatchReader._import_from_c(stream.address)
+        except Exception as e:  # ADBC's own errors, or Arrow's from the stream
+            raise CorruptReportError(
+                f"{self.path}: reading failed ({str(e).splitlines()[0]}); the export may be "
+                "truncated: export the report again with nsys export --type sqlite") from None
+        finally:
+            for h in reversed(handles):
+                h.close()
 
     def parallel(self, jobs: list[Callable[[], None]]) -> None:
         """Run ``jobs`` in threads (SQLite reads, Arrow compute and Parquet writes release the GIL)."""
