@@ -66,7 +66,10 @@ def active(report: Report, auto: bool = True) -> bool:
         return False
     if importlib.util.find_spec("duckdb") is None:  # an install without it: in memory
         return False
-    return how == "duckdb" or (auto and _kernels_at_least(report, MIN_ROWS))
+    if not (how == "duckdb" or (auto and _kernels_at_least(report, MIN_ROWS))):
+        return False
+    memory_mb()  # a mistyped limit is an error before any work, not a silent default
+    return True
 
 
 def _kernels_at_least(report: Report, n: int) -> bool:
@@ -107,9 +110,16 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
 
 
 def memory_mb() -> int:
-    """DuckDB's memory limit in MB: NSIGHTLAB_MEMORY_MB (at least 100) or ``MEMORY_MB``."""
+    """DuckDB's memory limit in MB: NSIGHTLAB_MEMORY_MB (at least 100), checked, or
+    ``MEMORY_MB``."""
     value = os.environ.get("NSIGHTLAB_MEMORY_MB", "").strip()
-    return int(value) if value.isdigit() and int(value) >= 100 else MEMORY_MB
+    if not value:
+        return MEMORY_MB
+    if not value.isdigit() or int(value) < 100:
+        raise UsageError(f"NSIGHTLAB_MEMORY_MB={value!r} is not a memory limit: set it to a "
+                         f"whole number of megabytes, at least 100 (default {MEMORY_MB}), or "
+                         "unset it")
+    return int(value)
 
 
 def threads() -> int:

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from . import frames
 from .cache import READ, TableCache
 from .db import BATCH_ROWS, ExportDB
-from .errors import CorruptReportError
+from .errors import CorruptReportError, UsageError
 from .tables import CHECKED, TableSpec, contract_batches, session_bounds
 
 T = TypeVar("T")
@@ -72,7 +72,10 @@ def readers(rows: int | None = None) -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     cap = os.environ.get("NSIGHTLAB_READERS", "").strip()
-    n = min(cores, MAX_READERS, int(cap) if cap.isdigit() and int(cap) > 0 else MAX_READERS)
+    if cap and not (cap.isdigit() and int(cap) > 0):
+        raise UsageError(f"NSIGHTLAB_READERS={cap!r} is not a number of readers: set it to a "
+                         "whole number, at least 1, or unset it (one per core)")
+    n = min(cores, MAX_READERS, int(cap) if cap else MAX_READERS)
     if rows is not None:
         n = min(n, max(1, rows // ROWS_PER_READER))
     return max(1, n)

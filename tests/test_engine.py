@@ -103,6 +103,29 @@ def test_engine_choice_and_spill_folder(reports, tmp_path, monkeypatch):
         engine.active(report)
 
 
+@pytest.mark.parametrize("setting,value", [("NSIGHTLAB_MEMORY_MB", "1GB"),
+                                           ("NSIGHTLAB_MEMORY_MB", "50"),
+                                           ("NSIGHTLAB_READERS", "all"),
+                                           ("NSIGHTLAB_READERS", "0")])
+def test_mistyped_engine_settings_are_one_line_errors(reports, tmp_path, monkeypatch, setting,
+                                                      value):
+    """A memory limit or reader count that is not a number is a one-line usage error naming
+    the setting (it used to mean the default, silently), from the API and the CLI."""
+    from click.testing import CliRunner
+
+    from nsightlab.cli import cli
+
+    path = reports("nsys", "", "h200-vit-fp16-syncy")
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    monkeypatch.setenv(setting, value)
+    with pytest.raises(UsageError, match=setting):
+        R.run("sync_gaps", nsightlab.open(path, cache_dir=tmp_path / "api"))
+    monkeypatch.setenv("NSIGHTLAB_CACHE_DIR", str(tmp_path / "cli"))
+    got = CliRunner().invoke(cli, ["recipe", "run", "sync_gaps", str(path)])
+    assert got.exit_code != 0 and setting in got.output and "Traceback" not in got.output
+    assert not isinstance(got.exception, UsageError), got.exception  # turned into click's
+
+
 def test_out_of_memory_in_duckdb_falls_back_with_a_note(reports, tmp_path, monkeypatch):
     """Simulated (a real one needs a report bigger than the test data): DuckDB raising its
     out-of-memory error mid-recipe gives the NumPy answer and one note, not a traceback."""
