@@ -68,13 +68,32 @@ class TableSpec:
     columns: tuple[Column, ...]
     sql: Callable[[ExportDB], str]
     convert: Callable[[ExportDB, pa.RecordBatch], dict[str, pa.Array]]
-    finish: Callable[[pa.Table], pa.Table] | None = None
+    #: a whole-table pass for the few tables that need one (NVTX nesting depth): the values of
+    #: column ``finish_column``, computed from the columns ``finish_reads`` of the whole table
+    #: (only those are held when the table is read in parts)
+    finish: Callable[[pa.Table], pa.Array] | None = None
+    finish_reads: tuple[str, ...] = ()
+    finish_column: str = ""
     split: bool = True  # read rowid ranges in parallel (big activity tables)
+    #: SQL reading rowids [lo, hi) (default: ``sql`` with a WHERE on rowid appended)
+    ranged: Callable[[ExportDB, int, int], str] | None = None
 
     @property
     def schema(self) -> pa.Schema:
         # Arrow fields stay nullable; Column.nullable documents where nulls are expected
         return pa.schema([pa.field(c.name, c.type) for c in self.columns])
+
+    def range_sql(self, db: ExportDB, lo: int, hi: int) -> str:
+        """The SELECT of rowids [lo, hi) of the source table."""
+        if self.ranged is not None:
+            return self.ranged(db, lo, hi)
+        return f"{self.sql(db)} WHERE rowid >= {lo} AND rowid < {hi}"
+
+    def finished(self, table: pa.Table) -> pa.Table:
+        """``table`` (every column) with ``finish_column`` computed by ``finish``."""
+        i = table.schema.get_field_index(self.finish_column)
+        return table.set_column(i, table.schema.field(i),
+                                self.finish(table.select(list(self.finish_reads))))
 
     def empty(self) -> pd.DataFrame:
         return to_pandas(self.schema.empty_table(), self)
@@ -396,7 +415,9 @@ CUDA_API = TableSpec(
 NV = "NVTX_EVENTS"
 
 
-def _nvtx_sql(db: ExportDB) -> str:
+def _nvtx_sql(db: ExportDB, rows: tuple[int, int] | None = None) -> str:
+    """NVTX ranges and marks with their text, domain and category names, in start order
+    (``rows``: only rowids [lo, hi), still in start order)."""
     have = set(db.columns(NV))
 
     def col(alias: str, name: str) -> str:
@@ -425,7 +446,8 @@ def _nvtx_sql(db: ExportDB) -> str:
         LEFT JOIN names d ON d.domainId = {dom} AND d.gpid = (e.globalTid & ~0xFFFFFF)
         LEFT JOIN cats k ON k.domainId = {dom} AND k.gpid = (e.globalTid & ~0xFFFFFF)
                         AND k.category = {col('e', 'category')}
-        WHERE e.eventType IN ({NVTX_TYPES})
+        WHERE e.eventType IN ({NVTX_TYPES}){
+            f" AND e.rowid >= {rows[0]} AND e.rowid < {rows[1]}" if rows else ""}
         ORDER BY e.start"""
 
 
@@ -456,25 +478,34 @@ def _nvtx_convert(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
     }
 
 
-def _nvtx_depth(t: pa.Table) -> pa.Table:
+def _nvtx_depth(t: pa.Table) -> pa.Array:
     """Nesting depth of each range among the ranges of its own kind on its own thread
-    (push/pop ranges per thread; start/end ranges per thread they started on). 0 = outermost."""
-    df = t.select(["start_ns", "end_ns", "pid", "tid", "kind"]).to_pandas()
-    depth = np.zeros(len(df), dtype=np.int32)
-    end = df["end_ns"].fillna(df["start_ns"]).to_numpy(np.int64)
-    start = df["start_ns"].to_numpy(np.int64)
-    is_range = (df["kind"] != "mark").to_numpy()
-    for _, idx in df[is_range].groupby(["pid", "tid", "kind"], observed=True).indices.items():
-        rows = df.index[is_range].to_numpy()[idx]
-        order = rows[np.lexsort((-end[rows], start[rows]))]
-        s, e = start[order], end[order]
+    (push/pop ranges per thread; start/end ranges per thread they started on). 0 = outermost.
+    ``t``: start_ns, end_ns, pid, tid and kind of the whole table (NumPy only: a pandas group
+    of 13M ranges took gigabytes)."""
+    start = t.column("start_ns").to_numpy()
+    end = pc.fill_null(t.column("end_ns"), t.column("start_ns")).to_numpy()
+    kind = np.concatenate([np.asarray([str(v) for v in c.dictionary.to_pylist()], object)[
+        c.indices.to_numpy(zero_copy_only=False)] for c in t.column("kind").chunks] or
+        [np.empty(0, object)])
+    depth = np.zeros(len(start), np.int32)  # marks: 0
+    rows = np.flatnonzero(kind != "mark")
+    if not len(rows):
+        return pa.array(depth, I32)
+    # one int64 key per (pid, tid, kind): pid and tid are 24-bit
+    key = ((t.column("pid").to_numpy().astype(np.int64)[rows] << 26)
+           | (t.column("tid").to_numpy().astype(np.int64)[rows] << 1)
+           | (kind[rows] == "start_end"))
+    order = np.lexsort((-end[rows], start[rows], key))  # stable: table order among equals
+    key, rows = key[order], rows[order]
+    cut = np.flatnonzero(key[1:] != key[:-1]) + 1
+    for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(rows)]])):
+        group = rows[lo:hi]
+        s, e = start[group], end[group]
         # ranges opened before this one minus ranges already closed when it opens
         closed = np.searchsorted(np.sort(e), s, side="right")
-        depth[order] = np.arange(len(order)) - closed
-    marks = ~is_range
-    depth[marks] = 0
-    i = t.schema.get_field_index("depth")
-    return t.set_column(i, t.schema.field(i), pa.array(depth, I32))
+        depth[group] = np.arange(len(group)) - closed
+    return pa.array(depth, I32)
 
 
 NVTX = TableSpec(
@@ -497,7 +528,9 @@ NVTX = TableSpec(
         Column("range_id", I64, "start/end range id", True),
         Column("depth", I32, "nesting depth on its thread among ranges of its kind, 0 = outermost"),
     ),
-    sql=_nvtx_sql, convert=_nvtx_convert, finish=_nvtx_depth, split=False,
+    sql=_nvtx_sql, convert=_nvtx_convert, ranged=lambda db, lo, hi: _nvtx_sql(db, (lo, hi)),
+    finish=_nvtx_depth, finish_reads=("start_ns", "end_ns", "pid", "tid", "kind"),
+    finish_column="depth",
 )
 
 # ---- GPU metrics, graphs, threads ------------------------------------------------------------

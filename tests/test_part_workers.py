@@ -90,3 +90,51 @@ def test_a_dead_worker_leaves_no_entry_and_names_the_report(sqlite_of, tmp_path,
             r.kernels()
         assert r.cache.files("kernels") is None
     assert not [p for p in (tmp_path / "c").rglob("*.parquet")]
+
+
+def _nvtx_whole(path):
+    """The NVTX table as one query reads it (no cache: whole table, depth in memory)."""
+    return nsightlab.open(path, cache=False).nvtx()
+
+
+def test_nvtx_read_in_parts_equals_one_query(sqlite_of, tmp_path, by_processes, monkeypatch):
+    """NVTX is read by rowid range like the activity tables (reader processes here, threads
+    below), each part in start order, and its nesting depth computed over the finished parts
+    from five columns: the same table, depth included, as one query and the whole table in
+    memory. Ranges nest 18 deep in this fixture, across part boundaries."""
+    path = sqlite_of("pub-fuser-crossentropy-h200")
+    want = _nvtx_whole(path)
+    assert want["depth"].max() >= 10
+    with nsightlab.open(path, cache_dir=tmp_path / "procs") as r:
+        got = r.nvtx()
+        assert len(r.cache.files("nvtx")) >= 8  # RANGES_PER_WORKER x 2 workers
+    pd.testing.assert_frame_equal(got, want, check_categorical=False)
+    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 10**12)  # threads
+    with nsightlab.open(path, cache_dir=tmp_path / "threads") as r:
+        got = r.nvtx()
+        assert len(r.cache.files("nvtx")) >= 2
+    pd.testing.assert_frame_equal(got, want, check_categorical=False)
+
+
+def test_nvtx_rowids_out_of_start_order_are_put_in_order(sqlite_of, tmp_path, by_processes):
+    """Synthetic edit of a real export: NVTX rows written in reverse start order, so the
+    rowid ranges come back out of order. The table is still in start order, with the depth
+    of one query."""
+    src = sqlite_of("pub-fuser-crossentropy-h200")
+    path = tmp_path / "reversed.sqlite"
+    shutil.copyfile(src, path)
+    os.chmod(path, 0o644)
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE r AS SELECT * FROM NVTX_EVENTS ORDER BY start DESC")
+        con.execute("DELETE FROM NVTX_EVENTS")
+        con.execute("INSERT INTO NVTX_EVENTS SELECT * FROM r")
+        con.execute("DROP TABLE r")
+    want = _nvtx_whole(src)
+    with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
+        got = r.nvtx()
+    assert got["start_ns"].is_monotonic_increasing
+    key = ["start_ns", "end_ns", "tid", "name"]  # equal starts may come in either order
+    pd.testing.assert_frame_equal(
+        got.sort_values(key, kind="stable").reset_index(drop=True).astype({"name": str}),
+        want.sort_values(key, kind="stable").reset_index(drop=True).astype({"name": str}),
+        check_categorical=False)
