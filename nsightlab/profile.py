@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import budget, gpu_metrics as gm, recipes
-from .budget import ITERATION, base_name
+from .budget import ITERATION, base_name, base_name_matches
 from .cache import code_fingerprint
 from .classify import MATH_CLASSES as MATH, annotate, sync_kind
 from .errors import NsightlabError
@@ -223,8 +223,7 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame]:
     nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
     ranges = nvtx[nvtx["kind"] != "mark"].copy()
     ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
-    names = ranges["name"].astype(str).map(base_name)
-    return ranges, ranges[names.str.match(ITERATION)].sort_values("start_ns")
+    return ranges, ranges[base_name_matches(ranges["name"], ITERATION)].sort_values("start_ns")
 
 
 def _busy_per_iteration(lk: pd.DataFrame) -> np.ndarray:
