@@ -125,7 +125,7 @@ class TableReader:
                 if k1 > k0:
                     builder.put(int(k0), batch.take(pa.array(wanted[k0:k1] - base)))
 
-            self._scan_parts(files, keep, pick)
+            self._scan_parts(files, keep, pick, only=wanted)
             return builder.frame([(0, len(rows))])
 
         def from_sqlite(open_part: OpenPart | None) -> tuple[int, pd.DataFrame]:
@@ -264,11 +264,17 @@ class TableReader:
 
     # ---- Parquet parts ---------------------------------------------------------------------
     def _scan_parts(self, files: list[Path], keep: list[str],
-                    on_batch: Callable[[int, pa.RecordBatch], None]) -> list[int]:
+                    on_batch: Callable[[int, pa.RecordBatch], None],
+                    only: np.ndarray | None = None) -> list[int]:
         """Stream every part (one thread each), calling ``on_batch(first_row, batch)`` with
-        the batch's row position in the whole table. Returns the parts' row counts."""
+        the batch's row position in the whole table; ``only`` (sorted row positions): skip
+        the parts that hold none of them. Returns the parts' row counts."""
         sizes = [pq.ParquetFile(f, **READ).metadata.num_rows for f in files]
         bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        todo = range(len(files))
+        if only is not None:
+            first = np.searchsorted(only, bases[:-1])
+            todo = [i for i in todo if first[i] < len(only) and only[first[i]] < bases[i + 1]]
 
         def job(i: int) -> Callable[[], None]:
             def run() -> None:
@@ -279,7 +285,7 @@ class TableReader:
                     at += b.num_rows
             return run
 
-        self.db.parallel([job(i) for i in range(len(files))])
+        self.db.parallel([job(i) for i in todo])
         return sizes
 
     def _frame_from_parts(self, spec: TableSpec, keep: list[str], files: list[Path]

@@ -351,3 +351,42 @@ def test_launch_table_left_by_the_budget_join_leaves_out_unlaunched_kernels(
     assert 0 < ref["per_kernel"]["count"].sum() < kernels
     for table in ref:
         assert_same(ref[table], got[table], f"unlaunched launch_compute.{table}")
+
+
+def test_sync_gaps_previous_calls_in_small_chunks_equal_numpy(reports, tmp_path, monkeypatch):
+    """The previous call on the thread of each gap's launch is looked up a chunk of gaps at
+    a time (reading only the cache parts their rows lie in): chunks of 7 gaps give the
+    in-memory table."""
+    path = reports("nsys", "", "h200-vit-fp16-syncy")
+    ref = _run(path, "sync_gaps", "numpy", tmp_path, monkeypatch)
+    module = R.get("sync_gaps").module  # loaded afresh by every run: patch the file's value
+    monkeypatch.setattr(module, "PREVIOUS_CHUNK", 7)
+    real = R.Recipe.module
+    monkeypatch.setattr(R.Recipe, "module", property(lambda self: module if self.name ==
+                                                     "sync_gaps" else real.func(self)))
+    got = _run(path, "sync_gaps", "duckdb", tmp_path, monkeypatch)
+    assert len(ref["gaps"]) > 7 and ref["gaps"]["follows"].notna().any()
+    for table in ref:
+        assert_same(ref[table], got[table], f"sync_gaps.{table} in chunks")
+
+
+def test_take_reads_only_the_parts_holding_the_rows(reports, tmp_path, monkeypatch):
+    """``take`` skips cache parts without a wanted row: rows from the first and last of 4
+    parts, in any order, equal the whole column's, and only those 2 parts are read."""
+    from nsightlab import reader
+    from nsightlab.db import ExportDB
+
+    monkeypatch.setattr(reader, "ROWS_PER_READER", 1000)
+    monkeypatch.setattr(reader, "readers", lambda rows=None: 4)
+    report = nsightlab.open(reports("nsys", "", "h200-launchbound"), cache_dir=tmp_path)
+    whole = report.cuda_api(["start_ns", "tid"])
+    assert len(report.cache.files("cuda_api")) == 4
+    jobs = []
+    real = ExportDB.parallel
+    monkeypatch.setattr(ExportDB, "parallel", lambda self, js: (jobs.append(len(js)),
+                                                               real(self, js))[1])
+    rows = np.array([len(whole) - 1, 5, len(whole) - 3, 0, 7])
+    got = report.take("cuda_api", ["start_ns", "tid"], rows)
+    assert jobs == [2]
+    assert got["start_ns"].tolist() == whole["start_ns"].to_numpy()[rows].tolist()
+    assert got["tid"].tolist() == whole["tid"].to_numpy()[rows].tolist()
