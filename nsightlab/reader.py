@@ -345,20 +345,20 @@ class TableReader:
 
         parts.close()
         files = sorted(parts.folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
-        reads = pq.read_table(files, columns=list(spec.finish_reads), schema=spec.schema, **READ)
-        start = reads.column("start_ns").to_numpy()
+        start = pq.read_table(files, columns=["start_ns"], schema=spec.schema, **READ)
+        start = start.column("start_ns").to_numpy()
         if len(start) > 1 and not np.all(start[1:] >= start[:-1]):
             order = np.argsort(start, kind="stable")
             whole = pq.read_table(files, schema=spec.schema, **READ).take(order)
             for f in files:
                 f.unlink()
-            del reads, start, order
+            del start, order
             parts(0).write_table(spec.finished(whole))
             parts.close()
             return
         del start
-        values = spec.finish(reads)
-        del reads
+        values = spec.finish(pq.read_table(f, columns=list(spec.finish_reads), schema=spec.schema,
+                                           **READ) for f in files)
         at = 0
         for f in files:
             part = pq.read_table(f, schema=spec.schema, **READ)

@@ -133,3 +133,45 @@ def test_slot_matching_pairs_renamed_kernels_by_position():
     assert m.loc["gemm_fp8_a", "a_name"] == "gemm_fp16_a"  # in launch order
     assert m.loc["gemm_fp8_b", "a_name"] == "gemm_fp16_b"
     assert m.loc["extra", "status"] == "new"
+
+
+def _depth_by_definition(start, end, pid, tid, kind):
+    """Nesting depth as defined: among the ranges of the same (pid, tid, kind), ordered by
+    start then longest first, the ranges opened before minus those closed (end <= start)."""
+    depth = [0] * len(start)
+    groups = {}
+    for i, k in enumerate(kind):
+        if k != "mark":
+            groups.setdefault((pid[i], tid[i], k), []).append(i)
+    for rows in groups.values():
+        rows = sorted(rows, key=lambda i: (start[i], -end[i]))
+        for pos, i in enumerate(rows):
+            depth[i] = pos - sum(1 for j in rows if end[j] <= start[i])
+    return depth
+
+
+@pytest.mark.parametrize("threads", [1, 3, 70])  # one group (no copies), a few, many (sorted)
+def test_nvtx_depth_equals_its_definition(threads):
+    """tables._nvtx_depth (NumPy, part by part) against the definition, on random nested
+    ranges in start order with equal starts, marks, two kinds, and threads whose groups are
+    found each way; the parts split the table anywhere."""
+    import pyarrow as pa
+
+    from nsightlab.tables import _nvtx_depth
+
+    rng = np.random.default_rng(threads)
+    n = 900
+    start = np.sort(rng.integers(0, 400, n))  # many equal starts
+    end = start + rng.integers(0, 60, n)
+    kind = rng.choice(["push_pop", "start_end", "mark"] if threads > 1 else ["push_pop"], n)
+    tid = rng.integers(0, threads, n).astype(np.int32)
+    pid = np.full(n, 7, np.int32)
+    end_col = pa.array(np.where(kind == "mark", 0, end), mask=(kind == "mark"))
+    t = pa.table({"start_ns": start, "end_ns": end_col, "pid": pid, "tid": tid,
+                  "kind": pa.array(kind).dictionary_encode()})
+    cuts = [0, 1, 250, 251, 700, n]
+    got = _nvtx_depth(t.slice(a, b - a) for a, b in zip(cuts[:-1], cuts[1:])).to_pylist()
+    want = _depth_by_definition(start.tolist(), np.where(kind == "mark", start, end).tolist(),
+                                pid.tolist(), tid.tolist(), kind.tolist())
+    assert got == want
+    assert max(got) >= 3
