@@ -114,9 +114,13 @@ def copy_part(copy_kind: str, src_kind: str, dst_kind: str) -> str:
 def iteration_ranges(report: Report) -> pd.DataFrame:
     """The NVTX iteration ranges (name, start_ns, end_ns of the CPU range), in start order;
     ranges left open run to the end of the recording."""
-    nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
-    ranges = nvtx[nvtx["kind"] != "mark"]
-    iters = ranges[base_name_matches(ranges["name"], ITERATION)].copy()
+    # names first, then only the matching rows' times (13.6M TensorRT layer ranges: 8 bytes
+    # a range instead of 29)
+    nvtx = report.nvtx(["name", "kind"])
+    rows = np.flatnonzero((nvtx["kind"] != "mark").to_numpy()
+                          & base_name_matches(nvtx["name"], ITERATION))
+    del nvtx
+    iters = report.take("nvtx", ["name", "depth", "start_ns", "end_ns"], rows)
     if len(iters):
         top = iters["depth"].min()  # nested matches (a step inside an iteration) are not iterations
         iters = iters[iters["depth"] == top]

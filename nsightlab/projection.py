@@ -29,13 +29,15 @@ NVTX_COLUMNS = ["name", "text", "domain", "kind", "pid", "tid", "depth", "start_
                 "duration_ns"]
 
 
-def project(report: Report, launched: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every NVTX range (not marks) with the GPU work it launched (see module docstring).
+def project(report: Report, launched: pd.DataFrame | None = None,
+            max_ranges: int = 0) -> pd.DataFrame:
+    """Every NVTX range (not marks) with the GPU work it launched (see module docstring);
+    ``max_ranges`` > 0: only the outermost ones (``_ranges``).
 
     ``launched`` may be passed in when the caller already has ``launches(report)`` with at
     least start_ns, end_ns, api_start_ns, api_end_ns, api_tid and api_row.
     """
-    sums = _Sums(_ranges(report))
+    sums = _Sums(_ranges(report, max_ranges))
     if sums.n:
         if launched is None:
             launched = launches(report, op_columns=("start_ns", "end_ns"),
@@ -45,9 +47,35 @@ def project(report: Report, launched: pd.DataFrame | None = None) -> pd.DataFram
     return sums.frame()
 
 
-def _ranges(report: Report) -> pd.DataFrame:
+def _ranges(report: Report, max_ranges: int = 0) -> pd.DataFrame:
+    """The NVTX ranges (not marks); ``max_ranges`` > 0: at most that many, the outermost:
+    every range down to the deepest nesting level that keeps the count within it (when even
+    the outermost level has more, its first ``max_ranges`` in start order). A long TensorRT
+    run has a range per layer per inference (13.6M for 8M kernels: ~6 GB as rows); the
+    levels above them are the ones read per range. Only the kept rows are read whole."""
+    if max_ranges > 0:
+        levels = report.nvtx(["kind", "depth"])
+        depth = np.where((levels["kind"] != "mark").to_numpy(),
+                         levels["depth"].to_numpy(np.int64, na_value=-1), -1)
+        del levels
+        per_level = np.bincount(depth[depth >= 0])
+        fits = np.flatnonzero(np.cumsum(per_level) <= max_ranges)
+        if len(fits) < len(per_level):
+            return _outermost(report, depth, fits, max_ranges)
     nvtx = report.nvtx(NVTX_COLUMNS)
     return nvtx[nvtx["kind"] != "mark"].reset_index(drop=True)
+
+
+def _outermost(report: Report, depth: np.ndarray, fits: np.ndarray, max_ranges: int
+               ) -> pd.DataFrame:
+    """The ranges of the levels that fit (``depth`` per NVTX row, -1 for marks), or the first
+    ``max_ranges`` of the outermost level, with a note of what was left out."""
+    rows = np.flatnonzero((depth >= 0) & (depth <= fits[-1])) if len(fits) else \
+        np.flatnonzero(depth == 0)[:max_ranges]
+    left = int((depth >= 0).sum()) - len(rows)
+    report.note(f"{report.path.name}: {left:,} NVTX ranges left out of the per-range table "
+                f"(it keeps the outermost {len(rows):,}: raise max_ranges, or 0 for all)")
+    return report.take("nvtx", NVTX_COLUMNS, rows)
 
 
 class _Sums:
@@ -147,13 +175,13 @@ def _groups(pids: np.ndarray, tids: np.ndarray):
         yield key, idx
 
 
-def project_sql(report: Report, db) -> pd.DataFrame:
+def project_sql(report: Report, db, max_ranges: int = 0) -> pd.DataFrame:
     """``project`` over the launch table ``lk`` in DuckDB (``launches.launches_sql`` with
     start_ns, end_ns, api_start_ns, api_end_ns, api_tid), read a million launches at a time
     and added up per range: bounded memory for every kind of range (push/pop or start/end)."""
     from .launches import once_sql
 
-    sums = _Sums(_ranges(report))
+    sums = _Sums(_ranges(report, max_ranges))
     if sums.n:
         once = once_sql(db)
         if once != "true":  # per call: a window over the whole table, kept as a column

@@ -33,7 +33,7 @@ from . import frames
 from .cache import READ, TableCache
 from .db import BATCH_ROWS, ExportDB
 from .errors import CorruptReportError, UsageError
-from .tables import CHECKED, TableSpec, contract_batches, session_bounds
+from .tables import CHECKED, TableSpec, contract_batches, session_bounds, to_pandas
 
 T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
@@ -105,7 +105,15 @@ class TableReader:
         """Columns ``keep`` of a big activity table (``frames.supported``) as a DataFrame,
         batches copied straight into preallocated columns."""
         return self._cached(spec, lambda files: self._frame_from_parts(spec, keep, files),
-                            lambda open_part: self._frame_from_sqlite(spec, keep, open_part))
+                            lambda open_part: self._frame_from_sqlite(spec, keep, open_part)
+                            if spec.finish is None else self._collect_frame(spec, open_part, keep))
+
+    def _collect_frame(self, spec: TableSpec, open_part: OpenPart | None, keep: list[str]
+                       ) -> tuple[int, pd.DataFrame]:
+        """``_collect`` as a DataFrame: a table with a whole-table pass (``finish``) read from
+        SQLite without a cache entry."""
+        n, table = self._collect(spec, open_part, keep)
+        return n, to_pandas(table, spec)
 
     def take(self, spec: TableSpec, keep: list[str], rows: np.ndarray) -> pd.DataFrame:
         """Rows at positions ``rows`` (in that order) of columns ``keep`` of a big table.
@@ -117,19 +125,28 @@ class TableReader:
         order = None if np.all(rows[1:] >= rows[:-1]) else np.argsort(rows, kind="stable")
         wanted = rows if order is None else rows[order]
 
+        compact = frames.supported(spec, keep)  # else (text columns) Arrow pieces, joined
+
         def from_parts(files: list[Path]) -> pd.DataFrame:
-            builder = frames.FrameBuilder(spec, keep, len(rows))
+            builder = frames.FrameBuilder(spec, keep, len(rows)) if compact else None
+            pieces: list[tuple[int, pa.RecordBatch]] = []
 
             def pick(base: int, batch: pa.RecordBatch) -> None:
                 k0, k1 = np.searchsorted(wanted, [base, base + batch.num_rows])
                 if k1 > k0:
-                    builder.put(int(k0), batch.take(pa.array(wanted[k0:k1] - base)))
+                    got = batch.take(pa.array(wanted[k0:k1] - base))
+                    builder.put(int(k0), got) if compact else pieces.append((int(k0), got))
 
             self._scan_parts(files, keep, pick, only=wanted)
-            return builder.frame([(0, len(rows))])
+            if compact:
+                return builder.frame([(0, len(rows))])
+            schema = pa.schema([spec.schema.field(c) for c in keep])
+            return to_pandas(pa.Table.from_batches([b for _, b in sorted(
+                pieces, key=lambda p: p[0])], schema=schema), spec)
 
         def from_sqlite(open_part: OpenPart | None) -> tuple[int, pd.DataFrame]:
-            n, whole = self._frame_from_sqlite(spec, keep, open_part)
+            n, whole = self._frame_from_sqlite(spec, keep, open_part) \
+                if compact and spec.finish is None else self._collect_frame(spec, open_part, keep)
             return n, whole.iloc[wanted].reset_index(drop=True)
 
         df = self._cached(spec, from_parts, from_sqlite)

@@ -243,7 +243,7 @@ class Report:
         spec = self.spec(name)
         keep = self._columns(spec, columns)
         rows = np.asarray(rows, dtype=np.int64)  # int32 rows would be widened per batch
-        if not (spec.present(self.db) and spec.split and frames.supported(spec, keep)):
+        if not (spec.present(self.db) and spec.split):
             return self.table(name, keep).iloc[rows].reset_index(drop=True)
         return self._reader.take(spec, keep, rows)
 

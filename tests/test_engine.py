@@ -390,3 +390,26 @@ def test_take_reads_only_the_parts_holding_the_rows(reports, tmp_path, monkeypat
     assert jobs == [2]
     assert got["start_ns"].tolist() == whole["start_ns"].to_numpy()[rows].tolist()
     assert got["tid"].tolist() == whole["tid"].to_numpy()[rows].tolist()
+
+
+@pytest.mark.parametrize("how", ["numpy", "duckdb"])
+def test_launch_compute_by_range_keeps_the_outermost_levels(reports, tmp_path, monkeypatch, how):
+    """max_ranges bounds the per-range table: the ranges of every nesting level that fits
+    (the same rows as the whole table's at those depths), with a note saying how many were
+    left out; at most 20 ranges, even the outermost level cut to its first 20."""
+    path = reports("nsys", "", "pub-fuser-crossentropy-h200")  # push/pop ranges 18 deep
+    everything = _run(path, "launch_compute", how, tmp_path / "all", monkeypatch,
+                      {"max_ranges": 0})["by_range"]
+    nvtx = nsightlab.open(path, cache=False).nvtx(["kind", "depth"])
+    per_level = np.bincount(nvtx.loc[nvtx["kind"] != "mark", "depth"].to_numpy(np.int64))
+    limit = int(per_level[:3].sum())  # levels 0-2 fit, level 3 does not
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", how)
+    notes = []
+    report = nsightlab.open(path, cache_dir=tmp_path / "cut", progress=notes.append)
+    got = R.run("launch_compute", report, {"max_ranges": limit})["by_range"]
+    assert len(got) < len(everything) and got["depth"].max() == 2
+    assert_same(everything[everything["depth"] <= 2].reset_index(drop=True), got, "levels 0-2")
+    assert any(f"{int(per_level[3:].sum()):,} NVTX ranges left out" in n for n in notes), notes
+    tiny = R.run("launch_compute", nsightlab.open(path, cache_dir=tmp_path / "tiny"),
+                 {"max_ranges": 20})["by_range"]
+    assert len(tiny) <= 20 and (tiny["depth"] == 0).all()

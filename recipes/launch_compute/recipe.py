@@ -31,7 +31,7 @@ def in_duckdb(report, db, params):
     budget = recipes.run("budget", report)["summary"]
     if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
         raise _no_launches(report)
-    ranges = by_range(project_sql(report, db), params)
+    ranges = by_range(project_sql(report, db, int(params["max_ranges"])), params)
     return {"per_kernel": per_kernel_sql(db),
             "summary": summary(summary_sql(db, params), params, budget), "by_range": ranges}
 
@@ -41,7 +41,7 @@ def in_numpy(report, params):
     lk = launches(report, op_columns=OP_COLUMNS, api_columns=API_COLUMNS)
     if lk.empty:
         raise _no_launches(report)
-    ranges = by_range(project(report, lk), params)
+    ranges = by_range(project(report, lk, int(params["max_ranges"])), params)
     return {"per_kernel": per_kernel(lk), "summary": summary(run_numbers(lk, params), params, budget),
             "by_range": ranges}
 
