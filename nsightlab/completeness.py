@@ -178,8 +178,16 @@ def _open_ranges(report: Report) -> list[str]:
     """Names of push/pop and start/end ranges without an end."""
     if not report.has_rows("nvtx"):
         return []
-    n = report.nvtx(["name", "kind", "end_ns"])
-    return [str(x) for x in n.loc[(n["kind"] != "mark") & n["end_ns"].isna(), "name"]]
+
+    def in_numpy():
+        n = report.nvtx(["kind", "end_ns"])  # then the names of the few open ones
+        rows = np.flatnonzero((n["kind"] != "mark").to_numpy() & n["end_ns"].isna().to_numpy())
+        del n
+        return [str(x) for x in report.take("nvtx", ["name"], rows)["name"]]
+
+    return engine.analyse(report, lambda db: [str(x) for (x,) in db.con.execute(
+        f"SELECT name FROM {db.view('nvtx', rows=True)} WHERE kind != 'mark' AND end_ns IS NULL "
+        "ORDER BY row").fetchall()], in_numpy)
 
 
 def _diagnostics(report: Report) -> list[str]:

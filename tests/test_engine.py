@@ -413,3 +413,26 @@ def test_launch_compute_by_range_keeps_the_outermost_levels(reports, tmp_path, m
     tiny = R.run("launch_compute", nsightlab.open(path, cache_dir=tmp_path / "tiny"),
                  {"max_ranges": 20})["by_range"]
     assert len(tiny) <= 20 and (tiny["depth"] == 0).all()
+
+
+@pytest.mark.parametrize("how", ["numpy", "duckdb"])
+def test_open_ranges_found_both_ways(reports, tmp_path, monkeypatch, how):
+    """Synthetic edit of a real export: two NVTX ranges never closed. The completeness check
+    names them in table order, in memory (kinds and ends, then the names of those rows) and
+    in DuckDB (a filtered scan)."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "open.sqlite"
+    shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
+    with sqlite3.connect(path) as c:
+        picked = c.execute("SELECT rowid, text FROM NVTX_EVENTS WHERE text IS NOT NULL AND "
+                           "eventType = 59 ORDER BY start LIMIT 2 OFFSET 3").fetchall()
+        c.executemany("UPDATE NVTX_EVENTS SET [end] = NULL WHERE rowid = ?",
+                      [(r,) for r, _ in picked])
+        names = [t for _, t in picked]
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", how)
+    report = nsightlab.open(path, cache_dir=tmp_path / how)
+    found = [w for w in report.completeness if w["check"] == "ranges_open"]
+    assert len(found) == 1 and f"2 NVTX range(s) never closed ({names[0]}, {names[1]})" \
+        in found[0]["message"], found
