@@ -175,3 +175,22 @@ def test_nvtx_depth_equals_its_definition(threads):
                                 pid.tolist(), tid.tolist(), kind.tolist())
     assert got == want
     assert max(got) >= 3
+
+
+def test_sync_gaps_windows_equal_brute_force():
+    """sync_gaps' merged look-back windows (``_windows``): the rows within ``back`` before
+    each sorted row, repeats included, as np.unique of every window's rows gives them."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "sync_gaps_recipe", Path(__file__).parent.parent / "recipes/sync_gaps/recipe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        rows = np.sort(rng.integers(0, 3000, rng.integers(1, 60)))  # repeats too
+        back = int(rng.integers(0, 300))
+        want = np.unique((rows[:, None] - np.arange(back + 1)[None, :]).ravel())
+        assert np.array_equal(module._windows(rows, back), want[want >= 0]), (rows, back)
+    assert len(module._windows(np.empty(0, np.int64), 5)) == 0
