@@ -255,6 +255,13 @@ class Engine:
             if got.num_rows:
                 yield got
 
+    def release(self) -> None:
+        """Give back what DuckDB keeps after its queries (buffers of finished results, up to
+        its limit) before Python work that needs none of it: the limit lowered, then restored
+        (after sync_gaps' sorted stream of 3.7M operations: 693 -> 236 MB)."""
+        self.con.execute("SET memory_limit = '16MB'")
+        self.con.execute(f"SET memory_limit = '{memory_mb()}MB'")
+
     def close(self) -> None:
         self.con.close()
         shutil.rmtree(self.spill, ignore_errors=True)

@@ -43,6 +43,7 @@ def run_sql(report, db, params):
     names = [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]
     rows = db.rows_named("cuda_api", names, f"{', '.join(SYNC_COLUMNS)}, row", "row")
     gaps, after = _stream_gaps(report, db, rows, float(params["min_gap_ms"]) * 1e6)
+    db.release()  # the sorted stream's buffers, before the syncs are described
     syncs = describe_syncs(report, rows.drop(columns="row"), after)
     ending = pd.DataFrame({"pid": gaps["pid"].to_numpy(np.int64),
                            "correlation_id": gaps.pop("next_correlation_id").to_numpy(np.int64)})
@@ -51,6 +52,7 @@ def run_sql(report, db, params):
                          ORDER BY q.i, a.row""",
                      ending=ending.assign(i=np.arange(len(ending))))
     gi, ai = found["i"].to_numpy(np.int64), found["row"].to_numpy(np.int64)
+    db.release()  # the rest is pandas and cache reads
     gaps = _finish(report, syncs, gaps, gi, ai, _previous_sql(report, ai))
     return {"syncs": syncs, "gaps": gaps, "by_api": by_api(syncs, gaps)}
 
