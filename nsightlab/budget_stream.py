@@ -109,7 +109,7 @@ class StreamedOps:
     def _select(self, i: int, table: str) -> str:
         view = self.db.view(table, rows=True)
         share = self._shared_launches()
-        if share:  # the launch table's kernel columns; NULL for copies and memsets
+        if share and share["op"][1:]:  # the launch table's kernel columns; NULL elsewhere
             view = (f"(SELECT *, {', '.join(sql for _, sql in share['op'][1:])} FROM {view})"
                     if table == "kernels" else
                     f"(SELECT *, {', '.join(f'NULL AS {c}' for c, _ in share['op'][1:])} "

@@ -135,7 +135,10 @@ class TableReader:
                 k0, k1 = np.searchsorted(wanted, [base, base + batch.num_rows])
                 if k1 > k0:
                     got = batch.take(pa.array(wanted[k0:k1] - base))
-                    builder.put(int(k0), got) if compact else pieces.append((int(k0), got))
+                    if compact:
+                        builder.put(int(k0), got)
+                    else:
+                        pieces.append((int(k0), got))
 
             self._scan_parts(files, keep, pick, only=wanted)
             if compact:
