@@ -8,8 +8,13 @@ limit (``NSIGHTLAB_MEMORY_MB``, default ``MEMORY_MB``), on up to one thread per 
 (``budget_stream``: sorted streams read a million operations at a time), launch_compute's
 launch table, statistics and NVTX projection, and the completeness checks. On the 16-core GPU
 machine at 100M kernels kernel_sum peaked at 0.26 GB, sync_gaps at 0.92 GB and launch_compute
-at 1.09 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
+at 1.05 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
 both ways on real reports and compare (counts exact, sums within 1e-9 relative).
+
+A step that runs inside another's analysis (launch_compute computes the time budget) gets the
+same engine (``analyse``), so scratch tables are shared: the budget's join of operations and
+calls leaves launch_compute's launch table (``Engine.want_launches``). ``Engine.release`` gives
+DuckDB's buffers back before pandas work that needs none of them.
 
 ``NSIGHTLAB_ENGINE`` chooses: ``auto`` (default, as above), ``duckdb`` (on any cached
 report, and also the kernel ⋈ API join of the in-memory steps) or ``numpy`` (never). The
