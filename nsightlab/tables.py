@@ -432,13 +432,17 @@ def _nvtx_sql(db: ExportDB, rows: tuple[int, int] | None = None) -> str:
     dom = col("e", "domainId")
     # domain names come from eventType 75 rows, category names from eventType 33 rows, both
     # scoped to the process (ids are per process)
+    names = (f"SELECT {col('n', 'domainId')} AS domainId, n.globalTid & ~0xFFFFFF AS gpid, "
+             f"max({text('n')}) AS name FROM {NV} n WHERE n.eventType = 75 GROUP BY 1, 2")
+    cats = (f"SELECT {col('c', 'domainId')} AS domainId, c.globalTid & ~0xFFFFFF AS gpid, "
+            f"{col('c', 'category')} AS category, max({text('c')}) AS name FROM {NV} c "
+            "WHERE c.eventType = 33 GROUP BY 1, 2, 3")
+    if rows is not None:  # one of many range queries: each would scan the table for these
+        names = db.once("nvtx_domains", lambda: _values(db.query(names), 3)) or names
+        cats = db.once("nvtx_categories", lambda: _values(db.query(cats), 4)) or cats
     return f"""
-        WITH names AS (SELECT {col('n', 'domainId')} AS domainId, n.globalTid & ~0xFFFFFF AS gpid,
-                              max({text('n')}) AS name
-                       FROM {NV} n WHERE n.eventType = 75 GROUP BY 1, 2),
-             cats AS (SELECT {col('c', 'domainId')} AS domainId, c.globalTid & ~0xFFFFFF AS gpid,
-                             {col('c', 'category')} AS category, max({text('c')}) AS name
-                      FROM {NV} c WHERE c.eventType = 33 GROUP BY 1, 2, 3)
+        WITH names(domainId, gpid, name) AS ({names}),
+             cats(domainId, gpid, category, name) AS ({cats})
         SELECT e.start, e."end", e.eventType, e.globalTid, {col('e', 'endGlobalTid')} AS endGlobalTid,
                {text('e')} AS text, COALESCE({dom}, 0) AS domainId, d.name AS domain,
                k.name AS categoryName, {col('e', 'color')} AS color, {col('e', 'rangeId')} AS rangeId
@@ -449,6 +453,25 @@ def _nvtx_sql(db: ExportDB, rows: tuple[int, int] | None = None) -> str:
         WHERE e.eventType IN ({NVTX_TYPES}){
             f" AND e.rowid >= {rows[0]} AND e.rowid < {rows[1]}" if rows else ""}
         ORDER BY e.start"""
+
+
+def _values(rows: list[tuple], width: int) -> str | None:
+    """``rows`` (ints, text, NULLs) as an SQL VALUES list of ``width`` columns (an empty one
+    selects nothing); None where a value cannot be written as a literal."""
+    def literal(v) -> str:
+        if v is None:
+            return "NULL"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, str) and "\x00" not in v:
+            return "'" + v.replace("'", "''") + "'"
+        raise ValueError(v)
+
+    try:
+        listed = ", ".join("(" + ", ".join(literal(v) for v in r) + ")" for r in rows)
+    except ValueError:
+        return None
+    return f"VALUES {listed}" if rows else f"SELECT {', '.join(['NULL'] * width)} WHERE 0"
 
 
 def _nvtx_convert(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:

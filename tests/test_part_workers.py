@@ -138,3 +138,38 @@ def test_nvtx_rowids_out_of_start_order_are_put_in_order(sqlite_of, tmp_path, by
         got.sort_values(key, kind="stable").reset_index(drop=True).astype({"name": str}),
         want.sort_values(key, kind="stable").reset_index(drop=True).astype({"name": str}),
         check_categorical=False)
+
+
+def test_nvtx_parts_name_domains_and_categories_as_one_query(sqlite_of, tmp_path, by_processes):
+    """Synthetic edit of a real TensorRT export: a registered category (eventType 33, a quote
+    in its name) on every 5th range of domain 1. Read in parts, each range query takes the
+    domain and category names from a list made once (not a scan of the table per part): the
+    same names as one query's joins."""
+    src = sqlite_of("pub-realcugan-trt10")
+    path = tmp_path / "categories.sqlite"
+    shutil.copyfile(src, path)
+    os.chmod(path, 0o644)
+    with sqlite3.connect(path) as con:
+        tid = con.execute("SELECT globalTid FROM NVTX_EVENTS WHERE eventType = 75").fetchone()[0]
+        con.execute("INSERT INTO NVTX_EVENTS (start, eventType, category, text, globalTid, "
+                    "domainId) VALUES (0, 33, 7, 'layer''s \"kind\"', ?, 1)", (tid,))
+        con.execute("UPDATE NVTX_EVENTS SET category = 7 WHERE domainId = 1 AND eventType IN "
+                    "(59, 60) AND rowid % 5 = 0")
+    want = _nvtx_whole(path)
+    assert (want["category"] == 'layer\'s "kind"').sum() > 10 and want["domain"].notna().any()
+    with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
+        got = r.nvtx()
+        assert len(r.cache.files("nvtx")) >= 8
+    pd.testing.assert_frame_equal(got, want, check_categorical=False)
+
+
+def test_sql_values_lists():
+    """What the range queries inline: ints, text with quotes, NULLs; an empty list selects
+    nothing; a NUL character cannot be a literal (the query keeps its own join then)."""
+    from nsightlab.tables import _values
+
+    con = sqlite3.connect(":memory:")
+    rows = [(1, 2, "it's"), (None, 5, None)]
+    assert con.execute(f"SELECT * FROM ({_values(rows, 3)})").fetchall() == rows
+    assert con.execute(f"SELECT * FROM ({_values([], 3)})").fetchall() == []
+    assert _values([(1, "a\x00b")], 2) is None
