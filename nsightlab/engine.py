@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -45,9 +46,9 @@ MB_PER_THREAD = 80
 CHOICES = ("auto", "duckdb", "numpy")
 
 
-#: the engine each report's analysis runs in, while it runs (id(report) -> Engine): a step
-#: that calls another (launch_compute calls the budget) shares its scratch tables
-_OPEN: dict[int, "Engine"] = {}
+#: the engine each report's analysis runs in, while it runs ((id(report), thread) -> Engine):
+#: a step that calls another (launch_compute calls the budget) shares its scratch tables
+_OPEN: dict[tuple[int, int], "Engine"] = {}
 
 
 class Unavailable(Exception):
@@ -95,16 +96,17 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
         return in_numpy()
     import duckdb
 
-    open_ = _OPEN.get(id(report))
+    key = (id(report), threading.get_ident())  # a connection serves one thread at a time
+    open_ = _OPEN.get(key)
     if open_ is not None:  # a step inside another's analysis: its engine, its scratch tables
         return in_duckdb(open_)
     try:
         with Engine(report) as db:
-            _OPEN[id(report)] = db
+            _OPEN[key] = db
             try:
                 return in_duckdb(db)
             finally:
-                del _OPEN[id(report)]
+                del _OPEN[key]
     except (Unavailable, OSError):  # no cache to scan after all (unwritable): in memory
         return in_numpy()
     except duckdb.OutOfMemoryException:
