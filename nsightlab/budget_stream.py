@@ -43,13 +43,13 @@ class StreamedOps:
 
     def __init__(self, report, db, batch_rows: int | None = None):
         self.report, self.db, self.batch_rows = report, db, batch_rows or BATCH_ROWS
-        selects = [self._select(i, t) for i, t in enumerate(TABLES) if report.has_rows(t)]
+        share = self._shared_launches()
+        selects = [self._select(i, t, share) for i, t in enumerate(TABLES) if report.has_rows(t)]
         self.count, self.lo, self.hi = 0, 0, 0
         self._gpu_end, self._quick = None, None
         if not selects:
             return
         api = db.view("cuda_api", rows=True)
-        share = self._shared_launches()
         if share:
             api = (f"(SELECT pid, correlation_id, start_ns, row, "
                    f"{', '.join(a for _, a in share['api'])} FROM {api})")
@@ -106,9 +106,8 @@ class StreamedOps:
             self.db.filtered["lk"] = ("bops", where)
         self.db.left_launches, self.db._once = self.db.wanted_launches, None
 
-    def _select(self, i: int, table: str) -> str:
+    def _select(self, i: int, table: str, share: dict | None) -> str:
         view = self.db.view(table, rows=True)
-        share = self._shared_launches()
         if share and share["op"][1:]:  # the launch table's kernel columns; NULL elsewhere
             view = (f"(SELECT *, {', '.join(sql for _, sql in share['op'][1:])} FROM {view})"
                     if table == "kernels" else
