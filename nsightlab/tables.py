@@ -523,7 +523,6 @@ def _nvtx_depth(tables: Iterator[pa.Table]) -> pa.Array:
         cols["key"].append(key)
     start, end, key = (np.concatenate(cols.pop(c)) if cols[c] else np.empty(0, np.int64)
                        for c in ("start", "end", "key"))
-    pa.default_memory_pool().release_unused()  # the parts' Arrow buffers (mimalloc keeps them)
     depth = np.zeros(len(start), np.int32)  # marks: 0
     keys = np.unique(key)
     keys = keys[keys >= 0]
