@@ -386,14 +386,19 @@ def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
         quick = (j >= 0) & (at - launches_at[np.maximum(j, 0)] <= LAUNCH_STRETCH_NS)
         return idle_pieces(cs, ce, launch_at, quick, ctx)
 
-    chunks = range(0, len(gs), GAP_CHUNK)
-    threads = min(IDLE_THREADS, readers(), len(chunks))
-    if threads > 1:  # NumPy releases the GIL in the searches and the arithmetic
-        with ThreadPoolExecutor(threads) as pool:
-            done = list(pool.map(work, chunks))
-    else:
-        done = [work(a) for a in chunks]
+    done = in_gap_chunks(len(gs), work)
     return add_idle(ctx, done), by_sync_frame(ctx, done)
+
+
+def in_gap_chunks(n: int, work) -> list:
+    """``work(a)`` for the gaps [a, a + GAP_CHUNK) of ``n``, on up to ``IDLE_THREADS``
+    threads (NumPy releases the GIL in the searches and the arithmetic)."""
+    chunks = range(0, n, GAP_CHUNK)
+    threads = min(IDLE_THREADS, readers(), len(chunks))
+    if threads < 2:
+        return [work(a) for a in chunks]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(work, chunks))
 
 
 def idle_context(start: np.ndarray, end: np.ndarray, syncs: pd.DataFrame) -> dict:

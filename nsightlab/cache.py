@@ -232,6 +232,11 @@ class Parts:
         self.writers = {}
 
 
+#: columns whose row groups carry min/max (DuckDB skips row groups by them: the time budget
+#: joins operations and calls in windows of correlation ids)
+STATISTICS = ("correlation_id",)
+
+
 def part_writer(path: Path, schema: "pa.Schema", ident: dict) -> "pq.ParquetWriter":
     """A Parquet writer for one cache part of the report ``ident``: its footer names the
     report, every page carries a CRC. Dictionary-encodes only the string columns (trying it on
@@ -244,6 +249,7 @@ def part_writer(path: Path, schema: "pa.Schema", ident: dict) -> "pq.ParquetWrit
     dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
     int_encoding = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
     tagged = schema.with_metadata({"nsightlab_source": json.dumps(ident)})
-    return pq.ParquetWriter(path, tagged, compression="lz4", write_statistics=False,
+    stats = [c for c in STATISTICS if c in schema.names]
+    return pq.ParquetWriter(path, tagged, compression="lz4", write_statistics=stats,
                             use_dictionary=dict_cols, column_encoding=int_encoding,
                             write_page_checksum=True)

@@ -353,6 +353,52 @@ def test_launch_table_left_by_the_budget_join_leaves_out_unlaunched_kernels(
         assert_same(ref[table], got[table], f"unlaunched launch_compute.{table}")
 
 
+@pytest.mark.parametrize("folder,prefix,name", REPORTS, ids=[r[2] for r in REPORTS])
+def test_budget_join_in_correlation_windows_equals_numpy(reports, folder, prefix, name, tmp_path,
+                                                         monkeypatch):
+    """The budget joins operations to their calls in windows of correlation ids (each
+    window's hash table within DuckDB's memory): windows of about 3,000 operations give the
+    in-memory budget and launch table (launch_compute, which shares the join)."""
+    from nsightlab import budget_stream
+
+    path = reports(folder, prefix, name)
+    ref = {r: _run(path, r, "numpy", tmp_path, monkeypatch) for r in ("launch_compute", "budget")}
+    monkeypatch.setattr(budget_stream, "JOIN_ROWS", 3000)
+    windows = []
+    real = budget_stream.StreamedOps._windows
+    monkeypatch.setattr(budget_stream.StreamedOps, "_windows",
+                        lambda self, *a: windows.append(real(self, *a)) or windows[-1])
+    for recipe, tables in ref.items():  # launch_compute first: its budget runs inside it
+        got = _run(path, recipe, "duckdb", tmp_path / recipe, monkeypatch)
+        for table in tables:
+            assert_same(tables[table], got[table], f"{name} {recipe}.{table} in windows")
+    kernels = int(ref["launch_compute"]["per_kernel"]["count"].sum())
+    assert len(windows[0]) >= min(kernels // 3000, 4), (kernels, len(windows[0]))
+
+
+def test_budget_join_windows_keep_operations_without_correlation_ids(reports, tmp_path,
+                                                                     monkeypatch):
+    """Synthetic edit of a real export: every 5th kernel without a correlation id. Those
+    kernels still count as GPU time (in the last window, joined to no call); same budget
+    and launch table as in memory."""
+    import shutil
+    import sqlite3
+
+    from nsightlab import budget_stream
+
+    path = tmp_path / "uncorrelated.sqlite"
+    shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = NULL WHERE rowid % 5 = 0")
+    ref = {r: _run(path, r, "numpy", tmp_path, monkeypatch) for r in ("launch_compute", "budget")}
+    monkeypatch.setattr(budget_stream, "JOIN_ROWS", 3000)
+    for recipe, tables in ref.items():
+        got = _run(path, recipe, "duckdb", tmp_path / recipe, monkeypatch)
+        for table in tables:
+            assert_same(tables[table], got[table], f"uncorrelated {recipe}.{table}")
+    assert ref["budget"]["iterations"]["kernels_ns"].sum() > 0
+
+
 def test_sync_gaps_previous_calls_in_small_chunks_equal_numpy(reports, tmp_path, monkeypatch):
     """The previous call on the thread of each gap's launch is looked up a chunk of gaps at
     a time (reading only the cache parts their rows lie in): chunks of 7 gaps give the
