@@ -18,6 +18,7 @@ killed).
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import selectors
@@ -155,6 +156,9 @@ def main() -> None:
     import pyarrow as pa
 
     from .errors import NsightlabError
+
+    for module in ("cache", "db", "tables"):  # imported before the first job arrives
+        importlib.import_module(f".{module}", __package__)
 
     try:
         for line in sys.stdin:

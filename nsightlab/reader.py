@@ -239,6 +239,7 @@ class TableReader:
 
         span = self.db.rowid_span(spec.source)
         workers = readers(span)
+        part_workers.pool(workers)  # they start (imports, ~0.5 s) while the bounds are read
         ranges = self.db.rowid_ranges(
             spec.source, min(MAX_RANGES, max(RANGES_PER_WORKER * workers, span // RANGE_ROWS)))
         self._checked_sql(spec)
