@@ -19,14 +19,17 @@ Memory holds the windows, the sync calls, one batch and the bits, not the run.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 
-from .budget import (BUSY_PARTS, COPY_PARTS, GAP_CHUNK, IDLE_PARTS, LAUNCH_STRETCH_NS, add_idle,
-                     by_sync_frame, copy_part, idle_context, idle_pieces, in_gap_chunks,
-                     max_end_per_iteration)
+from .budget import (BUSY_PARTS, COPY_PARTS, GAP_CHUNK, IDLE_PARTS, IDLE_THREADS,
+                     LAUNCH_STRETCH_NS, add_idle, by_sync_frame, copy_part, idle_context,
+                     idle_pieces, max_end_per_iteration)
 from .classify import sync_kind
 from .engine import RowBits, runs
+from .reader import readers
 from .timeline import covered, union
 
 BATCH_ROWS = 1 << 20
@@ -212,6 +215,11 @@ class StreamedOps:
         self._launch_pass(None)
         present = self.db.frame("SELECT DISTINCT device_id, part FROM bops")
         ctx = idle_context(start, end, syncs)
+        workers = min(IDLE_THREADS, readers())
+        with ThreadPoolExecutor(workers) as pool:
+            return self._start_pass(present, ctx, pool if workers > 1 else None)
+
+    def _start_pass(self, present: pd.DataFrame, ctx: dict, pool) -> dict:
         out, state = {}, None
         stream = self.db.stream("SELECT device_id, start_ns, end_ns, part, api_start, "
                                 "coalesce(api_row, -1) FROM bops "
@@ -227,7 +235,7 @@ class StreamedOps:
                     if state is not None:
                         out[state.device] = state.finish()
                     codes = present.loc[present["device_id"] == d, "part"].to_numpy()
-                    state = _Device(d, codes, ctx, self._quick)
+                    state = _Device(d, codes, ctx, self._quick, pool)
                 state.add(s[lo:hi].astype(np.int64), e[lo:hi].astype(np.int64), part[lo:hi],
                           api[lo:hi], row[lo:hi].astype(np.int64))
         if state is not None:
@@ -240,8 +248,9 @@ class _Device:
     (the busy parts up to each present one, in priority order; copies also alone), covered
     time per window and level, and the idle sums."""
 
-    def __init__(self, device: int, codes: np.ndarray, ctx: dict, quick_bits):
-        self.device, self.ctx, self.bits = device, ctx, quick_bits
+    def __init__(self, device: int, codes: np.ndarray, ctx: dict, quick_bits, pool=None):
+        self.device, self.ctx, self.bits, self.pool = device, ctx, quick_bits, pool
+        self.pending: list = []  # idle attributions running on ``pool``
         self.codes = sorted(int(c) for c in codes)
         n = len(ctx["start"])
         self.level = {c: np.zeros(n, np.int64) for c in self.codes}
@@ -283,13 +292,23 @@ class _Device:
         self._idle(gs, ge, launch_at, quick)
 
     def _idle(self, gs, ge, launch_at, quick) -> None:
+        """Attribute gaps (``idle_pieces``), ``GAP_CHUNK`` at a time; on the pool, while the
+        pass goes on (at most two chunks per thread waiting)."""
+        for a in range(0, len(gs), GAP_CHUNK):
+            args = (*(x[a:a + GAP_CHUNK] for x in (gs, ge, launch_at, quick)), self.ctx)
+            if self.pool is None:
+                self._add_idle(idle_pieces(*args))
+                continue
+            self.pending.append(self.pool.submit(idle_pieces, *args))
+            while len(self.pending) > 2 * IDLE_THREADS:
+                self._add_idle(self.pending.pop(0).result())
+
+    def _add_idle(self, got) -> None:
         sums, idle, count = self.idle[0]
-        for got in in_gap_chunks(len(gs), lambda a: idle_pieces(
-                *(x[a:a + GAP_CHUNK] for x in (gs, ge, launch_at, quick)), self.ctx)):
-            for k, v in got[0].items():
-                sums[k] += v
-            idle += got[1]
-            count += got[2]
+        for k, v in got[0].items():
+            sums[k] += v
+        idle += got[1]
+        count += got[2]
 
     def finish(self) -> tuple[dict, pd.DataFrame]:
         for (kind, c), (cs, ce) in self.carry.items():  # the last intervals are final now
@@ -297,6 +316,8 @@ class _Device:
             into += covered(np.array([cs]), np.array([ce]), self.ctx["start"], self.ctx["end"])
         last_end = self.carry[("level", self.codes[-1])][1]  # after the last operation
         self._idle(np.array([last_end]), np.array([_MAX]), np.array([np.nan]), np.array([False]))
+        while self.pending:
+            self._add_idle(self.pending.pop(0).result())
         parts, done = {}, np.zeros(len(self.ctx["start"]), np.int64)
         copy_total = np.zeros_like(done)
         for code, part in enumerate(BUSY_PARTS):

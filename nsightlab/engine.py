@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import queue
 import shutil
 import threading
 from pathlib import Path
@@ -245,9 +246,11 @@ class Engine:
         return self.con.execute(sql)
 
     def stream(self, sql: str, batch_rows: int):
-        """Result of ``sql`` as Arrow record batches of ``batch_rows``, produced as they are
-        read (a sorted result comes out of DuckDB's out-of-core sort, not from memory)."""
-        return self.con.sql(sql).to_arrow_reader(batch_rows)
+        """Result of ``sql`` as Arrow record batches of up to ``batch_rows`` (DuckDB hands out
+        at most 122,880 at a time), produced as they are read (a sorted result comes out of
+        DuckDB's out-of-core sort, not from memory), the next one while the caller works on
+        this one (``read_ahead``). The caller runs no other query until it is done."""
+        return read_ahead(self.con.sql(sql).to_arrow_reader(batch_rows))
 
     def chunks(self, table: str, columns: str, rows: int = 1 << 20):
         """``columns`` of every row of ``table`` (one built in this engine's database, or a
@@ -278,6 +281,38 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_ahead(batches, depth: int = 2):
+    """The items of ``batches``, read by another thread up to ``depth`` ahead: DuckDB
+    produces the next batch of a stream (without the GIL) while NumPy works on this one."""
+    ahead: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def pump() -> None:
+        try:
+            for item in batches:
+                if stop.is_set():
+                    return
+                ahead.put(item)
+            ahead.put(StopIteration())
+        except BaseException as e:  # handed to the reader, raised there
+            ahead.put(e)
+
+    thread = threading.Thread(target=pump, daemon=True, name="nsightlab-read-ahead")
+    thread.start()
+    try:
+        while not isinstance(item := ahead.get(), BaseException):
+            yield item
+        if not isinstance(item, StopIteration):
+            raise item
+    finally:
+        stop.set()
+        while thread.is_alive():  # a caller that stopped early: let the pump see the flag
+            try:
+                ahead.get(timeout=0.05)
+            except queue.Empty:
+                pass
 
 
 #: distinct (key, value) pairs ``medians`` holds at most (~60 MB); past that it sorts instead

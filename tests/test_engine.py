@@ -482,3 +482,27 @@ def test_open_ranges_found_both_ways(reports, tmp_path, monkeypatch, how):
     found = [w for w in report.completeness if w["check"] == "ranges_open"]
     assert len(found) == 1 and f"2 NVTX range(s) never closed ({names[0]}, {names[1]})" \
         in found[0]["message"], found
+
+
+def test_read_ahead_keeps_order_raises_errors_and_stops_early():
+    """engine.read_ahead (streams read on another thread): every item in order; an error
+    in the stream reaches the reader; a reader that stops early does not leave the thread
+    blocked."""
+    import threading
+
+    assert list(engine.read_ahead(iter(range(50)), depth=2)) == list(range(50))
+
+    def broken():
+        yield 1
+        raise ValueError("damaged batch")
+
+    got = []
+    with pytest.raises(ValueError, match="damaged batch"):
+        for item in engine.read_ahead(broken()):
+            got.append(item)
+    assert got == [1]
+    before = threading.active_count()
+    ahead = engine.read_ahead(iter(range(1000)), depth=1)
+    assert next(ahead) == 0
+    ahead.close()  # the caller stops: the pump thread ends
+    assert threading.active_count() == before
