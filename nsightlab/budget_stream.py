@@ -29,6 +29,7 @@ from .budget import (BUSY_PARTS, COPY_PARTS, GAP_CHUNK, IDLE_PARTS, IDLE_THREADS
                      idle_pieces, max_end_per_iteration)
 from .classify import sync_kind
 from .engine import RowBits, runs
+from .launches import SharedCalls, know_shared_calls
 from .reader import readers
 from .timeline import covered, union
 
@@ -52,6 +53,7 @@ class StreamedOps:
         share = self._shared_launches()
         selects = [self._select(i, t, share) for i, t in enumerate(TABLES) if report.has_rows(t)]
         self.count, self.lo, self.hi = 0, 0, 0
+        self._left_view = False  # the launch table left as a view of bops
         self._gpu_end, self._quick = None, None
         if not selects:
             return
@@ -136,6 +138,7 @@ class StreamedOps:
         self.db.con.execute(f"CREATE OR REPLACE {kind} lk AS SELECT {cols} FROM bops WHERE {where}")
         if not keep:
             self.db.filtered["lk"] = ("bops", where)
+            self._left_view = True
         self.db.left_launches, self.db._once = self.db.wanted_launches, None
 
     def _select(self, i: int, table: str, share: dict | None) -> str:
@@ -187,15 +190,20 @@ class StreamedOps:
             return
         n_api = self.db.one("SELECT coalesce(max(api_row), -1) + 1 FROM bops")[0]
         bits = RowBits(n_api)
+        # the launch table left as a view of this join (``_leave_launches``): whether a call
+        # launched several of its kernels (``launches.once_sql``), found on the way here
+        calls = SharedCalls(n_api) if self._left_view else None
         rs = iters["start_ns"].to_numpy(np.int64) if iters is not None else np.empty(0, np.int64)
         re_ = iters["end_ns"].to_numpy(np.int64) if iters is not None else np.empty(0, np.int64)
         gpu_end = np.full(len(rs), -1, np.int64)
         carry: tuple | None = None  # (device, last launch time, the distinct one before it)
-        stream = self.db.stream("SELECT device_id, api_start, api_row, end_ns FROM bops "
+        stream = self.db.stream("SELECT device_id, api_start, api_row, end_ns, tbl FROM bops "
                                 "WHERE api_start IS NOT NULL ORDER BY device_id, api_start",
                                 self.batch_rows)
         for batch in stream:
-            dev, t, row, e = (batch.column(i).to_numpy() for i in range(4))
+            dev, t, row, e, tbl = (batch.column(i).to_numpy() for i in range(5))
+            if calls is not None:
+                calls.add(row[tbl == 0])
             t, e = t.astype(np.int64, copy=False), e.astype(np.int64, copy=False)
             for lo, hi in runs(dev):
                 d = int(dev[lo])
@@ -206,6 +214,8 @@ class StreamedOps:
             if len(rs):
                 max_end_per_iteration(gpu_end, rs, re_, t, e)
         self._quick, self._gpu_end = bits, gpu_end
+        if calls is not None:
+            know_shared_calls(self.db, calls.shared)
 
     def budgets(self, start: np.ndarray, end: np.ndarray, syncs: pd.DataFrame) -> dict:
         """{device: (parts per window, idle time per sync API)}, as ``budget._device_budget``,

@@ -232,9 +232,34 @@ class Parts:
         self.writers = {}
 
 
-#: columns whose row groups carry min/max (DuckDB skips row groups by them: the time budget
-#: joins operations and calls in windows of correlation ids)
-STATISTICS = ("correlation_id",)
+#: columns whose row groups carry min/max: DuckDB skips row groups by them (the time budget
+#: joins operations and calls in windows of correlation ids), and a table's extent is read
+#: off them (``extent``)
+STATISTICS = ("correlation_id", "start_ns", "end_ns")
+
+
+def extent(files: list[Path], lo: str = "start_ns", hi: str = "end_ns") -> tuple | None:
+    """(min of ``lo``, max of ``hi``) over cache parts, from their row groups' statistics
+    (a row group without them is read); None when no row has both."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    mins, maxs = [], []
+    for f in files:
+        part = pq.ParquetFile(f, **READ)
+        names = part.schema_arrow.names
+        for g in range(part.metadata.num_row_groups):
+            group = part.metadata.row_group(g)
+            stats = [group.column(names.index(c)).statistics for c in (lo, hi)]
+            if all(s is not None and s.has_min_max for s in stats):
+                mins.append(stats[0].min)
+                maxs.append(stats[1].max)
+            else:
+                got = part.read_row_group(g, columns=[lo, hi])
+                mins.append(pc.min(got.column(lo)).as_py())
+                maxs.append(pc.max(got.column(hi)).as_py())
+    mins, maxs = [v for v in mins if v is not None], [v for v in maxs if v is not None]
+    return (int(min(mins)), int(max(maxs))) if mins and maxs else None
 
 
 def part_writer(path: Path, schema: "pa.Schema", ident: dict) -> "pq.ParquetWriter":

@@ -147,6 +147,10 @@ class ExportDB:
             self._once[key] = compute()
         return self._once[key]
 
+    def knows(self, key: str) -> bool:
+        """Whether ``once(key, ...)`` has its answer already."""
+        return key in self._once
+
     def count(self, table: str) -> int:
         if table not in self.tables:
             return 0

@@ -175,21 +175,42 @@ def once_sql(db) -> str:
     path's ``first_of_call``); plain true when every call launched one operation (asked once
     per launch table)."""
     if db._once is None:
-        db._once = ("true" if not _shared_calls(db)
-                    else "(op_row = min(op_row) OVER (PARTITION BY api_row))")
+        know_shared_calls(db, _shared_calls(db))
     return db._once
+
+
+def know_shared_calls(db, shared: bool) -> None:
+    """Tell ``once_sql`` whether an API call of ``lk`` launched more than one operation
+    (the time budget's launch pass finds it out on the way)."""
+    db._once = "(op_row = min(op_row) OVER (PARTITION BY api_row))" if shared else "true"
 
 
 def _shared_calls(db) -> bool:
     """Whether any API call of ``lk`` launched more than one operation: one pass over the
     API row numbers with a bit per row (a DISTINCT or GROUP BY over 100M launches held ~1 GB
     past DuckDB's memory limit)."""
-    from .engine import RowBits
-
-    seen = RowBits(db.one("SELECT coalesce(max(api_row), -1) + 1 FROM lk")[0])
+    calls = SharedCalls(db.one("SELECT coalesce(max(api_row), -1) + 1 FROM lk")[0])
     for batch in db.chunks("lk", "api_row"):
-        rows = np.sort(batch.column(0).to_numpy())
-        if np.any(rows[1:] == rows[:-1]) or seen.has(rows).any():
+        calls.add(batch.column(0).to_numpy())
+        if calls.shared:
             return True
-        seen.add(rows)
     return False
+
+
+class SharedCalls:
+    """Whether any API row was added twice (a call that launched several operations), with
+    a bit per row (``engine.RowBits``)."""
+
+    def __init__(self, n: int):
+        from .engine import RowBits
+
+        self.seen, self.shared = RowBits(n), False
+
+    def add(self, rows: np.ndarray) -> None:
+        if self.shared or not len(rows):
+            return
+        rows = np.sort(rows)
+        if np.any(rows[1:] == rows[:-1]) or self.seen.has(rows).any():
+            self.shared = True
+        else:
+            self.seen.add(rows)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 import nsightlab
@@ -93,3 +94,22 @@ def test_unwritable_cache_folder_falls_back_to_direct_reads(sqlite_of, tmp_path,
     r = nsightlab.open(sqlite_of("h200-vit-fp16"), progress=notes.append)
     assert len(r.kernels()) == 3120 and len(r.nvtx()) == 297
     assert r.cache is None and any("cannot write the cache" in n for n in notes)
+
+
+def test_extent_from_statistics_or_from_the_rows(tmp_path):
+    """cache.extent reads min/max off row-group statistics, and reads the rows of a part
+    written without them (caches from before statistics were kept): same answer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from nsightlab.cache import extent
+
+    rng = np.random.default_rng(5)
+    start = rng.integers(10, 10**12, 5000)
+    table = pa.table({"start_ns": start, "end_ns": start + rng.integers(0, 10**6, 5000)})
+    with_stats, without = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(table.slice(0, 3000), with_stats, row_group_size=700)
+    pq.write_table(table.slice(3000), without, row_group_size=700, write_statistics=False)
+    want = (int(start.min()), int(table["end_ns"].to_numpy().max()))
+    assert extent([with_stats, without]) == want
+    assert extent([without]) == (int(start[3000:].min()), int(table["end_ns"].to_numpy()[3000:].max()))

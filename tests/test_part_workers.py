@@ -85,10 +85,11 @@ def test_a_dead_worker_leaves_no_entry_and_names_the_report(sqlite_of, tmp_path,
     monkeypatch.setattr(part_workers, "pool", lambda n: Dying(0))
     path = sqlite_of("h200-launchbound")
     with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
+        # the calls are read first (the kernels are checked against their extent)
         with pytest.raises(CorruptReportError, match="a reader process died while reading "
-                           "CUPTI_ACTIVITY_KIND_KERNEL"):
+                           "CUPTI_ACTIVITY_KIND_RUNTIME"):
             r.kernels()
-        assert r.cache.files("kernels") is None
+        assert r.cache.files("kernels") is None and r.cache.files("cuda_api") is None
     assert not [p for p in (tmp_path / "c").rglob("*.parquet")]
 
 
@@ -173,3 +174,34 @@ def test_sql_values_lists():
     assert con.execute(f"SELECT * FROM ({_values(rows, 3)})").fetchall() == rows
     assert con.execute(f"SELECT * FROM ({_values([], 3)})").fetchall() == []
     assert _values([(1, "a\x00b")], 2) is None
+
+
+def test_api_extent_read_off_the_cached_calls_equals_the_sql_scan(sqlite_of, tmp_path,
+                                                                  by_processes, monkeypatch):
+    """Kernels are checked against the extent of the CUDA API calls. When the calls are read by
+    processes into a cache, they are cached first and their extent read off the parts'
+    statistics instead of a scan of SQLite: the same bounds, so the same kernels left out.
+    Damaged copy: API calls ending before they start (left out of the extent) and kernels
+    far outside the run."""
+    from nsightlab import db as dbmod, tables
+
+    path = damaged_copy(sqlite_of, tmp_path)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 5, \"end\" = 9 "
+                    "WHERE rowid % 1009 = 0")  # before the first API call: left out
+    scans = []
+    real = dbmod.ExportDB.over_ranges
+    monkeypatch.setattr(dbmod.ExportDB, "over_ranges",
+                        lambda self, sql, *a: scans.append(sql) or real(self, sql, *a))
+    with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
+        r.prefetch(["kernels"])
+        got = tables.session_bounds(r.db, "kernels")
+        assert r.cache.files("cuda_api") is not None  # cached first, for its extent
+        dropped = r.cache.meta("kernels")["dropped"]
+    assert not [s for s in scans if "CUPTI_ACTIVITY_KIND_RUNTIME" in s]
+    want = tables.session_bounds(dbmod.ExportDB(path), "kernels")  # the SQL scan
+    assert got == want
+    with sqlite3.connect(path) as con:
+        bad = con.execute(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE "
+                          f"{tables.invalid_sql(want)}").fetchone()[0]
+    assert dropped == bad and bad > 0
