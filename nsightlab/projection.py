@@ -179,6 +179,7 @@ def project_sql(report: Report, db, max_ranges: int = 0) -> pd.DataFrame:
     """``project`` over the launch table ``lk`` in DuckDB (``launches.launches_sql`` with
     start_ns, end_ns, api_start_ns, api_end_ns, api_tid), read a million launches at a time
     and added up per range: bounded memory for every kind of range (push/pop or start/end)."""
+    from .engine import read_ahead
     from .launches import once_sql
 
     sums = _Sums(_ranges(report, max_ranges))
@@ -188,9 +189,9 @@ def project_sql(report: Report, db, max_ranges: int = 0) -> pd.DataFrame:
             db.con.execute(f"CREATE OR REPLACE TABLE lk_once AS SELECT pid, api_tid, "
                            f"api_start_ns, api_end_ns, start_ns, end_ns, {once} AS once FROM lk")
         table = "lk" if once == "true" else "lk_once"
-        for batch in db.chunks(table, "pid, api_tid, api_start_ns, api_end_ns, start_ns, "
-                               f"end_ns, {'true AS once' if once == 'true' else 'once'}",
-                               STREAM_ROWS):
+        for batch in read_ahead(db.chunks(
+                table, "pid, api_tid, api_start_ns, api_end_ns, start_ns, "
+                f"end_ns, {'true AS once' if once == 'true' else 'once'}", STREAM_ROWS)):
             got = batch.to_pandas()
             sums.add(got, got["once"].to_numpy(bool))
         db.con.execute("DROP TABLE IF EXISTS lk_once")
