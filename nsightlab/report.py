@@ -166,6 +166,10 @@ class Report:
         spec = self.spec(table)
         if not spec.present(self.db):
             return 0
+        meta = self.cache.meta(table) if self.cache is not None else None
+        if meta is not None:  # rows kept and left out, counted when it was cached (a count
+            # of 8M kernels in SQLite: 0.2 s)
+            return sum(p["rows"] for p in meta["parts"]) + meta.get("dropped", 0)
         return self.db.query(f'SELECT count(*) FROM "{spec.source}"{_rows_of(table)}')[0][0]
 
     def has_rows(self, table: str) -> bool:

@@ -205,3 +205,15 @@ def test_api_extent_read_off_the_cached_calls_equals_the_sql_scan(sqlite_of, tmp
         bad = con.execute(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE "
                           f"{tables.invalid_sql(want)}").fetchone()[0]
     assert dropped == bad and bad > 0
+
+
+def test_row_count_of_a_cached_table_equals_the_sql_count(sqlite_of, tmp_path):
+    """Report.row_count of a cached table comes from the entry (rows kept + rows left out),
+    not a count in SQLite: the same number, damaged rows included."""
+    path = damaged_copy(sqlite_of, tmp_path)
+    with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
+        want = {t: r.row_count(t) for t in ("kernels", "cuda_api", "nvtx")}
+        r.prefetch(["kernels", "cuda_api", "nvtx"])
+        assert r.cache.meta("kernels")["dropped"] > 0
+        r.db.query = None  # the counts must not come from SQLite now
+        assert {t: r.row_count(t) for t in want} == want
