@@ -273,6 +273,17 @@ class Engine:
         self.con.execute(f"SET memory_limit = '{memory_mb()}MB'")
 
     def close(self) -> None:
+        """Close the connection and remove the scratch folder. The scratch tables are dropped
+        first: closing a database file checkpoints what it holds (0.3-0.5 s after
+        launch_compute at 8M kernels on the GPU machine; 0.03 s once dropped)."""
+        import duckdb
+
+        try:
+            for (name,) in self.con.execute("SELECT table_name FROM duckdb_tables() "
+                                            "WHERE NOT temporary").fetchall():
+                self.con.execute(f'DROP TABLE IF EXISTS "{name}" CASCADE')
+        except duckdb.Error:
+            pass  # a connection in a failed state: closing it is all that is left
         self.con.close()
         shutil.rmtree(self.spill, ignore_errors=True)
 
