@@ -67,15 +67,18 @@ class StreamedOps:
             f", a.{c} AS {c}" for c, _ in share["api"]) if share else ""
         union = " UNION ALL ".join(selects)
         db.con.execute("DROP TABLE IF EXISTS bops")
-        for i, (op_where, api_where) in enumerate(self._windows(union, ops)):
-            join = (f"LEFT JOIN (SELECT * FROM {api} WHERE {api_where}) a "
-                    f"ON o.pid = a.pid AND o.correlation_id = a.correlation_id"
-                    if report.has_rows("cuda_api") else
-                    "LEFT JOIN (SELECT NULL::BIGINT AS start_ns, NULL::BIGINT AS row) a ON false")
-            db.con.execute(f"""{"INSERT INTO bops" if i else "CREATE TABLE bops AS"}
-                SELECT o.device_id::INTEGER AS device_id, o.start_ns, o.end_ns, o.part, o.tbl,
-                       o.row, a.start_ns AS api_start, a.row AS api_row{extra}
-                FROM (SELECT * FROM ({union}) WHERE {op_where}) o {join}""")
+        windows = self._windows(union, ops)
+        with db.all_cores():
+            for i, (op_where, api_where) in enumerate(windows):
+                join = (f"LEFT JOIN (SELECT * FROM {api} WHERE {api_where}) a "
+                        f"ON o.pid = a.pid AND o.correlation_id = a.correlation_id"
+                        if report.has_rows("cuda_api") else
+                        "LEFT JOIN (SELECT NULL::BIGINT AS start_ns, NULL::BIGINT AS row) a "
+                        "ON false")
+                db.con.execute(f"""{"INSERT INTO bops" if i else "CREATE TABLE bops AS"}
+                    SELECT o.device_id::INTEGER AS device_id, o.start_ns, o.end_ns, o.part,
+                           o.tbl, o.row, a.start_ns AS api_start, a.row AS api_row{extra}
+                    FROM (SELECT * FROM ({union}) WHERE {op_where}) o {join}""")
         self.count, lo, hi = db.one("SELECT count(*), min(start_ns), max(end_ns) FROM bops")
         if share:
             self._leave_launches(share, keep=self.count > ops)

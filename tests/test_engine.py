@@ -506,3 +506,40 @@ def test_read_ahead_keeps_order_raises_errors_and_stops_early():
     assert next(ahead) == 0
     ahead.close()  # the caller stops: the pump thread ends
     assert threading.active_count() == before
+
+
+def test_all_cores_for_joins_and_aggregations_then_back(reports, tmp_path, monkeypatch):
+    """Joins and aggregations run on one DuckDB thread per core (``Engine.all_cores``), sorts
+    on the memory-bound count (``threads()``): here 4 and 1. Same tables as in memory, and
+    the thread count is back to 1 after each block (also when a query in it fails)."""
+    from nsightlab import reader
+
+    monkeypatch.setattr(engine, "MB_PER_THREAD", 10**6)  # threads() = 1
+    monkeypatch.setattr(engine, "readers", lambda rows=None: 4)
+    monkeypatch.setattr(reader, "readers", lambda rows=None: 4)
+    assert (engine.threads(), engine.all_threads()) == (1, 4)
+    path = reports("nsys", "", "h200-vit-fp16-syncy")
+    ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
+    seen = []
+    real = engine.Engine.all_cores
+
+    def spy(self, really=True):
+        seen.append(really)
+        return real(self, really)
+
+    monkeypatch.setattr(engine.Engine, "all_cores", spy)
+    got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
+    for table in ref:
+        assert_same(ref[table], got[table], f"launch_compute.{table} on all cores")
+    assert True in seen
+    monkeypatch.setattr(engine.Engine, "all_cores", real)
+    report = nsightlab.open(path, cache_dir=tmp_path / "duckdb")
+    with engine.Engine(report) as db:
+        threads = lambda: db.one("SELECT current_setting('threads')")[0]  # noqa: E731
+        with db.all_cores():
+            assert threads() == 4
+        assert threads() == 1
+        with pytest.raises(Exception):
+            with db.all_cores():
+                db.one("SELECT * FROM no_such_table")
+        assert threads() == 1

@@ -116,8 +116,9 @@ def per_kernel_sql(db):
                  f"max({x}) AS {metric}_max_ns",
                  f"CASE WHEN count({x}) > 1 THEN stddev_samp({x}) WHEN count({x}) = 1 THEN 0.0 "
                  f"END AS {metric}_stddev_ns"]
-    out = db.frame(f"""SELECT {', '.join(keys)}, {', '.join(cols)}
-                       FROM lk GROUP BY ALL ORDER BY min(op_row)""")
+    with db.all_cores():  # one row per group to sort
+        out = db.frame(f"""SELECT {', '.join(keys)}, {', '.join(cols)}
+                           FROM lk GROUP BY ALL ORDER BY min(op_row)""")
     for metric, expr in METRICS_SQL.items():
         out[f"{metric}_med_ns"] = engine.medians_at(
             db, out, f"(SELECT {', '.join(keys)}, {expr} AS x FROM lk)", keys, "x")
@@ -212,23 +213,24 @@ def summary_sql(db, params):
 
     short = float(params["short_kernel_us"]) * 1e3
     once = once_sql(db)
-    out = db.frame(f"""
-        WITH k AS (SELECT pid, device_id, count(*) AS kernel_count,
-                          sum(end_ns - start_ns)::BIGINT AS kernel_time_ns,
-                          max(end_ns) - min(start_ns) AS gpu_span_ns,
-                          avg(end_ns - start_ns) AS kernel_avg_ns,
-                          100.0 * avg(((end_ns - start_ns) < {short})::INTEGER) AS short_kernel_pct
-                   FROM lk GROUP BY pid, device_id),
-             c AS (SELECT pid, device_id, count(*) AS launch_calls,
-                          sum(api_end_ns - api_start_ns)::BIGINT AS launch_api_ns,
-                          avg(api_end_ns - api_start_ns) AS launch_api_avg_ns
-                   FROM (SELECT pid, device_id, api_start_ns, api_end_ns, {once} AS once FROM lk)
-                   WHERE once GROUP BY pid, device_id)
-        SELECT k.pid, k.device_id AS device, kernel_count, kernel_time_ns, gpu_span_ns,
-               launch_calls, launch_api_ns, launch_api_avg_ns, kernel_avg_ns,
-               short_kernel_pct
-        FROM k JOIN c USING (pid, device_id)
-        ORDER BY k.pid, k.device_id""")
+    with db.all_cores(once == "true"):  # not a window over every launch
+        out = db.frame(f"""
+            WITH k AS (SELECT pid, device_id, count(*) AS kernel_count,
+                              sum(end_ns - start_ns)::BIGINT AS kernel_time_ns,
+                              max(end_ns) - min(start_ns) AS gpu_span_ns,
+                              avg(end_ns - start_ns) AS kernel_avg_ns,
+                              100.0 * avg(((end_ns - start_ns) < {short})::INTEGER) AS short_kernel_pct
+                       FROM lk GROUP BY pid, device_id),
+                 c AS (SELECT pid, device_id, count(*) AS launch_calls,
+                              sum(api_end_ns - api_start_ns)::BIGINT AS launch_api_ns,
+                              avg(api_end_ns - api_start_ns) AS launch_api_avg_ns
+                       FROM (SELECT pid, device_id, api_start_ns, api_end_ns, {once} AS once FROM lk)
+                       WHERE once GROUP BY pid, device_id)
+            SELECT k.pid, k.device_id AS device, kernel_count, kernel_time_ns, gpu_span_ns,
+                   launch_calls, launch_api_ns, launch_api_avg_ns, kernel_avg_ns,
+                   short_kernel_pct
+            FROM k JOIN c USING (pid, device_id)
+            ORDER BY k.pid, k.device_id""")
     groups = pd.DataFrame({"pid": out["pid"], "device_id": out["device"]})
     def median(expr):
         return engine.medians_at(db, groups, f"(SELECT pid, device_id, {expr} AS x FROM lk)",
