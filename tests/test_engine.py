@@ -270,14 +270,17 @@ def test_row_bits_hold_exactly_the_rows_added():
     """engine.RowBits (what the streamed budget and the once-per-call test remember about
     API rows): membership equals a Python set's, across byte boundaries and repeats."""
     rng = np.random.default_rng(3)
-    bits = engine.RowBits(10_003)
-    added = set()
-    for _ in range(5):
-        rows = rng.integers(0, 10_003, 700)
-        bits.add(rows)
-        added.update(rows.tolist())
-    probe = np.arange(10_003)
-    assert bits.has(probe).tolist() == [r in added for r in probe.tolist()]
+    for n, per_add in ((10_003, 700), (10_003, 40), (1_000_003, 25)):  # dense and sparse adds
+        bits = engine.RowBits(n)
+        added = set()
+        for _ in range(5):
+            rows = rng.integers(0, n, per_add)
+            bits.add(rows)
+            added.update(rows.tolist())
+        bits.add(np.array([n - 1]))  # the last byte
+        added.add(n - 1)
+        probe = np.arange(n)
+        assert bits.has(probe).tolist() == [r in added for r in probe.tolist()], (n, per_add)
     assert not engine.RowBits(0).has(np.array([0, 5])).any()
 
 
