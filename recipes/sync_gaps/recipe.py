@@ -250,7 +250,7 @@ def _finish(report, syncs, gaps, gi, ai, prev):
     if n:
         has = prev >= 0
         rows = np.concatenate([ai, prev[has]])  # only these API rows are looked at
-        pick = {c: _take(report, c, rows) for c in ("name", "start_ns", "end_ns")}
+        pick = _take(report, ["name", "start_ns", "end_ns"], rows)
         n_ai = len(ai)
         next_api[gi] = pick["name"][:n_ai]
         next_start[gi] = pick["start_ns"][:n_ai]
@@ -278,11 +278,13 @@ def _finish(report, syncs, gaps, gi, ai, prev):
     return out.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _take(report, column, rows):
-    """Values of one cuda_api column at ``rows`` (names as str), reading only those rows."""
-    col = report.take("cuda_api", [column], rows)[column]
-    return col.astype(str).to_numpy(dtype=object) if isinstance(col.dtype, pd.CategoricalDtype) \
-        else col.to_numpy()
+def _take(report, columns, rows):
+    """{column: values} of cuda_api at ``rows`` (names as str), reading only those rows,
+    all columns in one pass over the cache."""
+    got = report.take("cuda_api", columns, rows)
+    return {c: got[c].astype(str).to_numpy(dtype=object)
+            if isinstance(got[c].dtype, pd.CategoricalDtype) else got[c].to_numpy()
+            for c in columns}
 
 
 def ending_ops(ops, gaps):
