@@ -17,7 +17,7 @@ from .errors import NsightlabError
 __version__ = "0.1.0"
 
 #: public name -> module that defines it
-_LAZY = {"open": "report", "Report": "report", "TABLES": "tables", "diff": "comparison",
+_LAZY = {"open": "opener", "Report": "report", "TABLES": "tables", "diff": "comparison",
          "compare": "lineup", "open_ncu": "ncu"}
 __all__ = ["NsightlabError", "Report", "TABLES", "compare", "diff", "open", "open_ncu",
            "__version__"]

@@ -29,6 +29,74 @@ from collections.abc import Callable
 from pathlib import Path
 
 _POOL: "Workers | None" = None
+#: most SQLite reader threads per big table (each also converts, caches and copies its own
+#: batches); the cores this process may use decide below that, and NSIGHTLAB_READERS caps it
+MAX_READERS = 32
+#: rows under which a table is read by one thread (thread start-up would cost more)
+ROWS_PER_READER = 250_000
+#: tables of at least this many rows have their cache entry built by worker processes, when
+#: at least PROCESS_MIN_WORKERS cores are free for them (on 2 cores, threads were ~12% faster:
+#: the processes' start-up and reading the entry back cost more than the GIL there)
+PROCESS_MIN_ROWS = 1_000_000
+PROCESS_MIN_WORKERS = 4
+#: the tables whose first read ``prestart`` looks ahead to (every recipe reads both)
+_FIRST_READ = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME")
+_CACHED = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
+
+
+def readers(rows: int | None = None) -> int:
+    """Readers (threads or worker processes) for a table of ``rows``: one per core available
+    to this process (``os.sched_getaffinity``), capped by ``NSIGHTLAB_READERS`` and
+    ``MAX_READERS``, and by the table's size (small tables are read by one thread)."""
+    from .errors import UsageError
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    cap = os.environ.get("NSIGHTLAB_READERS", "").strip()
+    if cap and not (cap.isdigit() and int(cap) > 0):
+        raise UsageError(f"NSIGHTLAB_READERS={cap!r} is not a number of readers: set it to a "
+                         "whole number, at least 1, or unset it (one per core)")
+    n = min(cores, MAX_READERS, int(cap) if cap else MAX_READERS)
+    if rows is not None:
+        n = min(n, max(1, rows // ROWS_PER_READER))
+    return max(1, n)
+
+
+def prestart(sqlite: Path, tables_root: Path | None) -> bool:
+    """Start the pool now if the first read of ``sqlite`` will want it: a cache is kept
+    (``tables_root``), the kernels or the API calls are not cached yet and big enough for
+    worker processes. ``nsightlab.open`` calls this before importing pandas and pyarrow, so
+    the workers start (~0.7 s on the 16-core GPU machine) while this process imports.
+    Only the standard library is used here. Returns whether the pool was started."""
+    import sqlite3
+    from urllib.parse import quote
+
+    if tables_root is None or _POOL is not None:
+        return False
+    try:
+        con = sqlite3.connect(f"file:{quote(str(Path(sqlite).resolve()))}?mode=ro&immutable=1",
+                              uri=True)
+    except sqlite3.Error:
+        return False
+    spans = []
+    try:
+        for table in _FIRST_READ:
+            if (tables_root / _CACHED[table] / "meta.json").exists():
+                continue
+            try:
+                lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+            except sqlite3.Error:  # no such table, not a database: the open will say so
+                continue
+            spans.append(0 if lo is None else hi - lo + 1)
+    finally:
+        con.close()
+    big = [s for s in spans if s >= PROCESS_MIN_ROWS and readers(s) >= PROCESS_MIN_WORKERS]
+    if not big:
+        return False
+    pool(readers())
+    return True
 
 
 class WorkerDied(Exception):

@@ -31,23 +31,14 @@ import pyarrow.parquet as pq
 
 from . import frames
 from .cache import READ, TableCache
+from .part_workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, readers
 from .cache import extent as cache_extent
 from .db import BATCH_ROWS, ExportDB
-from .errors import CorruptReportError, UsageError
+from .errors import CorruptReportError
 from .tables import CHECKED, TABLES, TableSpec, contract_batches, session_bounds, to_pandas
 
 T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
-#: most SQLite reader threads per big table (each also converts, caches and copies its own
-#: batches); the cores this process may use decide below that, and NSIGHTLAB_READERS caps it
-MAX_READERS = 32
-#: rows under which a table is read by one thread (thread start-up would cost more)
-ROWS_PER_READER = 250_000
-#: tables of at least this many rows have their cache entry built by worker processes, when
-#: at least PROCESS_MIN_WORKERS cores are free for them (on 2 cores, threads were ~12% faster:
-#: the processes' start-up and reading the entry back cost more than the GIL there)
-PROCESS_MIN_ROWS = 1_000_000
-PROCESS_MIN_WORKERS = 4
 #: rowid ranges per worker process (even load when some ranges decode slower) ...
 RANGES_PER_WORKER = 4
 #: ... but at least one range per this many rows, and at most MAX_RANGES ranges (parts)
@@ -62,24 +53,6 @@ def _worker_error(answer: dict) -> Exception:
     if answer["kind"] == "os":
         return OSError(answer.get("errno") or 0, answer["error"])
     return ValueError(answer["error"])  # values the contract cannot hold: _from_sqlite says so
-
-
-def readers(rows: int | None = None) -> int:
-    """Reader threads for a table of ``rows``: one per core available to this process
-    (``os.sched_getaffinity``), capped by ``NSIGHTLAB_READERS`` and ``MAX_READERS``, and by
-    the table's size (small tables are read by one thread)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    cap = os.environ.get("NSIGHTLAB_READERS", "").strip()
-    if cap and not (cap.isdigit() and int(cap) > 0):
-        raise UsageError(f"NSIGHTLAB_READERS={cap!r} is not a number of readers: set it to a "
-                         "whole number, at least 1, or unset it (one per core)")
-    n = min(cores, MAX_READERS, int(cap) if cap else MAX_READERS)
-    if rows is not None:
-        n = min(n, max(1, rows // ROWS_PER_READER))
-    return max(1, n)
 
 
 class TableReader:
@@ -240,7 +213,7 @@ class TableReader:
 
         span = self.db.rowid_span(spec.source)
         workers = readers(span)
-        part_workers.pool(workers)  # they start (imports, ~0.5 s) while the bounds are read
+        part_workers.pool(readers())  # one per core (perhaps started at open: ``prestart``)
         ranges = self.db.rowid_ranges(
             spec.source, min(MAX_RANGES, max(RANGES_PER_WORKER * workers, span // RANGE_ROWS)))
         self._checked_sql(spec)

@@ -21,35 +21,11 @@ from . import frames, metadata
 from .cache import TableCache, identity, remove_stale
 from .db import ExportDB
 from .errors import UnknownTableError
-from .paths import locate
 from .reader import TableReader
 from .results import ResultStore
 from .tables import NVTX_TYPES, TABLES, TableSpec, to_pandas
 
-def open(path: str | os.PathLike, *, cache: bool | None = None,
-         cache_dir: str | os.PathLike | None = None,
-         nsys: str | os.PathLike | None = None,
-         progress: Callable[[str], None] | None = None) -> "Report":
-    """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
-    directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
-
-    Args:
-        path: what to open.
-        cache: keep materialized tables and results as Parquet (default: on, unless
-            ``NSIGHTLAB_NO_CACHE``).
-        cache_dir: cache root for files outside a capture (default ``NSIGHTLAB_CACHE_DIR`` or
-            ``~/.cache/nsightlab``).
-        nsys: nsys executable for exporting ``.nsys-rep`` (default ``NSIGHTLAB_NSYS`` or PATH).
-        progress: called with a one-line message before slow steps (exports, first reads of
-            tables over a million rows); the CLI prints these to stderr.
-
-    Raises:
-        NsightlabError: the input cannot be read; the message names the file and the fix.
-    """
-    if cache is None:
-        cache = not os.environ.get("NSIGHTLAB_NO_CACHE")
-    loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
-    return Report(loc.sqlite, cache_root=loc.cache_root, source=loc.source, progress=progress)
+from .opener import open  # noqa: E402  nsightlab.open (light: it starts readers first)
 
 
 def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":

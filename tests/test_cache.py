@@ -21,9 +21,10 @@ def no_sqlite_reads(monkeypatch):
 
 
 def test_first_read_writes_parquet_and_later_reads_use_it(sqlite_of, cache_dir, monkeypatch):
+    import nsightlab.part_workers
     import nsightlab.reader
 
-    monkeypatch.setattr(nsightlab.reader, "ROWS_PER_READER", 1000)  # 3120 rows: 2+ readers
+    monkeypatch.setattr(nsightlab.part_workers, "ROWS_PER_READER", 1000)  # 3120 rows: 2+ readers
     monkeypatch.setenv("NSIGHTLAB_READERS", "2")
     path = sqlite_of("h200-vit-fp16")
     first = nsightlab.open(path).kernels()

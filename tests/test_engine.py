@@ -422,10 +422,10 @@ def test_sync_gaps_previous_calls_in_small_chunks_equal_numpy(reports, tmp_path,
 def test_take_reads_only_the_parts_holding_the_rows(reports, tmp_path, monkeypatch):
     """``take`` skips cache parts without a wanted row: rows from the first and last of 4
     parts, in any order, equal the whole column's, and only those 2 parts are read."""
-    from nsightlab import reader
+    from nsightlab import part_workers, reader
     from nsightlab.db import ExportDB
 
-    monkeypatch.setattr(reader, "ROWS_PER_READER", 1000)
+    monkeypatch.setattr(part_workers, "ROWS_PER_READER", 1000)
     monkeypatch.setattr(reader, "readers", lambda rows=None: 4)
     report = nsightlab.open(reports("nsys", "", "h200-launchbound"), cache_dir=tmp_path)
     whole = report.cuda_api(["start_ns", "tid"])

@@ -17,7 +17,7 @@ def by_processes(monkeypatch):
     """Every split table of this small fixture is read by 2 worker processes."""
     monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
     monkeypatch.setattr(reader, "PROCESS_MIN_WORKERS", 2)
-    monkeypatch.setattr(reader, "ROWS_PER_READER", 1000)
+    monkeypatch.setattr(part_workers, "ROWS_PER_READER", 1000)
     monkeypatch.setattr(reader, "readers", lambda rows=None: 2)
     yield
     part_workers.discard_pool()
@@ -217,3 +217,34 @@ def test_row_count_of_a_cached_table_equals_the_sql_count(sqlite_of, tmp_path):
         assert r.cache.meta("kernels")["dropped"] > 0
         r.db.query = None  # the counts must not come from SQLite now
         assert {t: r.row_count(t) for t in want} == want
+
+
+def test_open_starts_the_reader_processes_before_pandas_is_imported(sqlite_of, tmp_path):
+    """nsightlab.open on a report whose big tables are not cached starts the reader pool
+    before pandas and pyarrow are imported (both start-ups overlap), and does not when the
+    tables are cached. Run in fresh interpreters: here pandas is loaded already."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = sqlite_of("h200-launchbound")
+    code = textwrap.dedent(f"""
+        import sys
+        from nsightlab import part_workers as pw
+        pw.PROCESS_MIN_ROWS, pw.PROCESS_MIN_WORKERS = 1, 2
+        pw.readers = lambda rows=None: 2  # a 2-core machine would read with threads
+        seen, real = [], pw.pool
+        pw.pool = lambda n: (seen.append(("pandas" in sys.modules, n)), real(n))[1]
+        import nsightlab
+        r = nsightlab.open({str(path)!r}, cache_dir={str(tmp_path)!r})
+        print(seen[:1])
+        r.kernels(["start_ns"])
+        print(r.cache.files("kernels") is not None and r.cache.files("cuda_api") is not None)
+        """)
+    run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True,  # noqa: E731
+                                 text=True, timeout=120)
+    first = run()
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.split() == ["[(False,", "2)]", "True"], first.stdout
+    again = run()  # cached now: no pool until a read needs one
+    assert again.returncode == 0 and again.stdout.split() == ["[]", "True"], again.stdout
