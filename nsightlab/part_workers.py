@@ -86,7 +86,8 @@ def prestart(sqlite: Path, tables_root: Path | None) -> bool:
             if (tables_root / _CACHED[table] / "meta.json").exists():
                 continue
             try:
-                lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+                lo, hi = con.execute(f"SELECT (SELECT min(rowid) FROM {table}), "  # b-tree
+                                     f"(SELECT max(rowid) FROM {table})").fetchone()  # ends
             except sqlite3.Error:  # no such table, not a database: the open will say so
                 continue
             spans.append(0 if lo is None else hi - lo + 1)
