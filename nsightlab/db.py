@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CorruptReportError, NotAReportError
+from .part_workers import readers
 from .paths import NSYS_REP_MAGIC
 
 if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
@@ -262,7 +263,7 @@ class ExportDB:
                 h.close()
 
     def parallel(self, jobs: list[Callable[[], None]]) -> None:
-        """Run ``jobs`` on up to one thread per core (SQLite reads, Arrow compute and Parquet
+        """Run ``jobs`` on up to ``readers()`` threads, one per core (SQLite reads, Arrow compute and Parquet
         writes release the GIL). Not a thread per job: 64 cache parts read by 64 threads on
         16 cores spent a second starting threads that waited for the GIL. The first error
         is raised here once every job has ended."""
@@ -277,17 +278,10 @@ class ExportDB:
         if len(jobs) == 1:
             run(jobs[0])
         elif jobs:
-            with ThreadPoolExecutor(min(len(jobs), _cores())) as pool:
+            with ThreadPoolExecutor(min(len(jobs), readers())) as pool:
                 list(pool.map(run, jobs))
         if errors:
             raise errors[0]
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 class StringTable:

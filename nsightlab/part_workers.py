@@ -39,9 +39,9 @@ ROWS_PER_READER = 250_000
 #: the processes' start-up and reading the entry back cost more than the GIL there)
 PROCESS_MIN_ROWS = 1_000_000
 PROCESS_MIN_WORKERS = 4
-#: the tables whose first read ``prestart`` looks ahead to (every recipe reads both)
-_FIRST_READ = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME")
-_CACHED = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
+#: the tables whose first read ``prestart`` looks ahead to (every recipe reads both), and
+#: their cache entries
+_FIRST_READ = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
 
 
 def readers(rows: int | None = None) -> int:
@@ -82,8 +82,8 @@ def prestart(sqlite: Path, tables_root: Path | None) -> bool:
         return False
     spans = []
     try:
-        for table in _FIRST_READ:
-            if (tables_root / _CACHED[table] / "meta.json").exists():
+        for table, entry in _FIRST_READ.items():
+            if (tables_root / entry / "meta.json").exists():
                 continue
             try:
                 lo, hi = con.execute(f"SELECT (SELECT min(rowid) FROM {table}), "  # b-tree

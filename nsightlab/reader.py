@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 
 from . import frames
 from .cache import READ, TableCache
-from .part_workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, readers
 from .cache import extent as cache_extent
 from .db import BATCH_ROWS, ExportDB
 from .errors import CorruptReportError
+from .part_workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, readers
 from .tables import CHECKED, TABLES, TableSpec, contract_batches, session_bounds, to_pandas
 
 T = TypeVar("T")
