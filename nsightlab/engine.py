@@ -2,13 +2,14 @@
 
 Below ``MIN_ROWS`` kernels the recipes work on NumPy arrays in memory (fast, no start-up).
 From there on, steps whose memory would grow with the report run in DuckDB, within a memory
-limit (``NSIGHTLAB_MEMORY_MB``, default ``MEMORY_MB``), on up to one thread per core
-(``threads()``), spilling to a private folder beside the cache: kernel_sum's statistics
-(medians in bounded memory, ``medians``), sync_gaps' GPU gaps and the time budget
-(``budget_stream``: sorted streams read a million operations at a time), launch_compute's
+limit (``NSIGHTLAB_MEMORY_MB``, default ``MEMORY_MB``), on one thread per core for joins and
+aggregations (``Engine.all_cores``) and as many as the limit allows for sorts (``threads()``),
+spilling to a private folder beside the cache: kernel_sum's statistics (medians in bounded
+memory, ``medians``), sync_gaps' GPU gaps and the time budget (``budget_stream``: sorted
+streams, the next batch read on another thread while NumPy works, ``read_ahead``), launch_compute's
 launch table, statistics and NVTX projection, and the completeness checks. On the 16-core GPU
-machine at 100M kernels kernel_sum peaked at 0.26 GB, sync_gaps at 0.92 GB and launch_compute
-at 1.05 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
+machine at 100M kernels kernel_sum peaked at 0.25 GB, sync_gaps at 0.94 GB and launch_compute
+at 1.21 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
 both ways on real reports and compare (counts exact, sums within 1e-9 relative).
 
 A step that runs inside another's analysis (launch_compute computes the time budget) gets the
