@@ -46,6 +46,10 @@ MIN_ROWS = 2_000_000
 #: 8M kernels from 823 to 700 MB on 2 cores in the same time.
 MEMORY_MB = 480
 MB_PER_THREAD = 80
+#: sort threads of a second try when a step runs out of DuckDB's memory (syncy x2180 on 16
+#: cores: sync_gaps' sort of 8M operations with 6 threads did, and the NumPy path it fell
+#: back to peaked at 1.6 GB)
+RETRY_THREADS = 2
 CHOICES = ("auto", "duckdb", "numpy")
 
 
@@ -103,20 +107,22 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
     open_ = _OPEN.get(key)
     if open_ is not None:  # a step inside another's analysis: its engine, its scratch tables
         return in_duckdb(open_)
-    try:
-        with Engine(report) as db:
-            _OPEN[key] = db
-            try:
-                return in_duckdb(db)
-            finally:
-                del _OPEN[key]
-    except (Unavailable, OSError):  # no cache to scan after all (unwritable): in memory
-        return in_numpy()
-    except duckdb.OutOfMemoryException:
-        report.note(f"{report.path.name}: a step needed more than DuckDB's {memory_mb()} MB; "
-                    "analysing in memory instead (set NSIGHTLAB_MEMORY_MB higher to stay out "
-                    "of core)")
-        return in_numpy()
+    for sort_threads in sorted({threads(), min(threads(), RETRY_THREADS)}, reverse=True):
+        try:
+            with Engine(report, sort_threads) as db:
+                _OPEN[key] = db
+                try:
+                    return in_duckdb(db)
+                finally:
+                    del _OPEN[key]
+        except (Unavailable, OSError):  # no cache to scan after all (unwritable): in memory
+            return in_numpy()
+        except duckdb.OutOfMemoryException:
+            continue  # a sort's per-thread buffers: again with fewer threads
+    report.note(f"{report.path.name}: a step needed more than DuckDB's {memory_mb()} MB; "
+                "analysing in memory instead (set NSIGHTLAB_MEMORY_MB higher to stay out "
+                "of core)")
+    return in_numpy()
 
 
 def memory_mb() -> int:
@@ -155,16 +161,18 @@ class Engine:
     processes) and names it in SQL; ``rows=True`` adds ``row``, the row's position in the
     table (the index ``Report.take`` and the NumPy path use)."""
 
-    def __init__(self, report: Report):
+    def __init__(self, report: Report, sort_threads: int | None = None):
         import duckdb
 
         self.report = report
+        #: threads of every query but those in ``all_cores`` (the sorts)
+        self.threads = sort_threads or threads()
         report.cache.root.mkdir(parents=True, exist_ok=True)
         self.spill = build_dir(report.cache.root, "duckdb")  # a killed run's: removed next run
         # a database file, not memory: tables built here (the launch table) can then leave
         # the memory limit for the disk; in an in-memory database they cannot
         self.con = duckdb.connect(str(self.spill / "scratch.duckdb"), config={
-            "threads": threads(), "memory_limit": f"{memory_mb()}MB",
+            "threads": self.threads, "memory_limit": f"{memory_mb()}MB",
             "temp_directory": str(self.spill), "preserve_insertion_order": False})
         self.con.execute("SET enable_progress_bar = false")  # it prints to stdout: our answers
         # freed blocks go back sooner (default: 128 MB cached across DuckDB's threads), so
@@ -281,14 +289,14 @@ class Engine:
         """Run the queries inside on ``all_threads()`` (``really``): joins and aggregations
         only (no ORDER BY or window over many rows), whose memory stays within the limit
         however many threads."""
-        more = all_threads() if really else threads()
-        if more != threads():
+        more = all_threads() if really else self.threads
+        if more != self.threads:
             self.con.execute(f"SET threads = {more}")
         try:
             yield
         finally:
-            if more != threads():
-                self.con.execute(f"SET threads = {threads()}")
+            if more != self.threads:
+                self.con.execute(f"SET threads = {self.threads}")
 
     def release(self) -> None:
         """Give back what DuckDB keeps after its queries (buffers of finished results, up to

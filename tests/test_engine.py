@@ -146,6 +146,37 @@ def test_out_of_memory_in_duckdb_falls_back_with_a_note(reports, tmp_path, monke
     assert any("NSIGHTLAB_MEMORY_MB" in n for n in notes)
 
 
+def test_out_of_memory_in_a_sort_tries_again_with_fewer_threads(reports, tmp_path, monkeypatch):
+    """Simulated: a sorted stream that runs out of memory with more than ``RETRY_THREADS``
+    sort threads (a sort's per-thread buffers outgrow the limit on many cores) is run again
+    in DuckDB with fewer threads: the same tables, no note, no fall-back to the NumPy path."""
+    import duckdb
+
+    from nsightlab import reader
+
+    path = reports("nsys", "", "h200-vit-fp16-syncy")
+    ref = _run(path, "sync_gaps", "numpy", tmp_path, monkeypatch)
+    monkeypatch.setattr(engine, "readers", lambda rows=None: 8)
+    monkeypatch.setattr(reader, "readers", lambda rows=None: 8)
+    assert engine.threads() > engine.RETRY_THREADS
+    tries, stream = [], engine.Engine.stream
+
+    def short_of_memory(self, sql, batch_rows):
+        tries.append(self.threads)
+        if self.threads > engine.RETRY_THREADS:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        return stream(self, sql, batch_rows)
+
+    monkeypatch.setattr(engine.Engine, "stream", short_of_memory)
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    notes = []
+    got = R.run("sync_gaps", nsightlab.open(path, cache_dir=tmp_path / "oom", progress=notes.append))
+    for table in ref:
+        assert_same(ref[table], got[table], f"sync_gaps.{table}")
+    assert tries == [engine.threads(), engine.RETRY_THREADS]
+    assert not [n for n in notes if "NSIGHTLAB_MEMORY_MB" in n]
+
+
 @pytest.mark.parametrize("folder,prefix,name", REPORTS[:3], ids=[r[2] for r in REPORTS[:3]])
 def test_completeness_same_both_ways(reports, folder, prefix, name, tmp_path, monkeypatch):
     """Launch calls and devices are counted in SQL on big reports: the same findings."""
