@@ -465,10 +465,21 @@ def run_many(name: str, inputs: list[str], params: dict | None = None, *, jobs: 
 def _on_pool(jobs: int | None, work: list[tuple]) -> Iterator[tuple[int, dict]]:
     """(input index, entry) as each report finishes, from a local process pool."""
     workers = max(1, min(jobs or os.cpu_count() or 1, len(work)))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=share_cores,
+                             initargs=(workers,)) as pool:
         futures = {pool.submit(_run_one, *w): i for i, w in enumerate(work)}
         for f in as_completed(futures):
             yield futures[f], f.result()
+
+
+def share_cores(workers: int) -> None:
+    """Pool initializer: each of ``workers`` report workers reads its tables with its share of
+    the cores (``NSIGHTLAB_READERS``, unless the user set it), not one reader process per core
+    each: 16 workers on 16 cores would otherwise start 256 readers on big uncached reports."""
+    from .part_workers import readers
+
+    if not os.environ.get("NSIGHTLAB_READERS", "").strip():
+        os.environ["NSIGHTLAB_READERS"] = str(max(1, readers() // workers))
 
 
 def _on_dask(address: str, work: list[tuple]) -> Iterator[tuple[int, dict]]:

@@ -200,3 +200,22 @@ def test_an_unreachable_dask_scheduler_is_a_one_line_error(sqlite_of, cache_dir,
     res = invoke("run", "kernel_sum", a, b, "--dask", "tcp://127.0.0.1:9")
     assert res.exit_code == 1
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in res.output
+
+
+def test_report_workers_share_the_cores(monkeypatch):
+    """``recipe run NAME FOLDER...``'s local pool: each report worker reads with its share of
+    the cores (NSIGHTLAB_READERS), unless the user set it."""
+    import os
+
+    from nsightlab import part_workers, recipes
+
+    monkeypatch.setattr(part_workers, "readers", lambda rows=None: 16)
+    monkeypatch.delenv("NSIGHTLAB_READERS", raising=False)
+    recipes.share_cores(4)
+    assert os.environ["NSIGHTLAB_READERS"] == "4"
+    recipes.share_cores(32)  # set now: left alone
+    assert os.environ["NSIGHTLAB_READERS"] == "4"
+    monkeypatch.delenv("NSIGHTLAB_READERS")
+    recipes.share_cores(32)  # more workers than cores: one reader each
+    assert os.environ["NSIGHTLAB_READERS"] == "1"
+    monkeypatch.delenv("NSIGHTLAB_READERS")
