@@ -139,9 +139,9 @@ def memory_mb() -> int:
 
 
 def threads() -> int:
-    """DuckDB threads: one per core (``reader.readers()``), but at least ``MB_PER_THREAD`` of
-    the memory limit each (every thread keeps its own buffers: 16 threads in 640 MB ran out of
-    memory in a sort that 8 finish)."""
+    """DuckDB threads for sorts: one per core (``part_workers.readers()``), but at least
+    ``MB_PER_THREAD`` of the memory limit each (every thread keeps its own buffers: 16
+    threads in 640 MB ran out of memory in a sort that 8 finish)."""
     return max(1, min(readers(), memory_mb() // MB_PER_THREAD))
 
 
