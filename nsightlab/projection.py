@@ -15,6 +15,9 @@ start, last kernel end) and gpu_span_ns (their distance: the range's duration on
 """
 from __future__ import annotations
 
+import copy
+import threading
+
 import numpy as np
 import pandas as pd
 
@@ -23,8 +26,9 @@ from .report import Report
 from .tables import nullable_int64
 from .timeline import slice_reduce
 
-#: launches per batch of ``project_sql``'s stream
+#: launches per batch of ``project_sql``'s stream, and batches added up at once
 STREAM_ROWS = 1 << 20
+ADD_THREADS = 4
 NVTX_COLUMNS = ["name", "text", "domain", "kind", "pid", "tid", "depth", "start_ns", "end_ns",
                 "duration_ns"]
 
@@ -133,6 +137,58 @@ class _Sums:
             self.gstart[rows] = np.minimum(self.gstart[rows], gpu_first)
             self.gend[rows] = np.maximum(self.gend[rows], gpu_last)
 
+    def add_all(self, batches) -> None:
+        """``add`` every Arrow batch of launches (with ``once``), up to ``ADD_THREADS`` at a
+        time into copies of the sums, merged at the end (NumPy releases the GIL)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .reader import readers
+
+        workers = min(ADD_THREADS, readers())
+        if workers < 2:
+            for batch in batches:
+                got = batch.to_pandas()
+                self.add(got, got["once"].to_numpy(bool))
+            return
+        parts = [self._empty_copy() for _ in range(workers)]
+        free = list(parts)
+        lock = threading.Lock()
+
+        def work(batch) -> None:
+            with lock:
+                part = free.pop()
+            try:
+                got = batch.to_pandas()
+                part.add(got, got["once"].to_numpy(bool))
+            finally:
+                with lock:
+                    free.append(part)
+
+        with ThreadPoolExecutor(workers) as pool:
+            pending = []
+            for batch in batches:
+                pending.append(pool.submit(work, batch))
+                while len(pending) > workers:  # a few batches in flight, not the table
+                    pending.pop(0).result()
+            for f in pending:
+                f.result()
+        for part in parts:
+            self.count += part.count
+            self.ktime += part.ktime
+            self.api += part.api
+            self.calls += part.calls
+            np.minimum(self.gstart, part.gstart, out=self.gstart)
+            np.maximum(self.gend, part.gend, out=self.gend)
+
+    def _empty_copy(self) -> "_Sums":
+        """The same ranges with sums of its own (``add_all``'s threads)."""
+        part = copy.copy(self)
+        part.count, part.ktime = np.zeros_like(self.count), np.zeros_like(self.ktime)
+        part.api, part.calls = np.zeros_like(self.api), np.zeros_like(self.calls)
+        part.gstart = np.full_like(self.gstart, np.iinfo(np.int64).max)
+        part.gend = np.full_like(self.gend, np.iinfo(np.int64).min)
+        return part
+
     def frame(self) -> pd.DataFrame:
         out = self.nvtx.copy()
         out["kernel_count"] = self.count
@@ -189,11 +245,10 @@ def project_sql(report: Report, db, max_ranges: int = 0) -> pd.DataFrame:
             db.con.execute(f"CREATE OR REPLACE TABLE lk_once AS SELECT pid, api_tid, "
                            f"api_start_ns, api_end_ns, start_ns, end_ns, {once} AS once FROM lk")
         table = "lk" if once == "true" else "lk_once"
-        for batch in read_ahead(db.chunks(
-                table, "pid, api_tid, api_start_ns, api_end_ns, start_ns, "
-                f"end_ns, {'true AS once' if once == 'true' else 'once'}", STREAM_ROWS)):
-            got = batch.to_pandas()
-            sums.add(got, got["once"].to_numpy(bool))
+        chunks = read_ahead(db.chunks(
+            table, "pid, api_tid, api_start_ns, api_end_ns, start_ns, "
+            f"end_ns, {'true AS once' if once == 'true' else 'once'}", STREAM_ROWS))
+        sums.add_all(chunks)
         db.con.execute("DROP TABLE IF EXISTS lk_once")
     return sums.frame()
 

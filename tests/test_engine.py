@@ -285,13 +285,15 @@ def test_streamed_budget_in_small_batches_equals_numpy(reports, folder, prefix, 
                                   "pub-fuser-crossentropy-h200"])
 def test_launch_compute_streamed_in_small_batches_equals_numpy(reports, name, tmp_path,
                                                               monkeypatch):
-    """The NVTX projection adds up ranges over batches of the launch table: batches of 1000
-    launches (graph replays, start/end ranges, 18-deep push/pop) give the in-memory tables."""
-    from nsightlab import projection
+    """The NVTX projection adds up ranges over batches of the launch table, on 4 threads into
+    sums of their own, merged at the end: batches of 1000 launches (graph replays, start/end
+    ranges, 18-deep push/pop) give the in-memory tables."""
+    from nsightlab import projection, reader
 
     path = reports("nsys", "", name)
     ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
     monkeypatch.setattr(projection, "STREAM_ROWS", 1000)
+    monkeypatch.setattr(reader, "readers", lambda rows=None: 4)
     got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
     for table in ref:
         assert_same(ref[table], got[table], f"{name} launch_compute.{table} in batches")
