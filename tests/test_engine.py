@@ -138,12 +138,18 @@ def test_out_of_memory_in_duckdb_falls_back_with_a_note(reports, tmp_path, monke
         raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
 
     monkeypatch.setattr(engine.Engine, "frame", no_memory)
+    notes = _sync_gaps_in_duckdb_equal(ref, path, tmp_path, monkeypatch)
+    assert any("NSIGHTLAB_MEMORY_MB" in n for n in notes)
+
+
+def _sync_gaps_in_duckdb_equal(ref: dict, path: Path, tmp_path: Path, monkeypatch) -> list:
+    """Run sync_gaps under NSIGHTLAB_ENGINE=duckdb, check its tables equal ``ref``; its notes."""
     monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
-    notes = []
+    notes: list[str] = []
     got = R.run("sync_gaps", nsightlab.open(path, cache_dir=tmp_path / "oom", progress=notes.append))
     for table in ref:
         assert_same(ref[table], got[table], f"sync_gaps.{table}")
-    assert any("NSIGHTLAB_MEMORY_MB" in n for n in notes)
+    return notes
 
 
 def test_out_of_memory_in_a_sort_tries_again_with_fewer_threads(reports, tmp_path, monkeypatch):
@@ -168,11 +174,7 @@ def test_out_of_memory_in_a_sort_tries_again_with_fewer_threads(reports, tmp_pat
         return stream(self, sql, batch_rows)
 
     monkeypatch.setattr(engine.Engine, "stream", short_of_memory)
-    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
-    notes = []
-    got = R.run("sync_gaps", nsightlab.open(path, cache_dir=tmp_path / "oom", progress=notes.append))
-    for table in ref:
-        assert_same(ref[table], got[table], f"sync_gaps.{table}")
+    notes = _sync_gaps_in_duckdb_equal(ref, path, tmp_path, monkeypatch)
     assert tries == [engine.threads(), engine.RETRY_THREADS]
     assert not [n for n in notes if "NSIGHTLAB_MEMORY_MB" in n]
 
