@@ -68,13 +68,13 @@ class StreamedOps:
         union = " UNION ALL ".join(selects)
         db.con.execute("DROP TABLE IF EXISTS bops")
         windows = self._windows(union, ops)
+        has_api = report.has_rows("cuda_api")
         with db.all_cores():
             for i, (op_where, api_where) in enumerate(windows):
                 join = (f"LEFT JOIN (SELECT * FROM {api} WHERE {api_where}) a "
-                        f"ON o.pid = a.pid AND o.correlation_id = a.correlation_id"
-                        if report.has_rows("cuda_api") else
-                        "LEFT JOIN (SELECT NULL::BIGINT AS start_ns, NULL::BIGINT AS row) a "
-                        "ON false")
+                        f"ON o.pid = a.pid AND o.correlation_id = a.correlation_id" if has_api
+                        else "LEFT JOIN (SELECT NULL::BIGINT AS start_ns, NULL::BIGINT AS row) "
+                        "a ON false")
                 db.con.execute(f"""{"INSERT INTO bops" if i else "CREATE TABLE bops AS"}
                     SELECT o.device_id::INTEGER AS device_id, o.start_ns, o.end_ns, o.part,
                            o.tbl, o.row, a.start_ns AS api_start, a.row AS api_row{extra}
@@ -229,8 +229,10 @@ class StreamedOps:
         present = self.db.frame("SELECT DISTINCT device_id, part FROM bops")
         ctx = idle_context(start, end, syncs)
         workers = min(IDLE_THREADS, readers())
+        if workers < 2:
+            return self._start_pass(present, ctx, None)
         with ThreadPoolExecutor(workers) as pool:
-            return self._start_pass(present, ctx, pool if workers > 1 else None)
+            return self._start_pass(present, ctx, pool)
 
     def _start_pass(self, present: pd.DataFrame, ctx: dict, pool) -> dict:
         out, state = {}, None

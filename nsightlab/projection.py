@@ -144,11 +144,14 @@ class _Sums:
 
         from .reader import readers
 
+        def add(sums: "_Sums", batch) -> None:
+            got = batch.to_pandas()
+            sums.add(got, got["once"].to_numpy(bool))
+
         workers = min(ADD_THREADS, readers())
         if workers < 2:
             for batch in batches:
-                got = batch.to_pandas()
-                self.add(got, got["once"].to_numpy(bool))
+                add(self, batch)
             return
         parts = [self._empty_copy() for _ in range(workers)]
         free = list(parts)
@@ -158,8 +161,7 @@ class _Sums:
             with lock:
                 part = free.pop()
             try:
-                got = batch.to_pandas()
-                part.add(got, got["once"].to_numpy(bool))
+                add(part, batch)
             finally:
                 with lock:
                     free.append(part)
