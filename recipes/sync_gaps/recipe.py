@@ -45,9 +45,11 @@ def run_sql(report, db, params):
     rows = db.rows_named("cuda_api", names, f"{', '.join(SYNC_COLUMNS)}, row", "row")
     gaps, after = _stream_gaps(report, db, rows, float(params["min_gap_ms"]) * 1e6)
     db.release()  # the sorted stream's buffers, before the syncs are described
-    release_memory()  # and freed arenas, before and after the syncs are described (937k
-    syncs = describe_syncs(report, rows.drop(columns="row"), after)  # syncs, 2 cores:
-    release_memory()  # 562 -> 515 MB after them; no change measured on 16 cores)
+    # freed heap arenas back, before and after the syncs are described (937k syncs on 2
+    # cores: 562 -> 515 MB after them; no change measured on 16 cores)
+    release_memory()
+    syncs = describe_syncs(report, rows.drop(columns="row"), after)
+    release_memory()
     ending = pd.DataFrame({"pid": gaps["pid"].to_numpy(np.int64),
                            "correlation_id": gaps.pop("next_correlation_id").to_numpy(np.int64)})
     found = db.frame(f"""SELECT q.i, a.row FROM ending q JOIN {api} a
