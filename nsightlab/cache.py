@@ -28,7 +28,7 @@ from typing import TypeVar
 #: version of the table contract (``nsightlab.tables``): bump it whenever a contract or a
 #: conversion there changes. It is part of every cache key. Kept here, not in tables.py, so
 #: that cached answers are found without importing pandas or pyarrow.
-TABLE_VERSION = 6
+TABLE_VERSION = 7
 
 META = "meta.json"
 T = TypeVar("T")

@@ -206,14 +206,14 @@ def cache_range(db_path: str, table: str, sql: str, out: str,
     The export stays open between jobs (StringIds are loaded once per worker)."""
     from .cache import part_writer
     from .db import ExportDB
-    from .tables import TABLES, contract_batches
+    from .tables import contract_batches, entry_spec
 
     key = (db_path, ident.get("size"), ident.get("mtime_ns"))  # a re-exported file: reopened
     if key not in _dbs:
         _dbs.clear()
         _dbs[key] = ExportDB(Path(db_path))
     db = _dbs[key]
-    spec = TABLES[table]
+    spec = entry_spec(table)
     rows = dropped = 0
     writer = part_writer(Path(out), spec.schema, ident)
     try:

@@ -67,20 +67,63 @@ class TableReader:
         self.dropped: dict[str, int] = {}
         #: rows handed out so far (progress over many reports)
         self.rows_read = 0
+        #: the bounds the last SQLite read of each table checked rows against (``_bounds``)
+        self.bounds: dict[str, tuple[int, int] | None] = {}
 
     # ---- the three ways to read ----------------------------------------------------------
     def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
         """Columns ``keep`` of ``spec`` as an Arrow table."""
-        return self._cached(
-            spec, lambda files: pq.read_table(files, columns=keep, schema=spec.schema, **READ),
-            lambda open_part: self._collect(spec, open_part, keep))
+        got = [self._cached(s, lambda files, s=s, k=k: pq.read_table(
+            files, columns=k, schema=s.schema, **READ),
+            lambda open_part, s=s, k=k: self._collect(s, open_part, k))
+            for s, k in self._groups(spec, keep)]
+        if len(got) == 1:
+            return got[0]
+        self._same_rows(spec, [t.num_rows for t in got])
+        columns = {name: t.column(name) for t in got for name in t.column_names}
+        return pa.table([columns[c] for c in keep], names=keep)
 
     def frame(self, spec: TableSpec, keep: list[str]) -> pd.DataFrame:
         """Columns ``keep`` of a big activity table (``frames.supported``) as a DataFrame,
         batches copied straight into preallocated columns."""
-        return self._cached(spec, lambda files: self._frame_from_parts(spec, keep, files),
-                            lambda open_part: self._frame_from_sqlite(spec, keep, open_part)
-                            if spec.finish is None else self._collect_frame(spec, open_part, keep))
+        return self._side_by_side(spec, keep, [self._cached(
+            s, lambda files, s=s, k=k: self._frame_from_parts(s, k, files),
+            lambda open_part, s=s, k=k: self._frame_from_sqlite(s, k, open_part)
+            if s.finish is None else self._collect_frame(s, open_part, k))
+            for s, k in self._groups(spec, keep)])
+
+    def _groups(self, spec: TableSpec, keep: list[str]) -> list[tuple[TableSpec, list[str]]]:
+        """Where columns ``keep`` of ``spec`` are read from: (spec, columns) for each cache
+        entry. A table with ``later`` columns (``tables.Later``) read in rowid ranges is cached
+        as two entries, its first read and, once one is asked for, its later columns (same
+        rows, same order); without a cache, or from a view, it is read whole."""
+        if spec.later is None or not spec.split or spec.source in self.db.views:
+            return [(spec, keep)]
+        later = [c for c in keep if c in spec.later.columns]
+        if not later:
+            return [(spec.first, keep)]
+        self.ensure_cached(spec.first)  # the later columns' read keeps the same rows
+        if self.cache is None:
+            return [(spec, keep)]
+        first = [c for c in keep if c not in spec.later.columns]
+        return [(spec.first, first)] * bool(first) + [(spec.rest, later)]
+
+    def _same_rows(self, spec: TableSpec, rows: list[int]) -> None:
+        """Entries read side by side must hold the same rows: else both are dropped."""
+        if len(set(rows)) > 1:
+            self.cache.drop(spec.first.name)
+            self.cache.drop(spec.rest.name)
+            raise CorruptReportError(
+                f"{self.db.path}: the cached columns of {spec.name} disagree ({rows} rows); "
+                "the cache entries were removed: run the command again")
+
+    def _side_by_side(self, spec: TableSpec, keep: list[str], got: list[pd.DataFrame]
+                      ) -> pd.DataFrame:
+        """The DataFrames read from the entries of ``_groups`` as one, columns ``keep``."""
+        if len(got) == 1:
+            return got[0]
+        self._same_rows(spec, [len(df) for df in got])
+        return pd.concat(got, axis=1)[keep]
 
     def _collect_frame(self, spec: TableSpec, open_part: OpenPart | None, keep: list[str]
                        ) -> tuple[int, pd.DataFrame]:
@@ -96,6 +139,10 @@ class TableReader:
         16M-row table never holds its whole columns. Without a cache entry the columns are
         read whole (building the entry) and the rows picked from them.
         """
+        return self._side_by_side(spec, keep, [self._take(s, k, rows)
+                                               for s, k in self._groups(spec, keep)])
+
+    def _take(self, spec: TableSpec, keep: list[str], rows: np.ndarray) -> pd.DataFrame:
         order = None if np.all(rows[1:] >= rows[:-1]) else np.argsort(rows, kind="stable")
         wanted = rows if order is None else rows[order]
 
@@ -132,7 +179,9 @@ class TableReader:
         return df
 
     def ensure_cached(self, spec: TableSpec) -> None:
-        """Build the cache entry of ``spec`` (nothing when it is valid or there is no cache)."""
+        """Build the cache entry of ``spec`` (nothing when it is valid or there is no cache);
+        of a table with ``later`` columns, the entry of its first read."""
+        spec = self._groups(spec, [])[0][0]
         if self.cache is not None and self.cache.files(spec.name) is None:
             self._cached(spec, lambda files: None,
                          lambda open_part: (self._fill(spec, open_part), None))
@@ -159,7 +208,7 @@ class TableReader:
                     else:
                         self._from_sqlite(spec, lambda: self.cache.build(
                             spec.name, lambda parts: (self._fill(spec, parts), None),
-                            spec.schema, lambda: {"dropped": self.dropped.get(spec.name, 0)}))
+                            spec.schema, lambda: self._facts(spec)))
                     files = self.cache.files(spec.name)
                 except OSError as e:
                     self._cache_unusable(e)
@@ -172,12 +221,19 @@ class TableReader:
             try:
                 built = self._from_sqlite(spec, lambda: self.cache.build(
                     spec.name, from_sqlite, spec.schema,
-                    lambda: {"dropped": self.dropped.get(spec.name, 0)}))
+                    lambda: self._facts(spec)))
                 frames.release_memory()  # the reader threads' arenas: 8M kernels kept ~550 MB
                 return built
             except OSError as e:
                 self._cache_unusable(e)
         return self._from_sqlite(spec, lambda: from_sqlite(None)[1])
+
+    def _facts(self, spec: TableSpec) -> dict:
+        """What an entry's meta.json records of its read: rows left out, and the bounds
+        rows were checked against (the later columns' read keeps the same rows)."""
+        bounds = self.bounds.get(spec.name)
+        return {"dropped": self.dropped.get(spec.name, 0),
+                "bounds": None if bounds is None else [int(x) for x in bounds]}
 
     def _from_sqlite(self, spec: TableSpec, read: Callable[[], T]) -> T:
         """``read()``, with values the column contract cannot hold (text in a timestamp
@@ -255,7 +311,7 @@ class TableReader:
             return counts[0], None
 
         self._from_sqlite(spec, lambda: self.cache.build(
-            spec.name, fill, spec.schema, lambda: {"dropped": self.dropped.get(spec.name, 0)}))
+            spec.name, fill, spec.schema, lambda: self._facts(spec)))
 
     # ---- Parquet parts ---------------------------------------------------------------------
     def _scan_parts(self, files: list[Path], keep: list[str],
@@ -426,6 +482,11 @@ class TableReader:
         and the extent read off its parts' statistics (``cache.extent``): on 16 cores at 16M
         calls that saves a 1.1 s scan of SQLite, and every recipe reads the calls anyway
         (the completeness check)."""
+        if spec.base is not None:  # later columns: the rows the first read kept
+            meta = self.cache.meta(spec.base.name) if self.cache is not None else None
+            if meta is not None and "bounds" in meta:
+                return None if meta["bounds"] is None else tuple(meta["bounds"])
+            spec = spec.base
         if spec.name not in CHECKED:
             return None
         api = TABLES["cuda_api"]
@@ -435,7 +496,8 @@ class TableReader:
             files = self.cache.files(api.name) if self.cache is not None else None
             if files is not None:
                 self.db.once("api_extent", lambda: cache_extent(files))
-        return session_bounds(self.db, spec.name)
+        self.bounds[spec.name] = bounds = session_bounds(self.db, spec.name)
+        return bounds
 
     def _checked_sql(self, spec: TableSpec) -> str:
         """The SELECT of ``spec``; a table whose timestamps nsightlab checks must have them."""

@@ -12,7 +12,8 @@ every cache key.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -56,6 +57,24 @@ class Column:
 
 
 @dataclass(frozen=True)
+class Later:
+    """Columns of a big table that its first read leaves out, read from SQLite into a cache
+    entry of their own the first time one of them is asked for (``TableSpec.rest``).
+
+    Reading a column from SQLite costs time whether or not anything uses it: in one reader,
+    the 8 columns every recipe needs of 500k kernels took 0.18 s, all 20 (with the launch
+    configuration, which no recipe reads) 0.46 s. ``first_sql``/``first_convert`` read and
+    convert the other columns; ``sources`` are the source columns of these, ``convert`` turns
+    a batch of them (and start/end) into them."""
+
+    columns: tuple[str, ...]
+    first_sql: Callable[[ExportDB], str]
+    first_convert: Callable[[ExportDB, pa.RecordBatch], dict[str, pa.Array]]
+    sources: tuple[str, ...]
+    convert: Callable[[ExportDB, pa.RecordBatch], dict[str, pa.Array]]
+
+
+@dataclass(frozen=True)
 class TableSpec:
     """One logical table. ``read`` returns SQL for the export; ``convert`` turns one Arrow batch
     of that SQL's result into a batch with exactly ``columns``; ``finish`` (optional) is a
@@ -77,6 +96,31 @@ class TableSpec:
     split: bool = True  # read rowid ranges in parallel (big activity tables)
     #: SQL reading rowids [lo, hi) (default: ``sql`` with a WHERE on rowid appended)
     ranged: Callable[[ExportDB, int, int], str] | None = None
+    #: columns the first read leaves out (``first`` and ``rest`` are the two reads)
+    later: Later | None = None
+    #: of a ``rest`` spec: the table whose first read it completes
+    base: TableSpec | None = None
+
+    @cached_property
+    def first(self) -> TableSpec:
+        """The first read of a table with ``later`` columns: the others, under its name."""
+        return replace(self, columns=tuple(c for c in self.columns
+                                           if c.name not in self.later.columns),
+                       sql=self.later.first_sql, convert=self.later.first_convert, later=None)
+
+    @cached_property
+    def rest(self) -> TableSpec:
+        """The ``later`` columns of a table as a table of their own, ``<name>+``: the same
+        rows in the same order as ``first`` (its timestamps are read along, so the same rows
+        are left out: ``drop_invalid`` with the first read's bounds)."""
+        later = self.later
+        return replace(
+            self, name=f"{self.name}+", base=self, later=None, ranged=None,
+            columns=tuple(c for c in self.columns
+                          if c.name in later.columns or c.name in ("start_ns", "end_ns")),
+            sql=lambda db: select(db, self.source, "start", "end", *later.sources),
+            convert=lambda db, b: {"start_ns": b.column("start"), "end_ns": b.column("end"),
+                                   **later.convert(db, b)})
 
     @property
     def schema(self) -> pa.Schema:
@@ -274,6 +318,37 @@ def gpu_common(b: pa.RecordBatch) -> dict[str, pa.Array]:
             "correlation_id": b.column("correlationId")}
 
 
+LAUNCH_SOURCE = ("shortName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+                 "registersPerThread", "staticSharedMemory", "dynamicSharedMemory", "launchType",
+                 "graphNodeId")
+
+
+def _kernel_sql(db: ExportDB, launch: bool = True) -> str:
+    """The kernels' SELECT; without ``launch``, the first read's (``Later``)."""
+    name = ("COALESCE(demangledName, shortName) AS nameId" if "demangledName" in db.columns(K)
+            else "shortName AS nameId")
+    return select(db, K, *GPU_SOURCE, *(LAUNCH_SOURCE if launch else ()), extra=name)
+
+
+def _kernel_first(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
+    return {**gpu_common(b), "name": db.strings.lookup(b.column("nameId"))}
+
+
+def _kernel_launch(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
+    return {
+        "short_name": db.strings.lookup(b.column("shortName")),
+        "grid_x": b.column("gridX"), "grid_y": b.column("gridY"), "grid_z": b.column("gridZ"),
+        "block_x": b.column("blockX"), "block_y": b.column("blockY"),
+        "block_z": b.column("blockZ"),
+        "registers_per_thread": b.column("registersPerThread"),
+        "static_shared_bytes": b.column("staticSharedMemory"),
+        "dynamic_shared_bytes": b.column("dynamicSharedMemory"),
+        "launch_type": labels(b.column("launchType"), db.enum_labels(
+            "ENUM_CUDA_KERNEL_LAUNCH_TYPE", LAUNCH_TYPE)),
+        "graph_node_id": b.column("graphNodeId"),
+    }
+
+
 KERNELS = TableSpec(
     name="kernels", source=K, trace="--trace=cuda",
     doc="One row per CUDA kernel execution on the GPU.",
@@ -290,25 +365,14 @@ KERNELS = TableSpec(
         Column("launch_type", DICT, "Regular, Coop Single Device, ..."),
         GRAPH_NODE,
     ),
-    sql=lambda db: select(db, K, *GPU_SOURCE, "shortName", "gridX", "gridY", "gridZ", "blockX",
-                          "blockY", "blockZ", "registersPerThread", "staticSharedMemory",
-                          "dynamicSharedMemory", "launchType", "graphNodeId",
-                          extra="COALESCE(demangledName, shortName) AS nameId"
-                          if "demangledName" in db.columns(K) else "shortName AS nameId"),
-    convert=lambda db, b: {
-        **gpu_common(b),
-        "name": db.strings.lookup(b.column("nameId")),
-        "short_name": db.strings.lookup(b.column("shortName")),
-        "grid_x": b.column("gridX"), "grid_y": b.column("gridY"), "grid_z": b.column("gridZ"),
-        "block_x": b.column("blockX"), "block_y": b.column("blockY"),
-        "block_z": b.column("blockZ"),
-        "registers_per_thread": b.column("registersPerThread"),
-        "static_shared_bytes": b.column("staticSharedMemory"),
-        "dynamic_shared_bytes": b.column("dynamicSharedMemory"),
-        "launch_type": labels(b.column("launchType"), db.enum_labels(
-            "ENUM_CUDA_KERNEL_LAUNCH_TYPE", LAUNCH_TYPE)),
-        "graph_node_id": b.column("graphNodeId"),
-    },
+    sql=_kernel_sql,
+    convert=lambda db, b: {**_kernel_first(db, b), **_kernel_launch(db, b)},
+    # the launch configuration: no recipe reads it
+    later=Later(columns=("short_name", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                         "block_z", "registers_per_thread", "static_shared_bytes",
+                         "dynamic_shared_bytes", "launch_type", "graph_node_id"),
+                first_sql=lambda db: _kernel_sql(db, launch=False), first_convert=_kernel_first,
+                sources=LAUNCH_SOURCE, convert=_kernel_launch),
 )
 
 MC = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -382,8 +446,23 @@ SYNCS = TableSpec(
 
 # ---- CPU side --------------------------------------------------------------------------------
 RT = "CUPTI_ACTIVITY_KIND_RUNTIME"
-API_SOURCE = ("start", "end", "globalTid", "correlationId", "nameId", "eventClass", "returnValue",
-              "callchainId")
+API_SOURCE = ("start", "end", "globalTid", "correlationId", "nameId", "callchainId")
+API_LATER = ("eventClass", "returnValue")
+
+
+def _api_first(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
+    return {"start_ns": b.column("start"), "end_ns": b.column("end"), "duration_ns": duration(b),
+            "pid": pid_of(b.column("globalTid")), "tid": tid_of(b.column("globalTid")),
+            "correlation_id": b.column("correlationId"),
+            "name": db.strings.lookup(b.column("nameId"), strip_version),
+            "callchain_id": b.column("callchainId")}
+
+
+def _api_later(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
+    return {"api_kind": labels(b.column("eventClass"),
+                               db.enum_labels("ENUM_NSYS_EVENT_CLASS", EVENT_CLASS)),
+            "return_value": b.column("returnValue")}
+
 
 CUDA_API = TableSpec(
     name="cuda_api", source=RT, trace="--trace=cuda",
@@ -399,16 +478,12 @@ CUDA_API = TableSpec(
         Column("return_value", I32, "CUresult / cudaError_t", True),
         Column("callchain_id", I32, "CUDA_CALLCHAINS id when backtraces were recorded", True),
     ),
-    sql=lambda db: select(db, RT, *API_SOURCE),
-    convert=lambda db, b: {
-        "start_ns": b.column("start"), "end_ns": b.column("end"), "duration_ns": duration(b),
-        "pid": pid_of(b.column("globalTid")), "tid": tid_of(b.column("globalTid")),
-        "correlation_id": b.column("correlationId"),
-        "name": db.strings.lookup(b.column("nameId"), strip_version),
-        "api_kind": labels(b.column("eventClass"),
-                           db.enum_labels("ENUM_NSYS_EVENT_CLASS", EVENT_CLASS)),
-        "return_value": b.column("returnValue"), "callchain_id": b.column("callchainId"),
-    },
+    sql=lambda db: select(db, RT, *API_SOURCE, *API_LATER),
+    convert=lambda db, b: {**_api_first(db, b), **_api_later(db, b)},
+    # what kind of API and what it returned: only api_sum reads them
+    later=Later(columns=("api_kind", "return_value"),
+                first_sql=lambda db: select(db, RT, *API_SOURCE), first_convert=_api_first,
+                sources=API_LATER, convert=_api_later),
 )
 
 # ---- NVTX ------------------------------------------------------------------------------------
@@ -695,9 +770,20 @@ MEMORY = TableSpec(
     split=False,
 )
 
+
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (
     KERNELS, CUDA_API, MEMCPY, MEMSET, SYNCS, NVTX, GPU_METRICS, CUDA_GRAPH_NODES, THREADS,
     MEMORY)}
+
+
+def entry_spec(name: str) -> TableSpec:
+    """The spec that builds cache entry ``name`` from rowid ranges (in reader processes): a
+    table's, its ``first`` read's when it has later columns, or those (``<table>+``)."""
+    if name.endswith("+"):
+        return TABLES[name[:-1]].rest
+    spec = TABLES[name]
+    return spec if spec.later is None else spec.first
 
 
 def build_batch(spec: TableSpec, db: ExportDB, batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -1,10 +1,13 @@
 """Cache entries built by worker processes (nsightlab.part_workers) equal those built by
 reader threads, row for row, with the same rows left out; failures are one-line errors."""
+import json
 import os
 import shutil
 import sqlite3
 
+import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 import nsightlab
@@ -248,3 +251,52 @@ def test_open_starts_the_reader_processes_before_pandas_is_imported(sqlite_of, t
     assert first.stdout.split() == ["[(False,", "2)]", "True"], first.stdout
     again = run()  # cached now: no pool until a read needs one
     assert again.returncode == 0 and again.stdout.split() == ["[]", "True"], again.stdout
+
+
+@pytest.mark.parametrize("how", ["threads", "processes"])
+def test_later_columns_are_read_when_asked_for_into_an_entry_of_their_own(sqlite_of, tmp_path,
+                                                                           how, request):
+    """The first read leaves the launch configuration and API kinds out (no recipe reads
+    them); asking for one reads them into ``<table>+``, whose rows line up with the first
+    read's (the same damaged rows left out) and equal one SQL read of every column."""
+    if how == "processes":
+        request.getfixturevalue("by_processes")
+    path = damaged_copy(sqlite_of, tmp_path)
+    with nsightlab.open(path, cache=False) as r:  # no cache: every column in one read
+        want = {t: r.table(t) for t in ("kernels", "cuda_api")}
+    with nsightlab.open(path, cache_dir=tmp_path / "cache") as r:
+        first = r.kernels(["start_ns", "name", "stream_id"])
+        r.cuda_api(["start_ns", "name"])
+        root = r.cache.root
+        assert not (root / "kernels+").exists() and not (root / "cuda_api+").exists()
+        assert "grid_x" not in pq.read_schema(r.cache.files("kernels")[0]).names
+        assert "api_kind" not in pq.read_schema(r.cache.files("cuda_api")[0]).names
+        rows = np.array([7, 3, len(first) - 1, 0])
+        picked = r.take("kernels", ["grid_x", "name", "launch_type"], rows)
+        only_later = r.arrow("cuda_api", ["api_kind"])
+        got = {t: r.table(t) for t in want}
+    assert (root / "kernels+").is_dir() and (root / "cuda_api+").is_dir()
+    pd.testing.assert_frame_equal(first, want["kernels"][["start_ns", "name", "stream_id"]],
+                                  check_categorical=False)
+    for t in want:
+        pd.testing.assert_frame_equal(got[t], want[t], check_categorical=False)
+    pd.testing.assert_frame_equal(
+        picked, want["kernels"][["grid_x", "name", "launch_type"]].iloc[rows].reset_index(drop=True),
+        check_categorical=False)
+    assert only_later.column("api_kind").to_pylist() == want["cuda_api"]["api_kind"].astype(str).tolist()
+
+
+def test_later_columns_that_do_not_line_up_are_an_error_and_both_entries_go(sqlite_of, tmp_path):
+    """A cache whose first read recorded other bounds (a damaged meta.json) would pair rows
+    wrongly: the read stops with a one-line error and both entries are removed."""
+    path = damaged_copy(sqlite_of, tmp_path)
+    with nsightlab.open(path, cache_dir=tmp_path / "cache") as r:
+        starts = r.kernels(["start_ns"])["start_ns"]
+        meta_file = r.cache.root / "kernels" / "meta.json"
+        meta = json.loads(meta_file.read_text())
+        meta["bounds"] = [meta["bounds"][0], int(starts.median())]  # keeps about half the rows
+        meta_file.write_text(json.dumps(meta))
+        with pytest.raises(CorruptReportError, match="disagree.*run the command again"):
+            r.kernels(["start_ns", "grid_x"])
+        assert not (r.cache.root / "kernels").exists() and not (r.cache.root / "kernels+").exists()
+        assert len(r.kernels(["start_ns", "grid_x"])) == len(starts)  # rebuilt, lined up
