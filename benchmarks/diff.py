@@ -14,9 +14,9 @@ import argparse
 import shutil
 from pathlib import Path
 
-from common import DEFAULT_WORK, TREE_SAMPLER, in_fresh_process, scaled_report
+from common import DEFAULT_WORK, in_fresh_process, scaled_report
 
-CHILD = TREE_SAMPLER + r"""
+CHILD = r"""
 import json, resource, sys, time
 import nsightlab
 import nsightlab.comparison  # imports outside the timing: `import nsightlab` alone is lazy
@@ -25,8 +25,7 @@ t = time.perf_counter()
 d = nsightlab.diff(nsightlab.open(path, cache_dir=cache), nsightlab.open(path, cache_dir=cache))
 print(json.dumps({"seconds": time.perf_counter() - t, "iterations": d.headline["a_iterations"],
                   "kernels_per_iteration": d.headline["a_kernels"],
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "tree_pss_mb": tree_peak()[1]}))
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 

@@ -28,11 +28,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import DEFAULT_WORK, TREE_SAMPLER, in_fresh_process, scaled_report
+from common import DEFAULT_WORK, in_fresh_process, scaled_report
 
 RECIPES = ("kernel_sum", "launch_compute", "sync_gaps")
 
-CHILD = TREE_SAMPLER + r"""
+CHILD = r"""
 import json, resource, sys, time
 import nsightlab, nsightlab.recipes as R
 path, cache_dir = sys.argv[1], sys.argv[2]
@@ -41,10 +41,8 @@ r = nsightlab.open(path, cache_dir=cache_dir)
 seconds = {}
 for name in sys.argv[3:]:
     t = time.perf_counter(); R.run(name, r); seconds[name] = time.perf_counter() - t
-rss, pss = tree_peak()
 print(json.dumps({"seconds": time.perf_counter() - t0, "each": seconds,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "tree_rss_mb": rss, "tree_pss_mb": pss}))
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 TIMED = r"""
