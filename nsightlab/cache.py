@@ -184,27 +184,32 @@ class TableCache:
         here; other processes write ``parts.path(i)`` with ``part_writer``) and returns (row
         count, payload); the payload (e.g. the table just read) is handed back to the caller.
         ``extra()`` adds facts learnt while filling to meta.json (rows left out)."""
-        import pyarrow.parquet as pq
-
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = build_dir(self.root, table)
         parts_ = Parts(tmp, schema, self.ident)
         try:
             rows, payload = fill(parts_)
             parts_.close()
-            files = sorted(tmp.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
-            parts = [{"file": f.name, "size": f.stat().st_size,
-                      "rows": pq.ParquetFile(f).metadata.num_rows} for f in files]
-            meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident,
-                    "rows": rows, "parts": parts, **(extra() if extra else {})}
-            (tmp / META).write_text(json.dumps(meta, indent=1))
-            self.drop(table)
-            os.replace(tmp, self.root / table)
+            self.commit(table, tmp, rows, extra() if extra else {})
         except BaseException:
             parts_.close(quiet=True)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return payload
+
+    def commit(self, table: str, folder: Path, rows: int, extra: dict) -> None:
+        """Make ``folder`` (a ``build_dir`` holding the finished parts) the entry of
+        ``table``: meta.json written last, then the folder renamed into place."""
+        import pyarrow.parquet as pq
+
+        files = sorted(folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
+        parts = [{"file": f.name, "size": f.stat().st_size,
+                  "rows": pq.ParquetFile(f).metadata.num_rows} for f in files]
+        meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident,
+                "rows": rows, "parts": parts, **extra}
+        (folder / META).write_text(json.dumps(meta, indent=1))
+        self.drop(table)
+        os.replace(folder, self.root / table)
 
 
 class Parts:

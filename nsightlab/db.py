@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CorruptReportError, NotAReportError
-from .part_workers import readers, rowid_ends_sql
+from .part_workers import readers, rowid_ends_sql, split_rowids
 from .paths import NSYS_REP_MAGIC
 
 if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
@@ -205,10 +205,7 @@ class ExportDB:
         if table in self.views:
             return [None]
         lo, hi = self.rowid_bounds(table)
-        if lo is None:
-            return []
-        step = max(1, (hi - lo + parts) // parts)
-        return [(a, min(a + step, hi + 1)) for a in range(lo, hi + 1, step)]
+        return [] if lo is None else split_rowids(lo, hi, parts)
 
     def over_ranges(self, sql: str, table: str, parts: int) -> list[tuple]:
         """The one-row result of ``sql`` (an aggregate SELECT over ``table`` ending in a WHERE

@@ -25,6 +25,7 @@ import selectors
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,9 +40,17 @@ ROWS_PER_READER = 250_000
 #: the processes' start-up and reading the entry back cost more than the GIL there)
 PROCESS_MIN_ROWS = 1_000_000
 PROCESS_MIN_WORKERS = 4
-#: the tables whose first read ``prestart`` looks ahead to (every recipe reads both), and
-#: their cache entries
-_FIRST_READ = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
+#: the tables whose first read ``prestart`` starts (every recipe reads both; the calls
+#: first: the kernels' rows are checked against their extent), and their cache entries
+_FIRST_READ = {"CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api", "CUPTI_ACTIVITY_KIND_KERNEL": "kernels"}
+#: rowid ranges per worker process (even load when some ranges decode slower) ...
+RANGES_PER_WORKER = 4
+#: ... but at least one range per this many rows, and at most MAX_RANGES ranges (parts)
+RANGE_ROWS = 500_000
+MAX_RANGES = 256
+#: bounds that leave out only impossible rows (no start or end, end before start): a read
+#: started before the session's bounds are known is checked against them when it is taken
+OPEN_BOUNDS = (-(1 << 63), (1 << 63) - 1)
 
 
 def readers(rows: int | None = None) -> int:
@@ -64,6 +73,18 @@ def readers(rows: int | None = None) -> int:
     return max(1, n)
 
 
+def range_count(span: int, workers: int) -> int:
+    """How many rowid ranges (cache parts) a table of ``span`` rowids is read in by
+    ``workers`` processes."""
+    return min(MAX_RANGES, max(RANGES_PER_WORKER * workers, span // RANGE_ROWS))
+
+
+def split_rowids(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Rowids ``lo..hi`` (inclusive) as ``parts`` contiguous ranges [a, b) of similar size."""
+    step = max(1, (hi - lo + parts) // parts)
+    return [(a, min(a + step, hi + 1)) for a in range(lo, hi + 1, step)]
+
+
 def rowid_ends_sql(table: str) -> str:
     """SQL for (min(rowid), max(rowid)) of ``table`` from its b-tree: two lookups. (Asked in
     one ``SELECT min(rowid), max(rowid)`` SQLite scans the whole table: 2 s at 16M rows.)"""
@@ -71,11 +92,12 @@ def rowid_ends_sql(table: str) -> str:
     return f"SELECT (SELECT min(rowid) FROM {t}), (SELECT max(rowid) FROM {t})"
 
 
-def prestart(sqlite: Path, tables_root: Path | None) -> bool:
+def prestart(sqlite: Path, tables_root: Path | None, read: bool = True) -> bool:
     """Start the pool now if the first read of ``sqlite`` will want it: a cache is kept
     (``tables_root``), the kernels or the API calls are not cached yet and big enough for
-    worker processes. ``nsightlab.open`` calls this before importing pandas and pyarrow, so
-    the workers start (~0.7 s on the 16-core GPU machine) while this process imports.
+    worker processes; with ``read``, start reading them into the cache too (``Started``).
+    ``nsightlab.open`` calls this before importing pandas and pyarrow, so the workers start
+    (~0.9 s for 16 on the GPU machine) and read while this process imports (~1 s there).
     Only the standard library is used here. Returns whether the pool was started."""
     import sqlite3
     from urllib.parse import quote
@@ -87,23 +109,105 @@ def prestart(sqlite: Path, tables_root: Path | None) -> bool:
                               uri=True)
     except sqlite3.Error:
         return False
-    spans = []
+    todo = []
     try:
         for table, entry in _FIRST_READ.items():
             if (tables_root / entry / "meta.json").exists():
                 continue
             try:
                 lo, hi = con.execute(rowid_ends_sql(table)).fetchone()
-            except sqlite3.Error:  # no such table, not a database: the open will say so
+            except sqlite3.Error:  # no such table, a view, not a database: the open will say
                 continue
-            spans.append(0 if lo is None else hi - lo + 1)
+            if lo is not None and hi - lo + 1 >= PROCESS_MIN_ROWS \
+                    and readers(hi - lo + 1) >= PROCESS_MIN_WORKERS:
+                todo.append((entry, lo, hi))
     finally:
         con.close()
-    big = [s for s in spans if s >= PROCESS_MIN_ROWS and readers(s) >= PROCESS_MIN_WORKERS]
-    if not big:
+    if not todo:
         return False
-    pool(readers())
+    workers = pool(readers())
+    if read:
+        _start_reads(workers, Path(sqlite), tables_root, todo)
     return True
+
+
+class Started:
+    """A cache entry whose parts the pool is building in ``folder`` (``prestart``), not yet
+    an entry: the reader that first needs the table takes it over (``take``), checks it
+    against the session's bounds and commits it (``TableReader._finish_started``)."""
+
+    def __init__(self, folder: Path, jobs: list[dict]):
+        self.folder, self.jobs = folder, jobs
+        self.answers: list[dict | None] = [None] * len(jobs)
+        self.error: BaseException | None = None  # the pool's own failure (a worker died)
+        self.done = threading.Event()
+        self.lock = threading.Lock()  # held by the reader that finishes it
+        self.finished = False
+
+    def rows_answered(self) -> int:
+        return sum(a.get("rows", 0) + a.get("dropped", 0) for a in self.answers if a)
+
+
+#: reads started by ``prestart``: {(export, entry folder): Started}
+_STARTED: dict[tuple[str, str], Started] = {}
+
+
+def _start_reads(workers: "Workers", sqlite: Path, tables_root: Path,
+                 todo: list[tuple[str, int, int]]) -> None:
+    """Build the entries ``todo`` ((entry, first rowid, last rowid)) in one run of the pool on
+    a thread of its own: the calls' jobs first, the kernels' after, no wait between them."""
+    from .cache import build_dir, identity
+
+    try:
+        tables_root.mkdir(parents=True, exist_ok=True)
+        ident = identity(sqlite)
+        started, jobs = [], []
+        for entry, lo, hi in todo:
+            folder = build_dir(tables_root, entry)
+            ranges = split_rowids(lo, hi, range_count(hi - lo + 1, readers(hi - lo + 1)))
+            mine = [{"db_path": str(sqlite), "table": entry, "rows": list(r),
+                     "out": str(folder / f"part-{i}.parquet"), "ident": ident,
+                     "bounds": list(OPEN_BOUNDS)} for i, r in enumerate(ranges)]
+            started.append(Started(folder, mine))
+            jobs += [(len(started) - 1, i, job) for i, job in enumerate(mine)]
+    except OSError:  # an unwritable cache: the reader will say so
+        return
+    for entry, s in zip(todo, started):
+        _STARTED[(str(sqlite.resolve()), str((tables_root / entry[0]).resolve()))] = s
+
+    def done(k: int, answer: dict) -> None:
+        which, i, _ = jobs[k]
+        started[which].answers[i] = answer
+        if all(a is not None for a in started[which].answers):
+            started[which].done.set()
+
+    def run() -> None:
+        try:
+            workers.run([job for _, _, job in jobs], done)
+        except BaseException as e:  # the taker raises it
+            for s in started:
+                s.error = e
+        finally:
+            for s in started:
+                s.done.set()
+
+    threading.Thread(target=run, daemon=True, name="nsightlab-first-read").start()
+
+
+def take(sqlite: Path, entry_folder: Path) -> Started | None:
+    """The read ``prestart`` started of the entry at ``entry_folder`` of ``sqlite``, if any."""
+    return _STARTED.get((str(Path(sqlite).resolve()), str(Path(entry_folder).resolve())))
+
+
+def _drop_started() -> None:
+    """At exit: the folders of started reads no reader took over (``remove_stale`` would
+    remove them on a later run; this run knows they are its own)."""
+    import shutil
+
+    for s in _STARTED.values():
+        if not s.finished:
+            shutil.rmtree(s.folder, ignore_errors=True)
+    _STARTED.clear()
 
 
 class WorkerDied(Exception):
@@ -117,21 +221,29 @@ class Workers:
         root = str(Path(__file__).resolve().parent.parent)  # this nsightlab, installed or not
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        self.lock = threading.Lock()
         self.logs = [tempfile.TemporaryFile() for _ in range(n)]
         self.procs = [subprocess.Popen([sys.executable, "-m", "nsightlab.part_workers"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=log, env=env, text=True, bufsize=1)
                       for log in self.logs]
 
-    def run(self, jobs: list[dict], done: Callable[[int, dict], None]) -> None:
-        """Run every job; ``done(index, answer)`` as each finishes (in the calling thread).
-        An answer is ``{"rows": .., "dropped": ..}`` or ``{"error": .., "kind": ..}``.
+    def run(self, jobs: list[dict], done: Callable[[int, dict], None],
+            workers: int | None = None) -> None:
+        """Run every job on (the first) ``workers`` processes (default: all); ``done(index,
+        answer)`` as each finishes (in the calling thread). An answer is ``{"rows": ..,
+        "dropped": .., "lo": .., "hi": ..}`` or ``{"error": .., "kind": ..}``. One run at a
+        time: a second caller (a reader while ``prestart``'s reads run) waits for the first.
         Raises WorkerDied when a worker ends without answering."""
+        with self.lock:
+            self._run(jobs, done, self.procs[:workers])
+
+    def _run(self, jobs: list[dict], done: Callable[[int, dict], None], procs: list) -> None:
         todo = list(enumerate(jobs))[::-1]
         busy: dict[int, int] = {}  # worker -> job index
         sel = selectors.DefaultSelector()
         try:
-            for w, p in enumerate(self.procs):
+            for w, p in enumerate(procs):
                 sel.register(p.stdout, selectors.EVENT_READ, w)
                 if todo:
                     busy[w] = self._send(w, todo.pop())
@@ -178,9 +290,10 @@ class Workers:
 
 
 def pool(n: int) -> Workers:
-    """The worker pool of this process with ``n`` workers (started on first use)."""
+    """The worker pool of this process, with at least ``n`` workers (started on first use;
+    a run may use fewer: ``Workers.run``'s ``workers``)."""
     global _POOL
-    if _POOL is None or len(_POOL.procs) != n or any(p.poll() is not None for p in _POOL.procs):
+    if _POOL is None or len(_POOL.procs) < n or any(p.poll() is not None for p in _POOL.procs):
         discard_pool()
         _POOL = Workers(n)
     return _POOL
@@ -194,16 +307,22 @@ def discard_pool() -> None:
     _POOL = None
 
 
+atexit.register(_drop_started)  # runs after discard_pool: the workers have stopped writing
 atexit.register(discard_pool)
 
 
 # ---- the worker side -------------------------------------------------------------------------
-def cache_range(db_path: str, table: str, sql: str, out: str,
-                bounds: list[int] | None, ident: dict, _dbs: dict = {}) -> tuple[int, int]:
-    """Read ``sql`` (one rowid range of ``table``) from the export at ``db_path``, convert it
-    to the column contract, leave out rows outside ``bounds`` (``drop_invalid``; None: not
-    checked) and write it to the cache part ``out``. Returns (rows written, rows left out).
-    The export stays open between jobs (StringIds are loaded once per worker)."""
+def cache_range(db_path: str, table: str, out: str, bounds: list[int] | None, ident: dict,
+                sql: str | None = None, rows: list[int] | None = None,
+                _dbs: dict = {}) -> dict:
+    """Read one rowid range of cache entry ``table`` (``sql``, or rowids ``rows`` [lo, hi)) from
+    the export at ``db_path``, convert it to the column contract, leave out rows outside
+    ``bounds`` (``drop_invalid``; None: not checked) and write it to the cache part ``out``.
+    Answers the rows written and left out, and the least start_ns and greatest end_ns written
+    (None without rows or timestamps). The export stays open between jobs (StringIds are
+    loaded once per worker)."""
+    import pyarrow.compute as pc
+
     from .cache import part_writer
     from .db import ExportDB
     from .tables import contract_batches, entry_spec
@@ -214,16 +333,24 @@ def cache_range(db_path: str, table: str, sql: str, out: str,
         _dbs[key] = ExportDB(Path(db_path))
     db = _dbs[key]
     spec = entry_spec(table)
-    rows = dropped = 0
+    if sql is None:
+        sql = spec.range_sql(db, *rows)
+    timed = {"start_ns", "end_ns"} <= set(spec.schema.names)
+    answer = {"rows": 0, "dropped": 0, "lo": None, "hi": None}
     writer = part_writer(Path(out), spec.schema, ident)
     try:
         for b, _read, left_out in contract_batches(spec, db, sql, bounds and tuple(bounds)):
             writer.write_batch(b)
-            rows += b.num_rows
-            dropped += left_out
+            answer["rows"] += b.num_rows
+            answer["dropped"] += left_out
+            if timed and b.num_rows:
+                lo = pc.min(b.column("start_ns")).as_py()
+                hi = pc.max(b.column("end_ns")).as_py()
+                answer["lo"] = lo if answer["lo"] is None else min(answer["lo"], lo)
+                answer["hi"] = hi if answer["hi"] is None else max(answer["hi"], hi)
     finally:
         writer.close()
-    return rows, dropped
+    return answer
 
 
 def main() -> None:
@@ -238,8 +365,7 @@ def main() -> None:
     try:
         for line in sys.stdin:
             try:
-                rows, dropped = cache_range(**json.loads(line))
-                answer = {"rows": rows, "dropped": dropped}
+                answer = cache_range(**json.loads(line))
             except NsightlabError as e:
                 answer = {"error": str(e), "kind": "report"}
             except (pa.ArrowException, OverflowError, ValueError) as e:

@@ -34,16 +34,11 @@ from .cache import READ, TableCache
 from .cache import extent as cache_extent
 from .db import BATCH_ROWS, ExportDB
 from .errors import CorruptReportError
-from .part_workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, readers
+from .part_workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, WorkerDied, readers
 from .tables import CHECKED, TABLES, TableSpec, contract_batches, session_bounds, to_pandas
 
 T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
-#: rowid ranges per worker process (even load when some ranges decode slower) ...
-RANGES_PER_WORKER = 4
-#: ... but at least one range per this many rows, and at most MAX_RANGES ranges (parts)
-RANGE_ROWS = 500_000
-MAX_RANGES = 256
 
 
 def _worker_error(answer: dict) -> Exception:
@@ -264,14 +259,21 @@ class TableReader:
 
     def _build_in_processes(self, spec: TableSpec) -> None:
         """Build ``spec``'s cache entry with ``readers()`` worker processes over rowid ranges
-        (several per worker: even load, and a meter that moves)."""
+        (several per worker: even load, and a meter that moves), or finish the read that
+        ``nsightlab.open`` started (``part_workers.prestart``)."""
         from . import part_workers
 
+        started = part_workers.take(self.db.path, self.cache.root / spec.name)
+        if started is not None:
+            with started.lock:  # two reports of one export (a diff of it with itself): one
+                if not started.finished:  # finishes, the other finds the entry
+                    self._from_sqlite(spec, lambda: self._finish_started(spec, started))
+                    return
+            if self.cache.files(spec.name) is not None:
+                return
         span = self.db.rowid_span(spec.source)
         workers = readers(span)
-        part_workers.pool(readers())  # one per core (perhaps started at open: ``prestart``)
-        ranges = self.db.rowid_ranges(
-            spec.source, min(MAX_RANGES, max(RANGES_PER_WORKER * workers, span // RANGE_ROWS)))
+        ranges = self.db.rowid_ranges(spec.source, part_workers.range_count(span, workers))
         self._checked_sql(spec)
         bounds = self._bounds(spec)
         self._announce(spec, span, True)
@@ -286,23 +288,12 @@ class TableReader:
             counts = [0, 0]
 
             def done(_i: int, answer: dict) -> None:
-                if "error" in answer:
-                    raise _worker_error(answer)
                 counts[0] += answer["rows"]
                 counts[1] += answer["dropped"]
                 meter(answer["rows"] + answer["dropped"])
 
             try:
-                part_workers.pool(workers).run(jobs, done)
-            except part_workers.WorkerDied as e:
-                part_workers.discard_pool()
-                raise CorruptReportError(
-                    f"{self.db.path}: a reader process died while reading {spec.source} ({e}); "
-                    "if memory is short, read with fewer processes (NSIGHTLAB_READERS=2)"
-                ) from None
-            except BaseException:
-                part_workers.discard_pool()  # workers may still be writing: stop them first
-                raise
+                self._run_jobs(spec, jobs, done, workers)
             finally:
                 meter(0, done=True)
             self.dropped[spec.name] = counts[1]
@@ -312,6 +303,77 @@ class TableReader:
 
         self._from_sqlite(spec, lambda: self.cache.build(
             spec.name, fill, spec.schema, lambda: self._facts(spec)))
+
+    def _run_jobs(self, spec: TableSpec, jobs: list[dict], done: Callable[[int, dict], None],
+                  workers: int) -> None:
+        """Run ``jobs`` on the worker pool, ``done(index, answer)`` for each that succeeds; a
+        job's error is raised (``_worker_error``), a dead worker is a one-line error."""
+        from . import part_workers
+
+        def checked(i: int, answer: dict) -> None:
+            if "error" in answer:
+                raise _worker_error(answer)
+            done(i, answer)
+
+        try:
+            part_workers.pool(readers()).run(jobs, checked, workers)
+        except part_workers.WorkerDied as e:
+            raise self._died(spec, e) from None
+        except BaseException:
+            part_workers.discard_pool()  # workers may still be writing: stop them first
+            raise
+
+    def _died(self, spec: TableSpec, error: Exception) -> CorruptReportError:
+        from . import part_workers
+
+        part_workers.discard_pool()
+        return CorruptReportError(
+            f"{self.db.path}: a reader process died while reading {spec.source} ({error}); "
+            "if memory is short, read with fewer processes (NSIGHTLAB_READERS=2)")
+
+    def _finish_started(self, spec: TableSpec, started) -> None:
+        """Take over the read of ``spec`` that ``nsightlab.open`` started
+        (``part_workers.Started``): wait for it (the meter moving), read again the parts
+        that hold rows outside the session's bounds (it started before they were known: the
+        kernels' bounds come from the finished calls), and commit the entry."""
+        import shutil
+
+        try:
+            self._checked_sql(spec)
+            bounds = self._bounds(spec)  # the kernels': the calls' read is finished first
+            ranges = [tuple(job["rows"]) for job in started.jobs]
+            self._announce(spec, sum(b - a for a, b in ranges), True)
+            meter, seen = self._meter(spec, ranges), 0
+            try:
+                while not started.done.wait(0.25):
+                    now = started.rows_answered()
+                    meter(now - seen)
+                    seen = now
+            finally:
+                meter(0, done=True)
+            if started.error is not None:
+                if isinstance(started.error, WorkerDied):
+                    raise self._died(spec, started.error)
+                raise started.error
+            for answer in started.answers:
+                if "error" in answer:
+                    raise _worker_error(answer)
+            redo = [i for i, a in enumerate(started.answers) if bounds is not None
+                    and a["lo"] is not None and (a["lo"] < bounds[0] or a["hi"] > bounds[1])]
+            if redo:
+                jobs = [{**started.jobs[i], "bounds": [int(x) for x in bounds]} for i in redo]
+
+                def done(k: int, answer: dict) -> None:
+                    started.answers[redo[k]] = answer
+                self._run_jobs(spec, jobs, done, readers(sum(b - a for a, b in ranges)))
+            self.dropped[spec.name] = sum(a["dropped"] for a in started.answers)
+            self.cache.commit(spec.name, started.folder,
+                              sum(a["rows"] for a in started.answers), self._facts(spec))
+        except BaseException:
+            shutil.rmtree(started.folder, ignore_errors=True)
+            raise
+        finally:
+            started.finished = True
 
     # ---- Parquet parts ---------------------------------------------------------------------
     def _scan_parts(self, files: list[Path], keep: list[str],

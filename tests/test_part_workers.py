@@ -82,7 +82,7 @@ def test_a_bad_job_is_an_answer_and_a_killed_worker_an_error(sqlite_of, tmp_path
 def test_a_dead_worker_leaves_no_entry_and_names_the_report(sqlite_of, tmp_path, by_processes,
                                                             monkeypatch):
     class Dying(part_workers.Workers):
-        def run(self, jobs, done):
+        def run(self, jobs, done, workers=None):
             raise part_workers.WorkerDied("Killed (exit code -9)")
 
     monkeypatch.setattr(part_workers, "pool", lambda n: Dying(0))
@@ -300,3 +300,92 @@ def test_later_columns_that_do_not_line_up_are_an_error_and_both_entries_go(sqli
             r.kernels(["start_ns", "grid_x"])
         assert not (r.cache.root / "kernels").exists() and not (r.cache.root / "kernels+").exists()
         assert len(r.kernels(["start_ns", "grid_x"])) == len(starts)  # rebuilt, lined up
+
+
+@pytest.fixture
+def started_at_open(monkeypatch):
+    """``nsightlab.open`` starts reading this small fixture's kernels and calls on 2 worker
+    processes (``part_workers.prestart``), as it does for big reports."""
+    for module in (part_workers, reader):
+        monkeypatch.setattr(module, "PROCESS_MIN_ROWS", 1)
+        monkeypatch.setattr(module, "PROCESS_MIN_WORKERS", 2)
+        monkeypatch.setattr(module, "readers", lambda rows=None: 2)
+    yield
+    part_workers.discard_pool()
+    part_workers._drop_started()
+
+
+def out_of_bounds_copy(sqlite_of, tmp_path):
+    """``damaged_copy`` plus rows only the session's bounds leave out: every 1009th kernel
+    runs before the first CUDA call, every 1013th call starts before time 0."""
+    path = damaged_copy(sqlite_of, tmp_path)
+    with sqlite3.connect(path) as con:
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 5, "end" = 10 WHERE rowid % 1009 = 0')
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = -20, "end" = -10 '
+                    "WHERE rowid % 1013 = 0")
+    return path
+
+
+def test_reads_started_at_open_equal_reads_started_by_the_reader(sqlite_of, tmp_path,
+                                                                  started_at_open, monkeypatch):
+    """The reads open starts run before the session's bounds are known: they leave out only
+    impossible rows, and the parts holding rows outside the bounds are read again when the
+    reader takes them over. The entries equal those of reader threads, row for row, with
+    the same rows left out, and the same bounds recorded."""
+    path = out_of_bounds_copy(sqlite_of, tmp_path)
+    redone = []
+    real = reader.TableReader._run_jobs
+    monkeypatch.setattr(reader.TableReader, "_run_jobs", lambda self, spec, jobs, done, n: (
+        redone.append((spec.name, len(jobs))), real(self, spec, jobs, done, n))[1])
+    with nsightlab.open(path, cache_dir=tmp_path / "started") as r:
+        assert len(part_workers._STARTED) == 2  # the calls and the kernels, reading already
+        got = {t: r.table(t, ["start_ns", "end_ns", "name", "correlation_id"])
+               for t in ("kernels", "cuda_api")}
+        metas = {t: r.cache.meta(t) for t in got}
+    assert all(s.finished for s in part_workers._STARTED.values())
+    assert {name for name, _ in redone} == {"kernels", "cuda_api"}  # parts read again
+    monkeypatch.setenv("NSIGHTLAB_READERS", "1")
+    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 10**12)
+    with nsightlab.open(path, cache_dir=tmp_path / "threads") as r:
+        want = {t: r.table(t, ["start_ns", "end_ns", "name", "correlation_id"]) for t in got}
+        want_metas = {t: r.cache.meta(t) for t in got}
+    for t in got:
+        pd.testing.assert_frame_equal(got[t], want[t], check_categorical=False)
+        assert metas[t]["dropped"] == want_metas[t]["dropped"] > 0
+        assert metas[t]["bounds"] == want_metas[t]["bounds"]
+    assert metas["kernels"]["dropped"] > len(got["kernels"]) // 997  # the bounds' rows too
+
+
+def test_a_started_read_whose_worker_died_is_a_one_line_error_and_leaves_nothing(
+        sqlite_of, tmp_path, started_at_open):
+    path = sqlite_of("h200-launchbound")
+    with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
+        started = list(part_workers._STARTED.values())
+        for p in part_workers._POOL.procs:
+            p.kill()
+        with pytest.raises(CorruptReportError, match="reader process died.*NSIGHTLAB_READERS"):
+            r.kernels(["start_ns"])
+        assert r.cache.files("cuda_api") is None and not any(s.folder.exists() for s in started)
+        assert len(r.kernels(["start_ns"])) == 80_001  # read again, on a new pool
+
+
+def test_reads_started_but_never_taken_leave_nothing_at_exit(sqlite_of, tmp_path):
+    """A process that opens a big report and ends without reading it (``nsightlab info``)
+    leaves no half-built entry behind. Fresh interpreter: the exit is what is tested."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        from nsightlab import part_workers as pw
+        pw.PROCESS_MIN_ROWS, pw.PROCESS_MIN_WORKERS = 1, 2
+        pw.readers = lambda rows=None: 2
+        import nsightlab
+        r = nsightlab.open({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r})
+        print(len(pw._STARTED), sum(1 for s in pw._STARTED.values() if s.folder.is_dir()))
+        """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["2", "2"]  # two reads under way at exit
+    assert not [f for f in tmp_path.rglob("*") if f.name != "cache" and f.is_file()], \
+        sorted(tmp_path.rglob("*"))
