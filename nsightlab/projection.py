@@ -137,18 +137,23 @@ class _Sums:
             self.gstart[rows] = np.minimum(self.gstart[rows], gpu_first)
             self.gend[rows] = np.maximum(self.gend[rows], gpu_last)
 
+    @staticmethod
+    def threads() -> int:
+        """Threads ``add_all`` adds batches on."""
+        from .reader import readers
+
+        return min(ADD_THREADS, readers())
+
     def add_all(self, batches) -> None:
         """``add`` every Arrow batch of launches (with ``once``), up to ``ADD_THREADS`` at a
         time into copies of the sums, merged at the end (NumPy releases the GIL)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from .reader import readers
-
         def add(sums: "_Sums", batch) -> None:
             got = batch.to_pandas()
             sums.add(got, got["once"].to_numpy(bool))
 
-        workers = min(ADD_THREADS, readers())
+        workers = self.threads()
         if workers < 2:
             for batch in batches:
                 add(self, batch)
@@ -170,7 +175,7 @@ class _Sums:
             pending = []
             for batch in batches:
                 pending.append(pool.submit(work, batch))
-                while len(pending) > workers:  # a few batches in flight, not the table
+                while len(pending) >= workers:  # one batch per thread, the next read included
                     pending.pop(0).result()
             for f in pending:
                 f.result()
@@ -247,9 +252,13 @@ def project_sql(report: Report, db, max_ranges: int = 0) -> pd.DataFrame:
             db.con.execute(f"CREATE OR REPLACE TABLE lk_once AS SELECT pid, api_tid, "
                            f"api_start_ns, api_end_ns, start_ns, end_ns, {once} AS once FROM lk")
         table = "lk" if once == "true" else "lk_once"
+        # a quarter of the rows a batch on each of 4 threads: as many in flight as one
+        # thread had (million-row batches on 4 threads, read ahead, could hold 8 at once:
+        # launch_compute peaked at 1.44 GB on 8M graph-launched kernels on 16 cores)
         chunks = read_ahead(db.chunks(
             table, "pid, api_tid, api_start_ns, api_end_ns, start_ns, "
-            f"end_ns, {'true AS once' if once == 'true' else 'once'}", STREAM_ROWS))
+            f"end_ns, {'true AS once' if once == 'true' else 'once'}",
+            STREAM_ROWS // sums.threads()))
         sums.add_all(chunks)
         db.con.execute("DROP TABLE IF EXISTS lk_once")
     return sums.frame()
