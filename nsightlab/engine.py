@@ -36,6 +36,7 @@ import pandas as pd
 
 from .cache import build_dir
 from .errors import UsageError
+from .frames import release_memory
 from .reader import readers
 from .report import Report
 
@@ -118,7 +119,11 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
         except (Unavailable, OSError):  # no cache to scan after all (unwritable): in memory
             return in_numpy()
         except duckdb.OutOfMemoryException:
-            continue  # a sort's per-thread buffers: again with fewer threads
+            # a sort's per-thread buffers: again with fewer threads, once the failed try's
+            # memory is back with the system (freed in DuckDB's threads' heap arenas, it
+            # would stay held beside the next try's)
+            release_memory()
+            continue
     report.note(f"{report.path.name}: a step needed more than DuckDB's {memory_mb()} MB; "
                 "analysing in memory instead (set NSIGHTLAB_MEMORY_MB higher to stay out "
                 "of core)")
