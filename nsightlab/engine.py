@@ -47,10 +47,11 @@ MIN_ROWS = 2_000_000
 #: 8M kernels from 823 to 700 MB on 2 cores in the same time.
 MEMORY_MB = 480
 MB_PER_THREAD = 80
-#: sort threads of a second try when a step runs out of DuckDB's memory (syncy x2180 on 16
-#: cores: sync_gaps' sort of 8M operations with 6 threads did, and the NumPy path it fell
-#: back to peaked at 1.6 GB)
-RETRY_THREADS = 2
+#: sort threads of the next tries when a step runs out of DuckDB's memory, before the NumPy
+#: path (syncy x2180 on 16 cores: sync_gaps' sort of 8M operations ran out with 6 threads,
+#: and the NumPy path it fell back to peaked at 1.6 GB; the TensorRT shape, realcugan x530,
+#: ran out with 2 as well: 1.43-1.48 GB in the NumPy path)
+RETRY_THREADS = (2, 1)
 CHOICES = ("auto", "duckdb", "numpy")
 
 
@@ -108,7 +109,8 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
     open_ = _OPEN.get(key)
     if open_ is not None:  # a step inside another's analysis: its engine, its scratch tables
         return in_duckdb(open_)
-    for sort_threads in sorted({threads(), min(threads(), RETRY_THREADS)}, reverse=True):
+    for sort_threads in sorted({threads(), *(min(threads(), n) for n in RETRY_THREADS)},
+                               reverse=True):
         try:
             with Engine(report, sort_threads) as db:
                 _OPEN[key] = db

@@ -153,9 +153,10 @@ def _sync_gaps_in_duckdb_equal(ref: dict, path: Path, tmp_path: Path, monkeypatc
 
 
 def test_out_of_memory_in_a_sort_tries_again_with_fewer_threads(reports, tmp_path, monkeypatch):
-    """Simulated: a sorted stream that runs out of memory with more than ``RETRY_THREADS``
-    sort threads (a sort's per-thread buffers outgrow the limit on many cores) is run again
-    in DuckDB with fewer threads: the same tables, no note, no fall-back to the NumPy path."""
+    """Simulated: a sorted stream that runs out of memory with more than one sort thread
+    (a sort's per-thread buffers outgrow the limit on many cores) is run again in DuckDB with
+    fewer threads (``RETRY_THREADS``), down to one: the same tables, no note, no fall-back
+    to the NumPy path."""
     import duckdb
 
     from nsightlab import reader
@@ -164,18 +165,18 @@ def test_out_of_memory_in_a_sort_tries_again_with_fewer_threads(reports, tmp_pat
     ref = _run(path, "sync_gaps", "numpy", tmp_path, monkeypatch)
     monkeypatch.setattr(engine, "readers", lambda rows=None: 8)
     monkeypatch.setattr(reader, "readers", lambda rows=None: 8)
-    assert engine.threads() > engine.RETRY_THREADS
+    assert engine.threads() > 2 and engine.RETRY_THREADS == (2, 1)
     tries, stream = [], engine.Engine.stream
 
     def short_of_memory(self, sql, batch_rows):
         tries.append(self.threads)
-        if self.threads > engine.RETRY_THREADS:
+        if self.threads > 1:
             raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
         return stream(self, sql, batch_rows)
 
     monkeypatch.setattr(engine.Engine, "stream", short_of_memory)
     notes = _sync_gaps_in_duckdb_equal(ref, path, tmp_path, monkeypatch)
-    assert tries == [engine.threads(), engine.RETRY_THREADS]
+    assert tries == [engine.threads(), 2, 1]
     assert not [n for n in notes if "NSIGHTLAB_MEMORY_MB" in n]
 
 
