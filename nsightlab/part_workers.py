@@ -92,10 +92,10 @@ def rowid_ends_sql(table: str) -> str:
     return f"SELECT (SELECT min(rowid) FROM {t}), (SELECT max(rowid) FROM {t})"
 
 
-def prestart(sqlite: Path, tables_root: Path | None, read: bool = True) -> bool:
+def prestart(sqlite: Path, tables_root: Path | None) -> bool:
     """Start the pool now if the first read of ``sqlite`` will want it: a cache is kept
     (``tables_root``), the kernels or the API calls are not cached yet and big enough for
-    worker processes; with ``read``, start reading them into the cache too (``Started``).
+    worker processes; and start reading them into the cache (``Started``).
     ``nsightlab.open`` calls this before importing pandas and pyarrow, so the workers start
     (~0.9 s for 16 on the GPU machine) and read while this process imports (~1 s there).
     Only the standard library is used here. Returns whether the pool was started."""
@@ -125,9 +125,7 @@ def prestart(sqlite: Path, tables_root: Path | None, read: bool = True) -> bool:
         con.close()
     if not todo:
         return False
-    workers = pool(readers())
-    if read:
-        _start_reads(workers, Path(sqlite), tables_root, todo)
+    _start_reads(pool(readers()), Path(sqlite), tables_root, todo)
     return True
 
 
