@@ -121,9 +121,8 @@ def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
         except (Unavailable, OSError):  # no cache to scan after all (unwritable): in memory
             return in_numpy()
         except duckdb.OutOfMemoryException:
-            # a sort's per-thread buffers: again with fewer threads, once the failed try's
-            # memory is back with the system (freed in DuckDB's threads' heap arenas, it
-            # would stay held beside the next try's)
+            # a sort's per-thread buffers: again with fewer threads, what the failed try
+            # freed handed back to the system first (cheap; no effect on the peak measured)
             release_memory()
             continue
     report.note(f"{report.path.name}: a step needed more than DuckDB's {memory_mb()} MB; "

@@ -230,7 +230,7 @@ class Workers:
             workers: int | None = None) -> None:
         """Run every job on (the first) ``workers`` processes (default: all); ``done(index,
         answer)`` as each finishes (in the calling thread). An answer is ``{"rows": ..,
-        "dropped": .., "lo": .., "hi": ..}`` or ``{"error": .., "kind": ..}``. One run at a
+        "dropped": ..}`` or ``{"error": .., "kind": ..}``. One run at a
         time: a second caller (a reader while ``prestart``'s reads run) waits for the first.
         Raises WorkerDied when a worker ends without answering."""
         with self.lock:
@@ -316,11 +316,8 @@ def cache_range(db_path: str, table: str, out: str, bounds: list[int] | None, id
     """Read one rowid range of cache entry ``table`` (``sql``, or rowids ``rows`` [lo, hi)) from
     the export at ``db_path``, convert it to the column contract, leave out rows outside
     ``bounds`` (``drop_invalid``; None: not checked) and write it to the cache part ``out``.
-    Answers the rows written and left out, and the least start_ns and greatest end_ns written
-    (None without rows or timestamps). The export stays open between jobs (StringIds are
+    Answers the rows written and left out. The export stays open between jobs (StringIds are
     loaded once per worker)."""
-    import pyarrow.compute as pc
-
     from .cache import part_writer
     from .db import ExportDB
     from .tables import contract_batches, entry_spec
@@ -333,19 +330,13 @@ def cache_range(db_path: str, table: str, out: str, bounds: list[int] | None, id
     spec = entry_spec(table)
     if sql is None:
         sql = spec.range_sql(db, *rows)
-    timed = {"start_ns", "end_ns"} <= set(spec.schema.names)
-    answer = {"rows": 0, "dropped": 0, "lo": None, "hi": None}
+    answer = {"rows": 0, "dropped": 0}
     writer = part_writer(Path(out), spec.schema, ident)
     try:
         for b, _read, left_out in contract_batches(spec, db, sql, bounds and tuple(bounds)):
             writer.write_batch(b)
             answer["rows"] += b.num_rows
             answer["dropped"] += left_out
-            if timed and b.num_rows:
-                lo = pc.min(b.column("start_ns")).as_py()
-                hi = pc.max(b.column("end_ns")).as_py()
-                answer["lo"] = lo if answer["lo"] is None else min(answer["lo"], lo)
-                answer["hi"] = hi if answer["hi"] is None else max(answer["hi"], hi)
     finally:
         writer.close()
     return answer

@@ -41,6 +41,12 @@ T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
 
 
+def _within(extent: tuple[int, int] | None, bounds: tuple[int, int] | None) -> bool:
+    """Whether a part's (least start, greatest end) lies in ``bounds`` (None: no rows, or
+    not checked): then ``drop_invalid`` with those bounds would leave out none of its rows."""
+    return extent is None or bounds is None or bounds[0] <= extent[0] and extent[1] <= bounds[1]
+
+
 def _worker_error(answer: dict) -> Exception:
     """The exception a worker's error answer stands for in this process."""
     if answer["kind"] == "report":
@@ -358,8 +364,8 @@ class TableReader:
             for answer in started.answers:
                 if "error" in answer:
                     raise _worker_error(answer)
-            redo = [i for i, a in enumerate(started.answers) if bounds is not None
-                    and a["lo"] is not None and (a["lo"] < bounds[0] or a["hi"] > bounds[1])]
+            redo = [i for i, job in enumerate(started.jobs)
+                    if not _within(cache_extent([Path(job["out"])]), bounds)]
             if redo:
                 jobs = [{**started.jobs[i], "bounds": [int(x) for x in bounds]} for i in redo]
 

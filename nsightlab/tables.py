@@ -770,8 +770,6 @@ MEMORY = TableSpec(
     split=False,
 )
 
-
-
 TABLES: dict[str, TableSpec] = {t.name: t for t in (
     KERNELS, CUDA_API, MEMCPY, MEMSET, SYNCS, NVTX, GPU_METRICS, CUDA_GRAPH_NODES, THREADS,
     MEMORY)}
