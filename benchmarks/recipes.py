@@ -34,7 +34,7 @@ RECIPES = ("kernel_sum", "launch_compute", "sync_gaps")
 
 CHILD = r"""
 import json, resource, sys, time
-import nsightlab, nsightlab.recipes as R
+import nsightlab, nsightlab.recipe_runner as R
 path, cache_dir = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 r = nsightlab.open(path, cache_dir=cache_dir)

@@ -31,7 +31,7 @@ from common import DEFAULT_WORK, HERE, SHARED
 RECIPES = ("kernel_sum", "launch_compute", "sync_gaps")
 CHILD = r"""
 import pickle, sys, time
-import nsightlab, nsightlab.recipes as R
+import nsightlab, nsightlab.recipe_runner as R
 path, cache, out, name = sys.argv[1:5]
 t = time.perf_counter(); got = R.run(name, nsightlab.open(path, cache_dir=cache))
 seconds = time.perf_counter() - t

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import NsightlabError
-
-__version__ = "0.1.0"
+from nsightlab._version import __version__
+from nsightlab.errors import NsightlabError
 
 #: public name -> module that defines it
-_LAZY = {"open": "opener", "Report": "report", "TABLES": "tables", "diff": "comparison",
-         "compare": "lineup", "open_ncu": "ncu"}
+_LAZY = {"open": "read.opener", "Report": "read.report", "TABLES": "read.tables",
+         "diff": "comparison.diff", "compare": "comparison.lineup", "open_ncu": "formats.ncu"}
 __all__ = ["NsightlabError", "Report", "TABLES", "compare", "diff", "open", "open_ncu",
            "__version__"]
 

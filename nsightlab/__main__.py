@@ -1,3 +1,3 @@
-from .cli import main
+from nsightlab.cli import main
 
 main()

@@ -44,3 +44,11 @@ class OutputError(UsageError):
 
 class CacheError(NsightlabError):
     """A cache or scratch folder that cannot hold what must be written there (full, read-only)."""
+
+
+class NoDataError(NsightlabError):
+    """The report lacks what the recipe needs (e.g. no kernels): "no data", not a failure."""
+
+
+class RecipeError(NsightlabError):
+    """A recipe that breaks its own metadata (bad ``requires``, undeclared output columns)."""

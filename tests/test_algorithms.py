@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsightlab.comparison import _match_slots
-from nsightlab.launches import first_of_call, match
-from nsightlab.profile import _containing, _occurrence
-from nsightlab.stats import Groups, describe
+from nsightlab.comparison.diff import _match_slots
+from nsightlab.analysis.launches import first_of_call, match
+from nsightlab.comparison.run_profile import _containing, _occurrence
+from nsightlab.analysis.stats import Groups, describe
 
 
 # ---- profile._occurrence ---------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_nvtx_depth_equals_its_definition(threads):
     found each way; the parts split the table anywhere."""
     import pyarrow as pa
 
-    from nsightlab.tables import _nvtx_depth
+    from nsightlab.read.tables import _nvtx_depth
 
     rng = np.random.default_rng(threads)
     n = 900

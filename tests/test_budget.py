@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from nsightlab.analysis import completeness
 import nsightlab
-import nsightlab.recipes as R
-from nsightlab import budget
+import nsightlab.recipe_runner as R
+from nsightlab.analysis import budget
 from nsightlab.cli import cli
 
 from conftest import STEMS, xz_fixtures
@@ -97,9 +98,9 @@ def test_copy_time_agrees_with_nsys_stats_and_brute_force(name, scenario, cache_
 def test_crashed_run_is_partial_and_gets_no_verdict(scenario, cache_dir):
     path = scenario("crash")
     r = nsightlab.open(path)
-    checks = {w["check"]: w for w in r.completeness}
+    checks = {w["check"]: w for w in completeness.check(r)}
     assert checks["kernels_missing"]["severity"] == "partial"
-    assert any("Not all CUDA events" in w["message"] for w in r.completeness)
+    assert any("Not all CUDA events" in w["message"] for w in completeness.check(r))
     assert "--trace=cuda" not in r.missing_hint("kernels")  # it was on
     res = CliRunner().invoke(cli, ["report", str(path)])
     assert res.exit_code == 0, res.output
@@ -112,7 +113,7 @@ def test_crashed_run_is_partial_and_gets_no_verdict(scenario, cache_dir):
 
 def test_gpu_metrics_without_kernel_trace_says_so(scenario, cache_dir):
     r = nsightlab.open(scenario("notrace-gpumetrics"))
-    (w,) = [w for w in r.completeness if w["check"] == "metrics_without_kernels"]
+    (w,) = [w for w in completeness.check(r) if w["check"] == "metrics_without_kernels"]
     assert w["severity"] == "partial" and "--trace=cuda" in w["message"]
     res = CliRunner().invoke(cli, ["info", str(scenario("notrace-gpumetrics"))])
     assert res.exit_code == 0 and "PARTIAL: GPU metrics show the SMs" in res.stdout

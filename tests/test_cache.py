@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import nsightlab
-from nsightlab.db import ExportDB
+from nsightlab.read.db import ExportDB
 
 
 def entry_dirs(cache_dir):
@@ -21,10 +21,10 @@ def no_sqlite_reads(monkeypatch):
 
 
 def test_first_read_writes_parquet_and_later_reads_use_it(sqlite_of, cache_dir, monkeypatch):
-    import nsightlab.part_workers
-    import nsightlab.reader
+    import nsightlab.read.parallel
+    import nsightlab.read.reader
 
-    monkeypatch.setattr(nsightlab.part_workers, "ROWS_PER_READER", 1000)  # 3120 rows: 2+ readers
+    monkeypatch.setattr(nsightlab.read.parallel, "ROWS_PER_READER", 1000)  # 3120 rows: 2+ readers
     monkeypatch.setenv("NSIGHTLAB_READERS", "2")
     path = sqlite_of("h200-vit-fp16")
     first = nsightlab.open(path).kernels()
@@ -103,7 +103,7 @@ def test_extent_from_statistics_or_from_the_rows(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from nsightlab.cache import extent
+    from nsightlab.read.table_cache import extent
 
     rng = np.random.default_rng(5)
     start = rng.integers(10, 10**12, 5000)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import nsightlab
-import nsightlab.recipes as R
+import nsightlab.recipe_runner as R
 
 
 def _kernel_totals(path) -> dict:
@@ -48,10 +48,10 @@ def test_flipped_bytes_in_a_cache_part_are_never_trusted(where, sqlite_of, cache
 def test_a_meta_listing_fewer_parts_or_foreign_parts_is_rebuilt(sqlite_of, cache_dir, monkeypatch):
     """meta.json edited to list one of the two parts; then B's parts (and B's meta numbers)
     copied into A's entry: both are noticed (unlisted part / foreign source in the footers)."""
-    import nsightlab.part_workers
-    import nsightlab.reader
+    import nsightlab.read.parallel
+    import nsightlab.read.reader
 
-    monkeypatch.setattr(nsightlab.part_workers, "ROWS_PER_READER", 1000)  # 2 parts on 2+ cores
+    monkeypatch.setattr(nsightlab.read.parallel, "ROWS_PER_READER", 1000)  # 2 parts on 2+ cores
     monkeypatch.setenv("NSIGHTLAB_READERS", "2")
     a, b = sqlite_of("h200-vit-fp16"), sqlite_of("h200-vit-fp8")
     want = len(nsightlab.open(a).kernels(["start_ns"]))
@@ -105,10 +105,10 @@ def test_leftovers_of_killed_runs_are_removed(sqlite_of, cache_dir):
 @pytest.mark.parametrize("n", ["1", "2", "7"])
 def test_results_do_not_depend_on_the_number_of_readers(n, sqlite_of, cache_dir, monkeypatch):
     """The same tables and recipe numbers with 1, 2 or 7 reader threads (rowid ranges)."""
-    import nsightlab.part_workers
-    import nsightlab.reader
+    import nsightlab.read.parallel
+    import nsightlab.read.reader
 
-    monkeypatch.setattr(nsightlab.part_workers, "ROWS_PER_READER", 100)
+    monkeypatch.setattr(nsightlab.read.parallel, "ROWS_PER_READER", 100)
     monkeypatch.setenv("NSIGHTLAB_READERS", n)
     path = sqlite_of("h200-vit-fp8")
     k = nsightlab.open(path, cache=False).kernels(["start_ns", "name", "duration_ns"])

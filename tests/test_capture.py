@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import nsightlab
-from nsightlab import capture as cap
+from nsightlab.capture import record as cap
 from nsightlab.cli import cli
 
 from conftest import SHARED, make_tiny_onnx
@@ -273,7 +273,7 @@ def test_options_validate_in_the_library(tmp_path):
 
 
 def test_plan_ends_with_the_export_step(tmp_path):
-    from nsightlab import nsys as nsys_cli
+    from nsightlab.read import nsys_export as nsys_cli
 
     steps = cap.plan(cap.Options(name="x", command=["true"]), tmp_path, {"nsys": "/opt/nsys"})
     assert [s.kind for s in steps] == ["workload", "export"]
@@ -288,7 +288,7 @@ def test_capture_flags_are_the_options_fields():
     import dataclasses
 
     from nsightlab.cli import capture as cli_capture, table as cli_table
-    from nsightlab.tables import TABLES
+    from nsightlab.read.tables import TABLES
 
     fields = {f.name: f.default for f in dataclasses.fields(cap.Options)}
     params = {p.name: p for p in cli_capture.capture.params if p.name not in ("dry_run", "quiet")}

@@ -7,10 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import nsightlab.recipes as R
+import nsightlab.recipe_runner as R
 from conftest import xz_fixtures
-from nsightlab.classify import (CLASSES, MATH_CLASSES, PRECISIONS, annotate, classify_names,
-                                kernel_class, precision, refine)
+from nsightlab.analysis.classify import (
+    CLASSES, MATH_CLASSES, PRECISIONS, annotate, classify_names, kernel_class, precision,
+    refine)
 
 CASES = [
     # name (from a fixture), class, precision, confidence

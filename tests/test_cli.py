@@ -91,7 +91,7 @@ def test_console_script_runs_as_a_module(sqlite_of, cache_dir):
 def test_docs_tables_md_is_current():
     from pathlib import Path
 
-    from nsightlab.tables import tables_markdown
+    from nsightlab.read.tables import tables_markdown
 
     doc = Path(__file__).parent.parent / "docs" / "tables.md"
-    assert doc.read_text() == tables_markdown(), "run: python -m nsightlab.tables > docs/tables.md"
+    assert doc.read_text() == tables_markdown(), "run: python -m nsightlab.read.tables > docs/tables.md"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import nsightlab.recipes as R
+import nsightlab.recipe_runner as R
 from nsightlab.cli import cli
 
 BUILTIN = ["api_sum", "budget", "gpu_memory", "gpu_util", "kernel_sum", "launch_compute", "nvtx_gpu", "sync_gaps",
@@ -207,9 +207,10 @@ def test_report_workers_share_the_cores(monkeypatch):
     the cores (NSIGHTLAB_READERS), unless the user set it."""
     import os
 
-    from nsightlab import part_workers, recipes
+    from nsightlab import recipe_runner as recipes
+    from nsightlab.read import parallel
 
-    monkeypatch.setattr(part_workers, "readers", lambda rows=None: 16)
+    monkeypatch.setattr(parallel, "readers", lambda rows=None: 16)
     monkeypatch.delenv("NSIGHTLAB_READERS", raising=False)
     recipes.share_cores(4)
     assert os.environ["NSIGHTLAB_READERS"] == "4"

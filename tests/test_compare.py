@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import nsightlab
 from conftest import xz_fixtures
-from nsightlab import gate
+from nsightlab.comparison import gate
 from nsightlab.cli import cli
 from nsightlab.errors import UsageError
 

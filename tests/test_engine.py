@@ -1,4 +1,4 @@
-"""Big reports are analysed in DuckDB (nsightlab.engine); the NumPy path is the reference.
+"""Big reports are analysed in DuckDB (nsightlab.analysis.engine); the NumPy path is the reference.
 Every recipe with an SQL path runs both ways on real reports of each shape that the SQL
 handles differently (graph replays, nested and start/end NVTX ranges, copies, syncs,
 duplicate-free and multi-stream runs) and must give the same tables: same rows in the same
@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from nsightlab.analysis import completeness
 import nsightlab
-import nsightlab.recipes as R
-from nsightlab import engine
+import nsightlab.recipe_runner as R
+from nsightlab.analysis import engine
 from nsightlab.errors import UsageError
 
 from conftest import xz_fixtures
@@ -159,7 +160,7 @@ def test_out_of_memory_in_a_sort_tries_again_with_fewer_threads(reports, tmp_pat
     to the NumPy path."""
     import duckdb
 
-    from nsightlab import reader
+    from nsightlab.read import reader
 
     path = reports("nsys", "", "h200-vit-fp16-syncy")
     ref = _run(path, "sync_gaps", "numpy", tmp_path, monkeypatch)
@@ -187,7 +188,7 @@ def test_completeness_same_both_ways(reports, folder, prefix, name, tmp_path, mo
     found = {}
     for how in ("numpy", "duckdb"):
         monkeypatch.setenv("NSIGHTLAB_ENGINE", how)
-        found[how] = nsightlab.open(path, cache_dir=tmp_path / how).completeness
+        found[how] = completeness.check(nsightlab.open(path, cache_dir=tmp_path / how))
     assert found["numpy"] == found["duckdb"]
 
 
@@ -252,15 +253,15 @@ def test_spill_folders_of_killed_runs_go_live_ones_stay(reports, tmp_path, monke
 def test_budget_idle_attribution_in_threads_equals_one_pass(reports, monkeypatch):
     """The idle gaps are attributed in chunks on several threads: with 1,000-gap chunks (80
     chunks on this report) the budget equals the one-chunk, one-thread result exactly."""
-    from nsightlab import budget
+    from nsightlab.analysis import budget, budget_parts
 
     report = nsightlab.open(reports("nsys", "", "h200-launchbound"), cache=False)
-    monkeypatch.setattr(budget, "GAP_CHUNK", 1 << 30)
-    monkeypatch.setattr(budget, "IDLE_THREADS", 1)
+    monkeypatch.setattr(budget_parts, "GAP_CHUNK", 1 << 30)
+    monkeypatch.setattr(budget_parts, "IDLE_THREADS", 1)
     one, by_sync_one, _ = budget.compute(report)
-    monkeypatch.setattr(budget, "GAP_CHUNK", 1000)
-    monkeypatch.setattr(budget, "IDLE_THREADS", 4)
-    monkeypatch.setattr(budget, "readers", lambda: 4)
+    monkeypatch.setattr(budget_parts, "GAP_CHUNK", 1000)
+    monkeypatch.setattr(budget_parts, "IDLE_THREADS", 4)
+    monkeypatch.setattr(budget_parts, "readers", lambda: 4)
     many, by_sync_many, _ = budget.compute(report)
     pd.testing.assert_frame_equal(one, many)
     assert by_sync_one["idle_ns"].sum() == by_sync_many["idle_ns"].sum()
@@ -273,7 +274,7 @@ def test_streamed_budget_in_small_batches_equals_numpy(reports, folder, prefix, 
     """The out-of-core budget carries union intervals, gaps and launch times from batch to
     batch: batches of 997 and of 3 operations (every carry taken many times) give the
     in-memory numbers."""
-    from nsightlab import budget_stream
+    from nsightlab.analysis import budget_stream
 
     path = reports(folder, prefix, name)
     ref = _run(path, "budget", "numpy", tmp_path, monkeypatch)
@@ -291,7 +292,8 @@ def test_launch_compute_streamed_in_small_batches_equals_numpy(reports, name, tm
     """The NVTX projection adds up ranges over batches of the launch table, on 4 threads into
     sums of their own, merged at the end: batches of 1000 launches (graph replays, start/end
     ranges, 18-deep push/pop) give the in-memory tables."""
-    from nsightlab import projection, reader
+    from nsightlab.analysis import projection
+    from nsightlab.read import reader
 
     path = reports("nsys", "", name)
     ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
@@ -311,7 +313,7 @@ def test_projection_threads_hold_one_batch_each():
 
     import pyarrow as pa
 
-    from nsightlab import projection
+    from nsightlab.analysis import projection
 
     sums = projection._Sums(pd.DataFrame({
         "name": ["r"], "pid": [1], "tid": [1], "start_ns": [0], "end_ns": [10**12],
@@ -369,7 +371,7 @@ def test_streamed_budget_two_gpus_synthetic_from_real(reports, tmp_path, monkeyp
     import shutil
     import sqlite3
 
-    from nsightlab import budget_stream
+    from nsightlab.analysis import budget_stream
 
     path = tmp_path / "two-gpus.sqlite"
     shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
@@ -395,15 +397,16 @@ def test_launch_table_left_by_the_budget_join_equals_numpy(reports, folder, pref
     table's columns and leaves ``lk`` (a view, or a copy where duplicate API rows are about to
     be dropped), so launch_compute joins nothing itself. Same tables as in memory.
     (test_duckdb_equals_numpy runs the budget first: there launch_compute joins on its own.)"""
-    from nsightlab import budget_stream, launches
+    from nsightlab import recipe_api
+    from nsightlab.analysis import budget_stream
 
     path = reports(folder, prefix, name)
     ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
     left, joined = [], []
-    leave, own = budget_stream.StreamedOps._leave_launches, launches.launches_sql
+    leave, own = budget_stream.StreamedOps._leave_launches, recipe_api.launches_sql
     monkeypatch.setattr(budget_stream.StreamedOps, "_leave_launches",
                         lambda self, share, keep: (left.append(keep), leave(self, share, keep)))
-    monkeypatch.setattr(launches, "launches_sql", lambda db, *a: (  # bound as the recipe loads
+    monkeypatch.setattr(recipe_api, "launches_sql", lambda db, *a: (  # bound as the recipe loads
         joined.append(db.left_launches is None), own(db, *a))[1])
     got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
     assert len(left) == 1 and joined == [False], (left, joined)
@@ -439,7 +442,7 @@ def test_budget_join_in_correlation_windows_equals_numpy(reports, folder, prefix
     """The budget joins operations to their calls in windows of correlation ids (each
     window's hash table within DuckDB's memory): windows of about 3,000 operations give the
     in-memory budget and launch table (launch_compute, which shares the join)."""
-    from nsightlab import budget_stream
+    from nsightlab.analysis import budget_stream
 
     path = reports(folder, prefix, name)
     ref = {r: _run(path, r, "numpy", tmp_path, monkeypatch) for r in ("launch_compute", "budget")}
@@ -464,7 +467,7 @@ def test_budget_join_windows_keep_operations_without_correlation_ids(reports, tm
     import shutil
     import sqlite3
 
-    from nsightlab import budget_stream
+    from nsightlab.analysis import budget_stream
 
     path = tmp_path / "uncorrelated.sqlite"
     shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
@@ -499,10 +502,10 @@ def test_sync_gaps_previous_calls_in_small_chunks_equal_numpy(reports, tmp_path,
 def test_take_reads_only_the_parts_holding_the_rows(reports, tmp_path, monkeypatch):
     """``take`` skips cache parts without a wanted row: rows from the first and last of 4
     parts, in any order, equal the whole column's, and only those 2 parts are read."""
-    from nsightlab import part_workers, reader
-    from nsightlab.db import ExportDB
+    from nsightlab.read import parallel, reader
+    from nsightlab.read.db import ExportDB
 
-    monkeypatch.setattr(part_workers, "ROWS_PER_READER", 1000)
+    monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
     monkeypatch.setattr(reader, "readers", lambda rows=None: 4)
     report = nsightlab.open(reports("nsys", "", "h200-launchbound"), cache_dir=tmp_path)
     whole = report.cuda_api(["start_ns", "tid"])
@@ -559,7 +562,7 @@ def test_open_ranges_found_both_ways(reports, tmp_path, monkeypatch, how):
         names = [t for _, t in picked]
     monkeypatch.setenv("NSIGHTLAB_ENGINE", how)
     report = nsightlab.open(path, cache_dir=tmp_path / how)
-    found = [w for w in report.completeness if w["check"] == "ranges_open"]
+    found = [w for w in completeness.check(report) if w["check"] == "ranges_open"]
     assert len(found) == 1 and f"2 NVTX range(s) never closed ({names[0]}, {names[1]})" \
         in found[0]["message"], found
 
@@ -592,7 +595,7 @@ def test_all_cores_for_joins_and_aggregations_then_back(reports, tmp_path, monke
     """Joins and aggregations run on one DuckDB thread per core (``Engine.all_cores``), sorts
     on the memory-bound count (``threads()``): here 4 and 1. Same tables as in memory, and
     the thread count is back to 1 after each block (also when a query in it fails)."""
-    from nsightlab import reader
+    from nsightlab.read import reader
 
     monkeypatch.setattr(engine, "MB_PER_THREAD", 10**6)  # threads() = 1
     monkeypatch.setattr(engine, "readers", lambda rows=None: 4)

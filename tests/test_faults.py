@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nsightlab.analysis import completeness
 import nsightlab
-import nsightlab.recipes as R
+import nsightlab.recipe_runner as R
 from faults import cases, run_all, summary_line
 from nsightlab.cli import cli
 
@@ -46,7 +47,7 @@ def test_impossible_timestamps_are_left_out_everywhere(name, left_out, fault_cas
     budget = R.run("budget", path)["summary"]
     assert budget["kernels_ns"].iloc[0] < budget["wall_ns"].iloc[0]
     warning = f"{left_out:,} kernels with a missing or impossible start/end"
-    assert any(warning in w["message"] for w in nsightlab.open(path).completeness)
+    assert any(warning in w["message"] for w in completeness.check(nsightlab.open(path)))
     info = json.loads(CliRunner().invoke(cli, ["info", str(path), "--json"]).stdout)
     assert any(warning in w["message"] for w in info["warnings"])
     out = tmp_path / "ks"
@@ -148,7 +149,7 @@ def test_a_read_only_capture_keeps_its_cache_elsewhere(tmp_path, cache_dir, monk
     import os
     import shutil as sh
 
-    from nsightlab.paths import locate
+    from nsightlab.read.locate import locate
 
     cap = tmp_path / "vit-fp16"
     sh.copytree(Path(__file__).parent.parent / "captures" / "examples" / "vit-fp16", cap)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import nsightlab
-from nsightlab.tables import TABLES
+from nsightlab.read.tables import TABLES
 
 from conftest import STEMS, expected_dir
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import nsightlab
-import nsightlab.recipes as R
+import nsightlab.recipe_runner as R
 from conftest import xz_fixtures
 from nsightlab.cli import cli
 

@@ -1,4 +1,4 @@
-"""Where ONNX Runtime ran each node (nsightlab.ort_placement, `nsightlab ort`), on profiles the
+"""Where ONNX Runtime ran each node (nsightlab.comparison.ort_placement, `nsightlab ort`), on profiles the
 runner makes here with the real onnxruntime (CPU EP, and CUDA EP requested where this build has
 none) and on the CUDA EP sample ORT profile of tests/data/ort."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import make_tiny_onnx
-from nsightlab import ort_placement
+from nsightlab.comparison import ort_placement
 from nsightlab.cli import cli
 
 DATA = Path(__file__).parent / "data" / "ort"

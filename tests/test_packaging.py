@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import nsightlab
-import nsightlab.recipes as R
+import nsightlab.recipe_runner as R
 
 SOURCE = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Cache entries built by worker processes (nsightlab.part_workers) equal those built by
+"""Cache entries built by worker processes (nsightlab.read.workers) equal those built by
 reader threads, row for row, with the same rows left out; failures are one-line errors."""
 import json
 import os
@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import nsightlab
-from nsightlab import part_workers, reader
+from nsightlab.read import parallel, reader, workers as part_workers
 from nsightlab.errors import CorruptReportError
 
 
@@ -20,7 +20,7 @@ def by_processes(monkeypatch):
     """Every split table of this small fixture is read by 2 worker processes."""
     monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
     monkeypatch.setattr(reader, "PROCESS_MIN_WORKERS", 2)
-    monkeypatch.setattr(part_workers, "ROWS_PER_READER", 1000)
+    monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
     monkeypatch.setattr(reader, "readers", lambda rows=None: 2)
     yield
     part_workers.discard_pool()
@@ -170,7 +170,7 @@ def test_nvtx_parts_name_domains_and_categories_as_one_query(sqlite_of, tmp_path
 def test_sql_values_lists():
     """What the range queries inline: ints, text with quotes, NULLs; an empty list selects
     nothing; a NUL character cannot be a literal (the query keeps its own join then)."""
-    from nsightlab.tables import _values
+    from nsightlab.read.tables import _values
 
     con = sqlite3.connect(":memory:")
     rows = [(1, 2, "it's"), (None, 5, None)]
@@ -186,7 +186,7 @@ def test_api_extent_read_off_the_cached_calls_equals_the_sql_scan(sqlite_of, tmp
     statistics instead of a scan of SQLite: the same bounds, so the same kernels left out.
     Damaged copy: API calls ending before they start (left out of the extent) and kernels
     far outside the run."""
-    from nsightlab import db as dbmod, tables
+    from nsightlab.read import db as dbmod, tables
 
     path = damaged_copy(sqlite_of, tmp_path)
     with sqlite3.connect(path) as con:
@@ -233,9 +233,9 @@ def test_open_starts_the_reader_processes_before_pandas_is_imported(sqlite_of, t
     path = sqlite_of("h200-launchbound")
     code = textwrap.dedent(f"""
         import sys
-        from nsightlab import part_workers as pw
+        from nsightlab.read import parallel, workers as pw
         pw.PROCESS_MIN_ROWS, pw.PROCESS_MIN_WORKERS = 1, 2
-        pw.readers = lambda rows=None: 2  # a 2-core machine would read with threads
+        pw.readers = parallel.readers = lambda rows=None: 2  # a 2-core machine would read with threads
         seen, real = [], pw.pool
         pw.pool = lambda n: (seen.append(("pandas" in sys.modules, n)), real(n))[1]
         import nsightlab
@@ -377,9 +377,9 @@ def test_reads_started_but_never_taken_leave_nothing_at_exit(sqlite_of, tmp_path
     import textwrap
 
     code = textwrap.dedent(f"""
-        from nsightlab import part_workers as pw
+        from nsightlab.read import parallel, workers as pw
         pw.PROCESS_MIN_ROWS, pw.PROCESS_MIN_WORKERS = 1, 2
-        pw.readers = lambda rows=None: 2
+        pw.readers = parallel.readers = lambda rows=None: 2
         import nsightlab
         r = nsightlab.open({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r})
         print(len(pw._STARTED), sum(1 for s in pw._STARTED.values() if s.folder.is_dir()))

@@ -5,7 +5,7 @@ import collections
 
 import pytest
 
-import nsightlab.recipes as R
+import nsightlab.recipe_runner as R
 
 from conftest import STEMS
 from test_fixtures_agree_with_nsys import expected, with_expected

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import nsightlab
-import nsightlab.recipes as R
+import nsightlab.recipe_runner as R
 
 
 def test_launchbound_workload_is_launch_bound(sqlite_of, cache_dir):

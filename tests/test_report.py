@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import nsightlab
-from nsightlab.tables import TABLES
+from nsightlab.read.tables import TABLES
 
 
 def test_metadata_of_a_2025_export(sqlite_of, cache_dir):
@@ -137,7 +137,7 @@ def test_frame_builder_widens_dictionary_codes_past_int16():
     small enough for tests has 33k kernel names)."""
     import pyarrow as pa
 
-    from nsightlab.frames import FrameBuilder
+    from nsightlab.read.frames import FrameBuilder
 
     spec = TABLES["kernels"]
     b = FrameBuilder(spec, ["name", "start_ns"], 40_000)

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 import nsightlab
-import nsightlab.recipes as R
-from nsightlab import results
-from nsightlab.results import ResultStore
+import nsightlab.recipe_runner as R
+from nsightlab.read import result_store as results
+from nsightlab.read.result_store import ResultStore
 
 
 def computer(log: list, value: int = 1):
@@ -144,7 +144,7 @@ def test_text_columns_come_out_as_plain_text(sqlite_of, cache_dir):
 
 
 def test_run_profile_is_kept_in_the_result_store(sqlite_of, cache_dir):
-    from nsightlab.profile import profile
+    from nsightlab.comparison.run_profile import profile
 
     r = nsightlab.open(sqlite_of("h200-vit-fp16"))
     first = profile(r, "x")
@@ -159,7 +159,7 @@ def test_run_profile_is_kept_in_the_result_store(sqlite_of, cache_dir):
 def test_every_result_object_saves_the_same_way(sqlite_of, cache_dir, tmp_path):
     """A recipe run, a diff and a run report: tables(), to_json() and an atomic save(dir)
     with one manifest shape."""
-    from nsightlab import summary
+    from nsightlab.comparison import run_report as summary
 
     path = sqlite_of("h200-vit-fp16-syncy")
     results_ = {"recipe": R.run("sync_gaps", path), "diff": nsightlab.diff(path, path),

@@ -1,4 +1,4 @@
-"""Answers served again (nsightlab.served): a repeated command prints the same text without
+"""Answers served again (nsightlab.read.answer_cache): a repeated command prints the same text without
 importing pandas or pyarrow, and never a stale or damaged answer."""
 import json
 import os

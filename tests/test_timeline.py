@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from nsightlab.timeline import busy_time, covered, gaps, slice_reduce, union
+from nsightlab.analysis.timeline import busy_time, covered, gaps, slice_reduce, union
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,9 +1,9 @@
 """The ``nsightlab`` command: a thin layer over the library.
 
 Each subcommand lives in its own module, parses options, calls one library function and
-hands the result to ``nsightlab.renderers.emit``. The modules are imported (and so their
-commands registered) with this package; they import pandas and the library inside the
-command, so ``nsightlab --help`` starts fast. Any NsightlabError becomes a one-line
+hands the result to ``nsightlab.renderers.emit``. Each module lists its commands in
+``COMMANDS`` and this package adds them to the root group (the modules never import it back);
+they import pandas and the library inside the command, so ``nsightlab --help`` starts fast. Any NsightlabError becomes a one-line
 ``Error: ...`` and exit code 1; usage errors exit 2 (click's convention).
 """
 from __future__ import annotations
@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from ..errors import NsightlabError, UsageError
+from nsightlab.cli import capture, compare, info, recipe, table
+from nsightlab.errors import NsightlabError, UsageError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -65,9 +66,11 @@ def cli() -> None:
     """
 
 
+for _module in (capture, compare, info, recipe, table):
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="nsightlab")
-
-
-from . import capture, compare, info, recipe, table  # noqa: E402,F401  (registers the commands)

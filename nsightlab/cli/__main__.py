@@ -1,4 +1,4 @@
 """``python -m nsightlab.cli``: the same as the nsightlab command."""
-from . import main
+from nsightlab.cli import main
 
 main()

@@ -5,16 +5,14 @@ from pathlib import Path
 
 import click
 
-from . import cli
-from .options import output_options
-
+from nsightlab.cli.options import output_options
 
 #: Options defaults shown in --help (``capture.Options`` is the source; a test keeps them equal)
 DEFAULT_TRACE = "cuda,nvtx,osrt,cublas,cudnn"
 PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly-typed")
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
+@click.command(context_settings={"ignore_unknown_options": False})
 @click.argument("name")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--store", type=click.Path(file_okay=False), envvar="NSIGHTLAB_STORE",
@@ -72,8 +70,8 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
       nsightlab capture blk3 --no-nsys --ncu --ncu-nvtx block3/ -- python vit_workload.py fp16
       nsightlab capture fp16 --dry-run --trtexec vit.onnx
     """
-    from .. import capture as cap
-    from .options import progress
+    from nsightlab.capture import record as cap
+    from nsightlab.cli.options import progress
 
     opts = cap.Options(**options)  # the click names are Options' field names
     if dry_run:
@@ -87,7 +85,7 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
     click.echo(f"captured {opts.name} in {path}")
 
 
-@cli.command()
+@click.command()
 @click.option("--store", type=click.Path(file_okay=False), envvar="NSIGHTLAB_STORE",
               help="Capture store [./captures].")
 @output_options("file", formats=("table", "csv", "json"))
@@ -99,8 +97,8 @@ def captures(store: str | None, fmt: str, output: str | None) -> None:
       nsightlab captures --store captures/examples
       nsightlab captures --json
     """
-    from .. import capture as cap
-    from ..renderers import emit
+    from nsightlab.capture import record as cap
+    from nsightlab.renderers import emit
 
     df = cap.captures_table(Path(store) if store else None)
     if df.empty:
@@ -109,7 +107,7 @@ def captures(store: str | None, fmt: str, output: str | None) -> None:
     emit(df, fmt, output)
 
 
-@cli.command("export")
+@click.command("export")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), default=".",
               show_default=True, help="Folder for the exported files.")
@@ -124,7 +122,11 @@ def export_(inputs, outdir, nsys_path) -> None:
       nsightlab export run.nsys-rep -o exports/
       nsightlab export gemm.ncu-rep trtexec.profile.json trtexec.layers.json -o exports/
     """
-    from .. import exporters
+    from nsightlab.capture import exporters
 
     for path in exporters.export(list(inputs), outdir, nsys_path):
         click.echo(str(path))
+
+
+#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
+COMMANDS = (capture, captures, export_,)

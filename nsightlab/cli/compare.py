@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import cli
-from .options import output_options, report_options, wrote
+from nsightlab.cli.options import output_options, report_options, wrote
 
 FORMATS = ("table", "json", "csv", "parquet")
 
@@ -19,12 +18,12 @@ def chart_options(f):
 
 def _charts_out(result, html_file: str | None, png_dir: str | None) -> None:
     """--html FILE and --png DIR, for any result with charts."""
-    from ..renderers import emit
+    from nsightlab.renderers import emit
 
     if html_file:
         wrote(emit(result, "html", html_file), html_file)
     if png_dir:
-        from .. import charts
+        from nsightlab.renderers import charts
 
         wrote(charts.save_pngs(charts.charts_for(result), png_dir), png_dir)
 
@@ -43,7 +42,7 @@ def _gate(rules: tuple[str, ...], pairs) -> None:
     print what broke and exit 3."""
     if not rules:
         return
-    from .. import gate
+    from nsightlab.comparison import gate
 
     parsed = [gate.parse(r) for r in rules]
     failed = [line for a, b, conv in pairs for line in gate.check(parsed, a, b, conv)]
@@ -56,13 +55,13 @@ def _gate(rules: tuple[str, ...], pairs) -> None:
 def _parse_rules(rules: tuple[str, ...]) -> None:
     """Reject a malformed --fail-if before any report is read."""
     if rules:
-        from .. import gate
+        from nsightlab.comparison import gate
 
         for r in rules:
             gate.parse(r)
 
 
-@cli.command()
+@click.command()
 @click.argument("a")
 @click.argument("b")
 @output_options("dir", FORMATS)
@@ -87,7 +86,7 @@ def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
       nsightlab diff main.sqlite pr.sqlite --fail-if 'latency_p50 > +5%'   # CI: exit 3
     """
     import nsightlab
-    from ..renderers import emit
+    from nsightlab.renderers import emit
 
     _parse_rules(fail_if)
     d = nsightlab.diff(a, b, **open_options)
@@ -96,7 +95,7 @@ def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
     _gate(fail_if, [(d.a, d.b, d.headline["conversion_overhead_ns"])])
 
 
-@cli.command()
+@click.command()
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--batch", type=click.IntRange(min=1),
               help="Items per iteration, for items/s (else from the capture manifest).")
@@ -123,7 +122,7 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
       nsightlab compare main.sqlite pr.sqlite --fail-if 'latency_p95 > +5%'
     """
     import nsightlab
-    from ..renderers import emit
+    from nsightlab.renderers import emit
 
     if len(runs) < 2:
         raise click.UsageError("give at least two runs (the first is the baseline)")
@@ -138,8 +137,8 @@ def _engine(path: str):
     """A trtexec --exportProfile JSON, or a capture folder holding trtexec.profile.json."""
     from pathlib import Path
 
-    from ..errors import NotAReportError
-    from ..paths import default_store
+    from nsightlab.errors import NotAReportError
+    from nsightlab.read.locate import default_store
 
     p = Path(path)
     if not p.exists() and len(p.parts) == 1 and (default_store() / p).is_dir():
@@ -152,7 +151,7 @@ def _engine(path: str):
     return p
 
 
-@cli.command()
+@click.command()
 @click.argument("a")
 @click.argument("b")
 @output_options("dir", FORMATS)
@@ -172,8 +171,8 @@ def layers(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
       nsightlab layers resnet_fp16.profile.json resnet_qat.profile.json
       nsightlab layers fp16 int8 --json
     """
-    from .. import trt_layers
-    from ..renderers import emit
+    from nsightlab.comparison import trt_layers
+    from nsightlab.renderers import emit
 
     m = trt_layers.match(trt_layers.engine_layers(_engine(a)), trt_layers.engine_layers(_engine(b)))
     wrote(emit(m, fmt, output), output)
@@ -181,7 +180,7 @@ def layers(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
         _charts_out(m, html_file, None)
 
 
-@cli.command()
+@click.command()
 @click.argument("path")
 @click.option("--ep", help="The execution provider that was requested (cpu, cuda, tensorrt or an "
                            "ORT provider name) [from the capture's ort_run.json].")
@@ -200,13 +199,13 @@ def ort(path: str, ep: str | None, fmt: str, output: str | None) -> None:
       nsightlab ort captures/ort-cuda
       nsightlab ort onnxruntime_profile.json --ep cuda --json
     """
-    from .. import ort_placement
-    from ..renderers import emit
+    from nsightlab.comparison import ort_placement
+    from nsightlab.renderers import emit
 
     wrote(emit(ort_placement.placement(path, ep), fmt, output), output)
 
 
-@cli.command()
+@click.command()
 @click.argument("path")
 @output_options("dir", FORMATS)
 @chart_options
@@ -225,9 +224,13 @@ def report(path: str, fmt: str, output: str | None, html_file: str | None,
       nsightlab report syncy.sqlite --html syncy.html
       nsightlab report fp16 --json > fp16.json
     """
-    from .. import summary
-    from ..renderers import emit
+    from nsightlab.comparison import run_report as summary
+    from nsightlab.renderers import emit
 
     rr = summary.build(path, **open_options)
     wrote(emit(rr, fmt, output), output)
     _charts_out(rr, html_file, png_dir)
+
+
+#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
+COMMANDS = (diff, compare, layers, ort, report,)

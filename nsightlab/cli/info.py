@@ -5,11 +5,10 @@ import contextlib
 
 import click
 
-from . import cli
-from .options import output_options, report_options
+from nsightlab.cli.options import output_options, report_options
 
 
-@cli.command()
+@click.command()
 @click.argument("paths", nargs=-1, required=True)
 @output_options("file", formats=("table", "json"))
 @report_options
@@ -18,15 +17,15 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
     count of every table (with the nsys option that would record the missing ones).
 
     JSON keys: path, sqlite, nsys_version, schema_version, gpus, processes, span_ns,
-    start_ns, end_ns, tables {name: rows}, missing {name: how to record it} (a list of
-    these for several reports).
+    start_ns, end_ns, tables {name: rows}, missing {name: how to record it}, warnings
+    [{check, severity, message}: what the trace lacks] (a list of these for several reports).
 
     \b
     Examples:
       nsightlab info report.sqlite
       nsightlab info captures/examples/*/ --json
     """
-    from .. import served
+    from nsightlab.read import answer_cache as served
 
     spot = served.spot("info", [fmt], paths[0], open_options) \
         if len(paths) == 1 and output is None else None
@@ -34,11 +33,16 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
         return
     with spot.recording() if spot is not None else contextlib.nullcontext():
         import nsightlab
-        from ..metadata import ReportInfos
-        from ..renderers import emit
+        from nsightlab.analysis import completeness
+        from nsightlab.read.metadata import ReportInfos
+        from nsightlab.renderers import emit
 
         infos = []
         for p in paths:
             with nsightlab.open(p, **open_options) as report:
-                infos.append(report.info())
+                infos.append({**report.info(), "warnings": completeness.check(report)})
         emit(ReportInfos(infos), fmt, output)
+
+
+#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
+COMMANDS = (info,)

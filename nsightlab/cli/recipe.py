@@ -8,11 +8,10 @@ from pathlib import Path
 
 import click
 
-from . import cli
-from .options import output_options, progress, report_options, wrote
+from nsightlab.cli.options import output_options, progress, report_options, wrote
 
 
-@cli.group()
+@click.group()
 def recipe() -> None:
     """Analysis recipes: each answers one question about one or many reports.
 
@@ -34,7 +33,7 @@ def list_() -> None:
     Example:
       nsightlab recipe list
     """
-    from .. import recipes as R
+    from nsightlab import recipe_runner as R
 
     recipes = R.available()
     width = max(len(n) for n in recipes)
@@ -52,7 +51,7 @@ def show(name: str) -> None:
     Example:
       nsightlab recipe show sync_gaps
     """
-    from .. import recipes as R
+    from nsightlab import recipe_runner as R
 
     r = R.get(name)
     click.echo(f"{r.name}: {r.description}\n  folder: {r.path}")
@@ -117,7 +116,7 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
       nsightlab recipe run tensor_core fp16 --ncu gemm.ncu-rep
       nsightlab recipe run kernel_sum reports/ --dask tcp://scheduler:8786 -o sums/
     """
-    from .. import recipes as R
+    from nsightlab import recipe_runner as R
 
     given = _parse_params(params)
     if ncu_file:
@@ -126,7 +125,7 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
     if spot is not None and spot.replay():
         return
     with spot.recording() if spot is not None else contextlib.nullcontext():
-        from ..renderers import emit
+        from nsightlab.renderers import emit
 
         result = R.run_many(name, list(inputs), given, jobs=jobs, open_kwargs=open_options,
                             progress=progress, dask=dask_address or "")
@@ -144,9 +143,10 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
 
 def _served_spot(name: str, inputs: tuple[str, ...], given: dict, fmt: str, output: str | None,
                  limit: int, open_options: dict):
-    """Where the printed answer of this run is kept (``nsightlab.served``): for one report
+    """Where the printed answer of this run is kept (``nsightlab.read.answer_cache``): for one report
     printed to stdout; None otherwise (several reports, files written, recipe not found)."""
-    from .. import recipes as R, served
+    from nsightlab import recipe_runner as R
+    from nsightlab.read import answer_cache as served
 
     folder = R.folder(name)
     if len(inputs) != 1 or output is not None or fmt == "parquet" or folder is None:
@@ -154,3 +154,7 @@ def _served_spot(name: str, inputs: tuple[str, ...], given: dict, fmt: str, outp
     files = sorted(v for v in given.values() if os.path.isfile(v))
     return served.spot("recipe run", [name, R.fingerprint(folder), given, fmt, limit],
                        inputs[0], open_options, files)
+
+
+#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
+COMMANDS = (recipe,)

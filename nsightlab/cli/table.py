@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import click
 
-from . import cli
-from .options import output_options, report_options
+from nsightlab.cli.options import output_options, report_options
 
-#: table names (``nsightlab.tables.TABLES`` is the source; a test keeps them equal)
+#: table names (``nsightlab.read.tables.TABLES`` is the source; a test keeps them equal)
 TABLE_NAMES = ("kernels", "cuda_api", "memcpy", "memset", "syncs", "nvtx", "gpu_metrics",
                "cuda_graph_nodes", "threads", "memory")
 HELP = """Print table NAME of the report at PATH.
@@ -32,13 +31,13 @@ class TableCommand(click.Command):
     help is asked for (the contract imports pyarrow)."""
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from ..tables import TABLES
+        from nsightlab.read.tables import TABLES
 
         self.help = HELP.format(tables="\n".join(f"  {n:<17} {s.doc}" for n, s in TABLES.items()))
         super().format_help_text(ctx, formatter)
 
 
-@cli.command(cls=TableCommand, help=HELP.format(tables="  (see nsightlab table --help)"))
+@click.command(cls=TableCommand, help=HELP.format(tables="  (see nsightlab table --help)"))
 @click.argument("name", type=click.Choice(TABLE_NAMES), metavar="NAME")
 @click.argument("path")
 @click.option("--columns", help="Comma-separated columns to keep, in this order [all].")
@@ -48,7 +47,7 @@ class TableCommand(click.Command):
 def table(name: str, path: str, columns: str | None, limit: int | None, fmt: str,
           output: str | None, open_options: dict) -> None:
     import nsightlab
-    from ..renderers import emit
+    from nsightlab.renderers import emit
 
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     with nsightlab.open(path, **open_options) as report:
@@ -57,3 +56,7 @@ def table(name: str, path: str, columns: str | None, limit: int | None, fmt: str
     if hint:
         click.echo(f"note: {hint}", err=True)
     emit(df, fmt, output, limit=limit)
+
+
+#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
+COMMANDS = (table,)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import OutputError
-from ..result import atomic_file
+from nsightlab.core.result import atomic_file
+from nsightlab.errors import OutputError
 
 #: formats of ``emit``
 FORMATS = ("table", "csv", "json", "parquet", "html")
@@ -40,7 +40,7 @@ def emit(result, fmt: str = "table", out: str | os.PathLike | None = None, *,
     if isinstance(result, pd.DataFrame):
         return _emit_frame(result, fmt, out, limit)
     if fmt == "html":
-        from . import html
+        from nsightlab.renderers import html
 
         return _write(html.render(result), out)
     if out is not None and fmt != "table":
@@ -54,7 +54,7 @@ def emit(result, fmt: str = "table", out: str | os.PathLike | None = None, *,
             sys.stdout.write(f"# {name}\n")
             df.to_csv(sys.stdout, index=False)
         return []
-    from . import text
+    from nsightlab.renderers import text
 
     files = result.save(out) if out is not None else []
     _write(text.render(result, limit) if limit is not None else text.render(result), None)
@@ -79,14 +79,14 @@ def _emit_frame(df: pd.DataFrame, fmt: str, out, limit: int | None) -> list[Path
             df.to_csv(f, index=False, chunksize=CSV_CHUNK_ROWS)
         return [Path(out)]
     if fmt == "json":
-        from ..result import json_records
+        from nsightlab.core.result import json_records
 
         return _write(json.dumps(json_records(df), indent=1) + "\n", out)
     if fmt == "html":
-        from .html import page, table_html
+        from nsightlab.renderers.html import page, table_html
 
         return _write(page("nsightlab table", [("rows", table_html(df, len(df)))], []), out)
-    from .text import table_text
+    from nsightlab.renderers.text import table_text
 
     return _write(table_text(df), out)
 

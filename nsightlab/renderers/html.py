@@ -10,13 +10,13 @@ from functools import singledispatch
 import numpy as np
 import pandas as pd
 
-from .. import charts
-from ..comparison import Diff, slot_labels
-from ..lineup import Lineup
-from ..trt_layers import LayerMatch
-from ..recipes import RunResult
-from ..summary import RunReport
-from ..units import ms_columns
+from nsightlab.comparison.diff import Diff, slot_labels
+from nsightlab.comparison.lineup import Lineup
+from nsightlab.comparison.run_report import RunReport
+from nsightlab.comparison.trt_layers import LayerMatch
+from nsightlab.core.units import ms_columns
+from nsightlab.recipe_runner import RunResult
+from nsightlab.renderers import charts
 
 STYLE = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
          "table{border-collapse:collapse;font-size:13px;margin:0.5em 0}"

@@ -13,15 +13,15 @@ from functools import singledispatch
 
 import pandas as pd
 
-from ..comparison import Diff, slot_labels
-from ..lineup import Lineup
-from ..ort_placement import Placement
-from ..trt_layers import LayerMatch
-from ..metadata import ReportInfos
-from ..profile import OUTSIDE
-from ..recipes import RunResult
-from ..summary import RunReport
-from ..units import ms_columns
+from nsightlab.comparison.diff import Diff, slot_labels
+from nsightlab.comparison.lineup import Lineup
+from nsightlab.comparison.ort_placement import Placement
+from nsightlab.comparison.run_profile import OUTSIDE
+from nsightlab.comparison.run_report import RunReport
+from nsightlab.comparison.trt_layers import LayerMatch
+from nsightlab.core.units import ms_columns
+from nsightlab.read.metadata import ReportInfos
+from nsightlab.recipe_runner import RunResult
 
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$|^$")
 #: widest cell before it is cut (with "…")
@@ -252,7 +252,7 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
 
 def budget_text(summary: pd.DataFrame) -> str:
     """The budget's parts (those of at least 0.1%) as rows: part, ms per iteration, share."""
-    from ..budget import PARTS
+    from nsightlab.analysis.budget import PARTS
 
     rows = []
     for _, b in summary.iterrows():

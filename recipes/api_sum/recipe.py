@@ -3,7 +3,7 @@
 nsys groups by the recorded name id: runtime and driver flavours, and the CUDA-backtrace
 duplicates that 2022-era exports record, stay separate rows. Grouping by (name, api_kind)
 gives the same rows."""
-from nsightlab.stats import describe
+from nsightlab.recipe_api import describe
 
 
 def run(report, params):

@@ -1,5 +1,5 @@
 """budget: where each iteration's wall-clock time goes, and the verdict that follows."""
-from nsightlab import budget
+from nsightlab.recipe_api import budget
 
 
 def run(report, params):

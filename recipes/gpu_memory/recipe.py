@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from nsightlab.budget import ITERATION, base_name
+from nsightlab.recipe_api import ITERATION, base_name
 
 GROUP = {"Device": "device", "Array": "device", "Device Static": "device", "Managed": "managed",
          "Managed Static": "managed", "Pinned": "pinned host", "Pageable": "pageable host"}

@@ -2,7 +2,7 @@
 import numpy as np
 import pandas as pd
 
-from nsightlab.timeline import covered, union
+from nsightlab.recipe_api import covered, union
 
 OPS = ("kernels", "memcpy", "memset")
 

@@ -2,12 +2,10 @@
 kernel's class and precision. With iterations_only, only kernels that start inside the
 budget's wall-clock iterations count (warm-up, compile and teardown left out). With ncu, the
 tensor-pipe counters of an Nsight Compute report label kernels whose name says nothing.
-Big reports are summarized in DuckDB over the table cache (``nsightlab.engine``)."""
+Big reports are summarized in DuckDB over the table cache (``nsightlab.analysis.engine``)."""
 import numpy as np
 
-from nsightlab import budget, engine, ncu, recipes
-from nsightlab.classify import annotate
-from nsightlab.stats import describe
+from nsightlab.recipe_api import annotate, budget, describe, engine, ncu, run_recipe
 
 COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"]
 
@@ -25,7 +23,7 @@ def run(report, params):
 def iteration_windows(report):
     """(start_ns, end_ns) of the budget's wall-clock iterations, one row per distinct start;
     None when the run has no iteration ranges (then every kernel counts)."""
-    it = recipes.run("budget", report)["iterations"]
+    it = run_recipe("budget", report)["iterations"]
     if not len(it) or it["name"].iloc[0] == budget.WHOLE_RUN:
         return None
     return it.groupby("start_ns", as_index=False)["end_ns"].max().sort_values("start_ns")

@@ -1,19 +1,26 @@
 """launch_compute: launch overhead vs GPU compute, per kernel, per run and per NVTX range.
-In memory (NumPy) on small reports; on big ones (``nsightlab.engine``) joined and summarized
+In memory (NumPy) on small reports; on big ones (``nsightlab.analysis.engine``) joined and summarized
 in DuckDB over the table cache, in bounded memory: medians by ``engine.medians``, busy time
 and the NVTX projection from streams of the launch table."""
 import numpy as np
 import pandas as pd
 
-from nsightlab import engine, recipes
-from nsightlab.frames import release_memory
-from nsightlab.launches import first_of_call, launches, launches_sql
-from nsightlab.projection import project, project_sql
-from nsightlab.recipes import NoDataError
-from nsightlab.stats import STATS, Groups, group_ids
-from nsightlab.tables import nullable_int64
-from nsightlab.timeline import busy_time
-
+from nsightlab.recipe_api import (
+    STATS,
+    Groups,
+    NoDataError,
+    busy_time,
+    engine,
+    first_of_call,
+    group_ids,
+    launches,
+    launches_sql,
+    nullable_int64,
+    project,
+    project_sql,
+    release_memory,
+    run_recipe,
+)
 
 OP_COLUMNS = ("start_ns", "end_ns", "device_id", "name")
 API_COLUMNS = ("start_ns", "end_ns", "tid", "name")
@@ -28,7 +35,7 @@ def in_duckdb(report, db, params):
     # the budget's join of kernels and calls (when it runs now, not from the result store)
     # leaves the launch table in this engine: one join of 8M kernels and 16M calls, not two
     db.want_launches(OP_COLUMNS, API_COLUMNS)
-    budget = recipes.run("budget", report)["summary"]
+    budget = run_recipe("budget", report)["summary"]
     if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
         raise _no_launches(report)
     ranges = by_range(project_sql(report, db, int(params["max_ranges"])), params)
@@ -37,7 +44,7 @@ def in_duckdb(report, db, params):
 
 
 def in_numpy(report, params):
-    budget = recipes.run("budget", report)["summary"]  # first: its arrays are freed before lk
+    budget = run_recipe("budget", report)["summary"]  # first: its arrays are freed before lk
     lk = launches(report, op_columns=OP_COLUMNS, api_columns=API_COLUMNS)
     if lk.empty:
         raise _no_launches(report)
@@ -209,7 +216,7 @@ def summary_sql(db, params):
     """``run_numbers`` in DuckDB over ``lk``, in bounded memory: medians by
     ``engine.medians``, busy time from the kernels in start order (``timeline.busy_time``
     per process and GPU, the reach carried from batch to batch)."""
-    from nsightlab.launches import once_sql
+    from nsightlab.recipe_api import once_sql
 
     short = float(params["short_kernel_us"]) * 1e3
     once = once_sql(db)
@@ -248,7 +255,6 @@ def summary_sql(db, params):
 
 def _busy_sql(db) -> dict:
     """GPU busy time (the union of kernel intervals) per (pid, device) of ``lk``."""
-    from nsightlab.timeline import busy_time
 
     total, reach = {}, {}
     for batch in db.stream("SELECT pid, device_id, start_ns, end_ns FROM lk "

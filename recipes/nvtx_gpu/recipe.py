@@ -1,6 +1,5 @@
 """nvtx_gpu: NVTX ranges projected onto the GPU kernels they launched."""
-from nsightlab.projection import project
-from nsightlab.recipes import NoDataError
+from nsightlab.recipe_api import NoDataError, project
 
 
 def run(report, params):

@@ -1,15 +1,18 @@
 """sync_gaps: host waits on the GPU, GPU idle gaps, and which wait each gap follows.
 Big reports: the gaps (8M in a launch-bound run of 8M kernels) are found and matched in
-DuckDB over the table cache (``nsightlab.engine``); only the reported ones reach pandas."""
+DuckDB over the table cache (``nsightlab.analysis.engine``); only the reported ones reach pandas."""
 import numpy as np
 import pandas as pd
 
-from nsightlab import engine
-from nsightlab.classify import sync_kind
-from nsightlab.frames import release_memory
-from nsightlab.launches import keys as join_keys, match
-from nsightlab.tables import nullable_int64
-from nsightlab.timeline import gaps as idle_gaps
+from nsightlab.recipe_api import (
+    engine,
+    gaps as idle_gaps,
+    join_keys,
+    match,
+    nullable_int64,
+    release_memory,
+    sync_kind,
+)
 
 OPS = ("kernels", "memcpy", "memset")
 

@@ -2,10 +2,7 @@
 import numpy as np
 import pandas as pd
 
-from nsightlab import gpu_metrics as gm, ncu
-from nsightlab.classify import annotate
-from nsightlab.projection import project
-
+from nsightlab.recipe_api import annotate, gpu_metrics as gm, ncu, project
 
 
 def run(report, params):

@@ -1,0 +1,472 @@
+"""Where each iteration's wall-clock time goes: one time budget that the answers build on.
+
+**Iterations are wall-clock windows that tile the loop.** An iteration starts at its NVTX range's
+start (``iterN``, ``stepN``, TensorRT's ``ExecutionContext::enqueue``...; see
+``ITERATION``) and ends at the later of its range's end and the end of the last GPU
+work launched inside it. When the next iteration starts within ``TILE_GAP`` of that end (or
+within 1.5x the gap the loop leaves between all its iterations: copies and syncs outside the
+iteration range), the two are back to back and the iteration runs up to the next one's start; when the host runs
+ahead (the next range starts before this iteration's GPU work ends), the next iteration starts
+where this one's GPU work ends. Without iteration ranges the whole span of GPU activity is one
+iteration, and ``source`` says so.
+
+**The parts are disjoint and add up to the window**, per GPU: time with a kernel running;
+then, of the remaining time, copies by direction and host memory kind (h2d/d2h pageable or
+pinned, d2d, peer, other); then memsets; the rest is GPU idle, split by what the host was doing
+during each idle stretch; a stretch is split where the call that launches the next operation
+starts (before it: what the host was doing; while it runs: launch):
+
+- ``idle_sync``: a synchronizing call (stream/device/event sync, synchronous copy) returned
+  during it: the host waited for the GPU to drain, then had to issue new work (the launch
+  that refills the queue counts here too: without the sync it would have been hidden);
+- ``idle_launch``: launch overhead: the call that launched the next GPU operation was running
+  (launch calls slower than the kernels they launch), or the host was only issuing work, with
+  less than ``LAUNCH_STRETCH_NS`` since its previous launch call (framework dispatch);
+- ``idle_host``: the host was doing something else for longer (CPU work, Python, ranges that
+  launch nothing) before it issued the next operation;
+- ``idle_unattributed``: no next operation, or no API record for it.
+
+Copy time hidden under kernels (another stream) is counted as kernel time and reported beside
+the budget as ``hidden_copy_ns``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budget.PARTS...)
+    BUSY_PARTS,
+    COPY_PARTS,
+    IDLE_PARTS,
+    LAUNCH_STRETCH_NS,
+    PARTS,
+    add_idle,
+    by_sync_frame,
+    copy_part,
+    idle_context,
+    idle_pieces,
+    in_gap_chunks,
+    max_end_per_iteration,
+)
+from nsightlab.analysis.classify import sync_kind
+from nsightlab.analysis.launches import pairs
+from nsightlab.analysis.timeline import covered, union
+from nsightlab.read.frames import release_memory
+from nsightlab.read.report import Report
+
+# iteration ranges: iterN / iteration N / stepN / batchN (any domain), or TensorRT's own
+# per-inference range (ExecutionContext::enqueue/execute[V2/V3]) whose children are its layers
+ITERATION = re.compile(r"(?i)^((iter|iteration|step|batch)[ _-]?\d+|ExecutionContext::(enqueue|execute)\w*)$")
+
+
+_DOMAIN = re.compile(r"^[^:]*:(?!:)")
+
+
+def base_name(name: str) -> str:
+    """NVTX range name without its domain prefix, trimmed ('nsightlab:iter3' -> 'iter3');
+    a C++ name is not a domain ('ExecutionContext::enqueue' stays, 'TensorRT:Execution
+    Context::enqueue' loses 'TensorRT:')."""
+    s = str(name)
+    return _DOMAIN.sub("", s, count=1).strip() if not s.startswith(":") else s.strip()
+
+
+def base_name_matches(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+    """Whether each name's ``base_name`` matches ``pattern``, decided once per distinct name
+    (a categorical column of 13M TensorRT layer ranges as strings took gigabytes)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        hit = np.array([bool(pattern.match(base_name(c))) for c in names.cat.categories], bool)
+        codes = names.cat.codes.to_numpy()
+        return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
+    return np.array([bool(pattern.match(base_name(n))) for n in names], bool)
+
+
+OP_COLUMNS = ("device_id", "start_ns", "end_ns", "api_start_ns", "part")
+DTYPES = {"device_id": np.int32, "start_ns": np.int64, "end_ns": np.int64,
+          "api_start_ns": np.float64, "part": np.int8}
+#: the iteration name when there are no iteration ranges
+WHOLE_RUN = "(whole run)"
+#: host time between two iteration ranges still counted in the first (Python loop overhead)
+TILE_GAP_NS = 200_000
+TILE_GAP_FRACTION = 0.05
+#: a gap up to this many times the loop's median gap between iterations is the loop's own
+#: (copies and syncs outside the iteration range, as trtexec's enqueue ranges leave them)
+TYPICAL_GAP_FACTOR = 1.5
+def iteration_ranges(report: Report) -> pd.DataFrame:
+    """The NVTX iteration ranges (name, start_ns, end_ns of the CPU range), in start order;
+    ranges left open run to the end of the recording."""
+    # names first, then only the matching rows' times (13.6M TensorRT layer ranges: 8 bytes
+    # a range instead of 29)
+    nvtx = report.nvtx(["name", "kind"])
+    rows = np.flatnonzero((nvtx["kind"] != "mark").to_numpy()
+                          & base_name_matches(nvtx["name"], ITERATION))
+    del nvtx
+    iters = report.take("nvtx", ["name", "depth", "start_ns", "end_ns"], rows)
+    if len(iters):
+        top = iters["depth"].min()  # nested matches (a step inside an iteration) are not iterations
+        iters = iters[iters["depth"] == top]
+    end = report.span_ns[1] if report.span_ns else np.iinfo(np.int64).max
+    iters["end_ns"] = iters["end_ns"].fillna(end).astype(np.int64)
+    iters["name"] = iters["name"].astype(str)
+    return iters.sort_values("start_ns", kind="stable")[["name", "start_ns", "end_ns"]] \
+        .reset_index(drop=True)
+
+
+def gpu_ops(report: Report) -> dict[str, np.ndarray]:
+    """Every kernel, copy and memset as arrays in start order: device_id, start_ns, end_ns,
+    api_start_ns (the start of the API call that launched it; NaN where none was recorded) and
+    part (the index of its ``BUSY_PARTS`` entry). The join is ``launches.pairs`` (integer
+    keys), and plain arrays, not a DataFrame: no copies of millions of rows."""
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in OP_COLUMNS}
+    for table in ("kernels", "memcpy", "memset"):
+        if not report.has_rows(table):
+            continue
+        oi, ai = pairs(report, table)
+        extra = ["copy_kind", "src_kind", "dst_kind"] if table == "memcpy" else []
+        ops = report.table(table, ["device_id", "start_ns", "end_ns", *extra])
+        api_start = np.full(len(ops), np.nan)
+        if len(oi):
+            api_start[oi] = report.take("cuda_api", ["start_ns"], ai)["start_ns"].to_numpy()
+        if table == "memcpy":
+            code = _copy_codes(ops)
+        else:
+            code = np.full(len(ops), BUSY_PARTS.index("kernels" if table == "kernels" else "memset"),
+                           np.int8)
+        for c, v in (("device_id", ops["device_id"].to_numpy(np.int32)),
+                     ("start_ns", ops["start_ns"].to_numpy(np.int64)),
+                     ("end_ns", ops["end_ns"].to_numpy(np.int64)), ("api_start_ns", api_start),
+                     ("part", code)):
+            cols[c].append(v)
+        del ops
+    out = {c: np.concatenate(v) if len(v) > 1 else (v[0] if v else np.empty(0, DTYPES[c]))
+           for c, v in cols.items()}
+    if len(cols["start_ns"]) > 1 and not np.all(out["start_ns"][1:] >= out["start_ns"][:-1]):
+        order = np.argsort(out["start_ns"], kind="stable")
+        out = {c: v[order] for c, v in out.items()}
+    return out
+
+
+def _copy_codes(copies: pd.DataFrame) -> np.ndarray:
+    """The ``BUSY_PARTS`` index of every copy, classifying each distinct (copy kind, source
+    memory, destination memory) once."""
+    trio = [copies[c].astype("category") for c in ("copy_kind", "src_kind", "dst_kind")]
+    codes = np.stack([t.cat.codes.to_numpy(np.int32) for t in trio], axis=1)
+    uniq, inverse = np.unique(codes, axis=0, return_inverse=True)
+    label = lambda t, i: str(t.cat.categories[i]) if i >= 0 else ""  # noqa: E731
+    per = np.array([BUSY_PARTS.index(copy_part(*(label(t, i) for t, i in zip(trio, row))))
+                    for row in uniq], np.int8)
+    return per[inverse.reshape(-1)] if len(per) else np.empty(0, np.int8)
+
+
+def _select(ops: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    return {c: v[rows] for c, v in ops.items()}
+
+
+def windows(iters: pd.DataFrame, gpu_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Wall-clock windows of the iterations (see the module docstring): ``gpu_end`` is the
+    end of the last GPU work each iteration launched (-1 where none)."""
+    rs, re_ = iters["start_ns"].to_numpy(np.int64), iters["end_ns"].to_numpy(np.int64)
+    end = np.maximum(re_, gpu_end)
+    start = rs.copy()
+    # the gap every iteration of a steady loop leaves (trtexec copies results and syncs
+    # outside its enqueue range): part of the loop, not a pause between phases
+    gaps = rs[1:] - end[:-1]
+    typical = float(np.median(gaps[gaps > 0])) if (gaps > 0).sum() >= 3 else 0.0
+    for i in range(1, len(rs)):
+        start[i] = max(rs[i], end[i - 1])  # the host ran ahead: start when the last one ends
+        gap = rs[i] - end[i - 1]
+        if 0 <= gap <= max(TILE_GAP_NS, TILE_GAP_FRACTION * (end[i - 1] - start[i - 1]),
+                           TYPICAL_GAP_FACTOR * typical):
+            end[i - 1] = rs[i]  # back to back: the loop's own overhead belongs to the iteration
+        end[i] = max(end[i], start[i])
+    return start, end
+
+
+def _gpu_end_per_iteration(iters: pd.DataFrame, ops: dict) -> np.ndarray:
+    """End of the last GPU op whose launch call started inside each iteration range."""
+    out = np.full(len(iters), -1, np.int64)
+    api = ops["api_start_ns"]
+    known = ~np.isnan(api)
+    if known.any() and len(iters):
+        max_end_per_iteration(out, iters["start_ns"].to_numpy(np.int64),
+                              iters["end_ns"].to_numpy(np.int64), api[known].astype(np.int64),
+                              ops["end_ns"][known])
+    return out
+
+
+def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The budget: (per iteration and GPU, idle time by sync API, how iterations were found).
+
+    Columns of the first: iteration, name, device_id, start_ns, end_ns, wall_ns, one ``*_ns``
+    column per part (``PARTS``; they add up to wall_ns), hidden_copy_ns. Big reports are
+    computed out of core (``budget_stream``, same numbers), others in memory.
+    """
+    from nsightlab.analysis import engine
+    from nsightlab.analysis.budget_stream import StreamedOps
+
+    return engine.analyse(report, lambda db: _compute(report, StreamedOps(report, db)),
+                          lambda: _compute(report, MemoryOps(report)))
+
+
+class MemoryOps:
+    """Every GPU operation in memory (``gpu_ops``), as ``budget_stream.StreamedOps``."""
+
+    def __init__(self, report: Report):
+        self.report, self.ops = report, gpu_ops(report)
+        self.count = len(self.ops["start_ns"])
+
+    def span(self) -> tuple[int, int]:
+        return int(self.ops["start_ns"].min()), int(self.ops["end_ns"].max())
+
+    def syncs(self) -> pd.DataFrame:
+        return _sync_calls(self.report)
+
+    def gpu_end(self, iters: pd.DataFrame) -> np.ndarray:
+        return _gpu_end_per_iteration(iters, self.ops)
+
+    def budgets(self, start: np.ndarray, end: np.ndarray, syncs: pd.DataFrame) -> dict:
+        ops, out = self.ops, {}
+        devices = np.unique(ops["device_id"]) if self.count else []
+        for dev in devices:
+            mine = ops if len(devices) == 1 else _select(ops,
+                                                         np.flatnonzero(ops["device_id"] == dev))
+            out[int(dev)] = _device_budget(mine, start, end, syncs)
+        return out
+
+
+def _compute(report: Report, ops) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    syncs = ops.syncs()
+    iters = iteration_ranges(report)
+    if len(iters) and ops.count:
+        start, end = windows(iters, ops.gpu_end(iters))
+        names = iters["name"].map(base_name).to_numpy()
+        source = f"{len(iters)} NVTX iteration ranges ({names[0]}...), wall-clock"
+    else:
+        lo, hi = ops.span() if ops.count else (0, 0)
+        start, end, names = np.array([lo]), np.array([hi]), np.array([WHOLE_RUN])
+        source = ("no NVTX iteration ranges: the whole span of GPU activity as one iteration"
+                  if ops.count else "no GPU activity")
+    rows, causes = [], []
+    for dev, (parts, idle) in ops.budgets(start, end, syncs).items():
+        rows.append(pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
+                                  "device_id": int(dev), "start_ns": start, "end_ns": end,
+                                  "wall_ns": end - start, **parts}))
+        causes.append(idle)
+    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
+        columns=["iteration", "name", "device_id", "start_ns", "end_ns", "wall_ns",
+                 *(f"{p}_ns" for p in PARTS), "hidden_copy_ns"])
+    by_sync = merge_by_sync(causes)
+    by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
+    del ops, rows, causes
+    release_memory()  # the idle threads' scratch: before the caller builds its own tables
+    return table, by_sync, source
+
+
+def api_names(report: Report) -> list[str]:
+    """The distinct CUDA API names of the run (on a big report from DuckDB: the name column of
+    200M calls is ~1 GB in pandas)."""
+    from nsightlab.analysis import engine
+
+    if not report.has_rows("cuda_api"):
+        return []
+    def in_memory() -> list[str]:
+        return [str(n) for n in report.cuda_api(["name"])["name"].cat.categories]
+
+    return engine.analyse(report, lambda db: db.distinct("cuda_api", "name"), in_memory)
+
+
+def merge_by_sync(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per-GPU ``by_sync_frame`` tables as one: idle time and stretches per sync API over
+    all GPUs, largest first."""
+    both = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {"api_name": pd.Series(dtype=object), "idle_ns": pd.Series(dtype=np.int64),
+         "stretches": pd.Series(dtype=np.int64)})
+    out = both.groupby("api_name", as_index=False, sort=True)[["idle_ns", "stretches"]].sum()
+    return out.sort_values("idle_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _sync_calls(report: Report) -> pd.DataFrame:
+    """Synchronizing API calls: api_name and end_ns, sorted by end."""
+    if not report.has_rows("cuda_api"):
+        return pd.DataFrame({"api_name": [], "end_ns": np.array([], np.int64)})
+    names = report.cuda_api(["name"])["name"]
+    wanted = [n for n in names.cat.categories if sync_kind(str(n))]
+    rows = np.flatnonzero(names.isin(wanted).to_numpy())
+    ends = report.take("cuda_api", ["end_ns"], rows)["end_ns"].to_numpy(np.int64)
+    api = names.iloc[rows].astype(str).to_numpy()
+    order = np.argsort(ends, kind="stable")
+    return pd.DataFrame({"api_name": api[order], "end_ns": ends[order]})
+
+
+def _device_budget(ops: dict, start: np.ndarray, end: np.ndarray,
+                   syncs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Parts per window for one GPU's operations, and the idle time per sync API."""
+    parts: dict[str, np.ndarray] = {}
+    s, e, kind = ops["start_ns"], ops["end_ns"], ops["part"]
+    present = np.bincount(kind, minlength=len(BUSY_PARTS)) > 0
+    done = np.zeros(len(start), np.int64)
+    cum_s, cum_e = np.empty(0, np.int64), np.empty(0, np.int64)
+    copy_total = np.zeros(len(start), np.int64)
+    for code, part in enumerate(BUSY_PARTS):
+        if present[code]:
+            sel = kind == code if present.sum() > 1 else slice(None)
+            cs, ce = union(np.concatenate([cum_s, s[sel]]), np.concatenate([cum_e, e[sel]]))
+            now = covered(cs, ce, start, end)
+            if part in COPY_PARTS:
+                ps, pe = union(s[sel], e[sel])
+                copy_total += covered(ps, pe, start, end)
+            parts[f"{part}_ns"] = now - done
+            done, cum_s, cum_e = now, cs, ce
+        else:
+            parts[f"{part}_ns"] = np.zeros(len(start), np.int64)
+    copies = sum(parts[f"{p}_ns"] for p in COPY_PARTS)
+    idle_parts, by_sync = _idle(cum_s, cum_e, start, end, ops, syncs)
+    parts.update(idle_parts)
+    parts["hidden_copy_ns"] = copy_total - copies
+    return parts, by_sync
+
+
+def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
+          ops: dict, syncs: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Idle stretches (the complement of the busy union inside each window) by cause; the
+    gaps are taken ``GAP_CHUNK`` at a time, so a launch-bound run of 8M kernels (8M gaps) needs
+    a few hundred MB of scratch, not a few GB."""
+    # gaps of the busy union, including before the first and after the last busy interval
+    gs = np.concatenate([[np.iinfo(np.int64).min], me])
+    ge = np.concatenate([ms, [np.iinfo(np.int64).max]])
+    ctx = idle_context(start, end, syncs)
+    op_start, api = ops["start_ns"], ops["api_start_ns"]
+    launches_at = np.unique(api[~np.isnan(api)])
+
+    def work(chunk: slice):
+        cs, ce = gs[chunk], ge[chunk]
+        # the operation that ends each gap, and when its launch call started
+        nxt = np.minimum(np.searchsorted(op_start, ce, "left"), max(len(op_start) - 1, 0))
+        launch_at = api[nxt] if len(op_start) else np.full(len(ce), np.nan)
+        launch_at = np.where(ce == np.iinfo(np.int64).max, np.nan, launch_at)
+        # host time since the previous launch call: short stretches are the framework issuing work
+        at = np.nan_to_num(launch_at).astype(np.int64)
+        j = np.searchsorted(launches_at, at, "left") - 1
+        quick = (j >= 0) & (at - launches_at[np.maximum(j, 0)] <= LAUNCH_STRETCH_NS)
+        return idle_pieces(cs, ce, launch_at, quick, ctx)
+
+    done = in_gap_chunks(len(gs), work)
+    return add_idle(ctx, done), by_sync_frame(ctx, done)
+
+
+# ---- verdicts ---------------------------------------------------------------------------------
+#: verdict thresholds (``budget`` recipe parameters). A part that takes at least
+#: ``dominant_pct`` of the iteration decides the verdict: past half of the time, speeding up
+#: anything else cannot give more than 2x. ``notable_pct``: a secondary cause worth its own
+#: advice (a sync costing 15% of an iteration is worth removing even in a compute-bound run).
+DEFAULTS = {"dominant_pct": 50.0, "notable_pct": 15.0}
+GROUPS = {"kernels": ("kernels",), "copies": (*COPY_PARTS, "memset"), "sync": ("idle_sync",),
+          "launch": ("idle_launch",), "host": ("idle_host",),
+          "unattributed": ("idle_unattributed",)}
+VERDICTS = {"kernels": "compute-bound", "copies": "copy-bound", "sync": "sync-bound",
+            "launch": "launch-bound", "host": "host-bound"}
+COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
+              "h2d_pinned": "host-to-device copies (pinned)",
+              "d2h_pageable": "device-to-host copies into pageable memory",
+              "d2h_pinned": "device-to-host copies (pinned)", "d2d": "device-to-device copies",
+              "peer": "peer copies", "copy_other": "other copies", "memset": "memsets"}
+
+
+def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
+              params: dict | None = None) -> pd.DataFrame:
+    """One row per GPU: iterations, mean wall time, every part per iteration (``*_ns``) and
+    its share (``*_pct``), hidden copy time, verdict, evidence and advice. Without iteration
+    ranges the evidence says that set-up time is in it."""
+    params = {**DEFAULTS, **(params or {})}
+    rows = []
+    for dev, g in table.groupby("device_id", sort=True):
+        wall = float(g["wall_ns"].mean())
+        row = {"device_id": int(dev), "iterations": len(g), "wall_ns": wall,
+               "wall_med_ns": float(g["wall_ns"].median())}
+        for p in PARTS:
+            row[f"{p}_ns"] = float(g[f"{p}_ns"].mean())
+        for p in PARTS:
+            row[f"{p}_pct"] = 100.0 * row[f"{p}_ns"] / wall if wall else 0.0
+        row["hidden_copy_ns"] = float(g["hidden_copy_ns"].mean())
+        row["verdict"], row["evidence"], row["advice"] = verdict(row, by_sync, graphs, params)
+        if (g["name"] == WHOLE_RUN).all():
+            row["evidence"] += ("; the whole run, set-up included (no NVTX iteration ranges: "
+                                "name one range per iteration iterN for a steady-state verdict)")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def busy_pct(row) -> float:
+    """Share of the iteration with GPU work (everything but the idle parts) of a summary row."""
+    return 100.0 - sum(float(row[f"{p}_pct"]) for p in IDLE_PARTS)
+
+
+def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict
+            ) -> tuple[str, str, str]:
+    """(verdict, evidence, advice) for one GPU's mean iteration (a ``summarize`` row)."""
+    share = {grp: sum(row[f"{p}_pct"] for p in parts) for grp, parts in GROUPS.items()}
+    top = max(share, key=share.get)
+    wall = row["wall_ns"]
+    if not wall:
+        return "no GPU activity", "the iterations hold no GPU work", ""
+    copies = sorted(((row[f"{p}_ns"], p) for p in GROUPS["copies"]), reverse=True)
+    named = {"kernels": "kernels", "copies": COPY_WORDS[copies[0][1]] if copies[0][0] else "copies",
+             "sync": "GPU idle after host syncs", "launch": "GPU idle waiting for launches",
+             "host": "GPU idle while the host works", "unattributed": "GPU idle (no cause known)"}
+    ranked = sorted(share, key=share.get, reverse=True)
+    evidence = f"per iteration {wall / 1e6:.3f} ms: " + ", ".join(
+        f"{named[g]} {share[g]:.0f}%" for g in ranked if share[g] >= 1)
+    if share[top] >= params["dominant_pct"] and top in VERDICTS:
+        word = VERDICTS[top]
+        if top == "copies":
+            word += f" ({copies[0][1].replace('_', ' ')})"
+    else:
+        second = ranked[1]
+        word = f"mixed ({named[top]} {share[top]:.0f}%, {named[second]} {share[second]:.0f}%)"
+    return word, evidence, " ".join(_advice(row, share, copies, by_sync, graphs, params))
+
+
+def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
+    """Advice that the numbers support, most important first."""
+    out = []
+    notable = params["notable_pct"]
+    copy_ns = sum(ns for ns, _ in copies)
+    if share["copies"] >= notable:
+        pageable = sum(row[f"{p}_ns"] for p in ("h2d_pageable", "d2h_pageable"))
+        if pageable >= 0.5 * copy_ns:
+            out.append(f"{100 * pageable / copy_ns:.0f}% of the copy time moves pageable host "
+                       "memory: pin it (pin_memory=True / cudaHostAlloc) so copies run at full "
+                       "bandwidth and can be asynchronous.")
+        elif share["copies"] >= params["dominant_pct"]:
+            out.append("copies already use pinned memory: move less data per iteration (keep "
+                       "tensors on the GPU, send FP16/INT8 inputs) or overlap the next batch's "
+                       "copy with this batch's compute.")
+        if row["hidden_copy_ns"] < 0.1 * copy_ns and share["kernels"] >= 5:
+            out.append("copies do not overlap kernels: issue them asynchronously on another "
+                       "stream (pinned memory, non_blocking=True) so they hide under compute.")
+    if share["sync"] >= notable and len(by_sync):
+        top = by_sync.iloc[0]
+        per_iter = top["stretches"] / max(row["iterations"], 1)
+        fix = ("make the copy asynchronous (cudaMemcpyAsync from pinned memory) and wait once, "
+               "where the result is needed" if sync_kind(str(top["api_name"])) in ("memcpy", "memset")
+               else "remove it from the loop (.item(), .cpu(), torch.cuda.synchronize()) or move "
+                    "it after the work that does not need its result")
+        out.append(f"{top['api_name']} ({per_iter:.0f} per iteration) leaves the GPU idle "
+                   f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration: {fix}.")
+    if share["launch"] >= notable:
+        if graphs:
+            out.append("the run already replays CUDA graphs, and the GPU still waits for "
+                       "launches: graph-node tracing (--cuda-graph-trace=node) slows graph "
+                       "launches, so time them with --cuda-graph-trace=graph before acting; "
+                       "otherwise fuse kernels or grow the batch.")
+        else:
+            out.append("the GPU waits for kernel launches: capture the loop as a CUDA graph "
+                       "(torch.cuda.graphs, torch.compile mode='reduce-overhead', trtexec "
+                       "--useCudaGraph) or fuse small kernels.")
+    if share["host"] >= notable:
+        out.append(f"the host spends {row['idle_host_ns'] / 1e6:.2f} ms per iteration on work that "
+                   "launches nothing while the GPU idles: move it out of the loop, overlap it "
+                   "with GPU work (another thread, prefetching), or profile the CPU side "
+                   "(nsys --sample=cpu).")
+    return out

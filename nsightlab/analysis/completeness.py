@@ -1,0 +1,214 @@
+"""Is the trace complete enough to judge? Checked on every report before any verdict.
+
+A report can be valid SQLite and still hold only part of what ran: CUPTI buffers lost when the
+application crashed or was killed, CUDA tracing off while GPU metrics were on, ranges left
+open. Judging such a report gives confident nonsense ("launch-bound, try CUDA graphs" for a
+trace that kept 2 kernels), so these checks come first and their findings are said first.
+
+Each finding is a dict: ``check`` (a stable name), ``severity`` (``partial``: the trace lacks
+part of the run and verdicts built on it are withheld; ``warning``; ``note``) and
+``message`` (one sentence with the numbers and what to do).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from nsightlab.analysis import engine
+from nsightlab.read import tables
+from nsightlab.read.metadata import traced
+from nsightlab.read.report import Report
+from nsightlab.read.table_cache import code_fingerprint
+
+#: kernel-launching API calls: each should have kernel records (graph launches: several)
+LAUNCH_CALLS = re.compile(r"^(cudaLaunch\w*|cuLaunch\w*|cudaGraphLaunch\w*|cuGraphLaunch\w*)")
+GRAPH_LAUNCH = re.compile(r"^(cudaGraphLaunch|cuGraphLaunch)")
+#: nsys diagnostics that are not news: every capture without CPU context switches carries the
+#: first; the others are said per process, and programs start helper processes (torch.compile
+#: workers) that use neither CUDA nor NVTX
+BENIGN = re.compile(r"Scheduling information is absent|No [\w ]+ events collected|"
+                    r"might have not been started correctly")
+#: nsys saying that part of a trace may be missing (buffers not flushed)
+LOST = re.compile(r"Not all [\w ]+ events might have been collected")
+#: fewer kernels than this share of non-graph launch calls means kernel records were lost
+KERNEL_RECORD_SHARE = 0.9
+#: SMs Active (mean over samples) above this, with no kernel traced, means unseen kernels
+SM_ACTIVE_PCT = 1.0
+
+
+def check(report: Report) -> list[dict]:
+    """Every completeness finding for ``report`` (empty when nothing is missing), kept in the
+    report's result store: the checks read the whole API table once."""
+    if report.results is None:
+        return _check(report)
+    _, attrs = report.results.get_or_compute("completeness", {}, [report.path], code_fingerprint(),
+                                             lambda: ({}, {"findings": _check(report)}))
+    return attrs["findings"]
+
+
+def _check(report: Report) -> list[dict]:
+    out: list[dict] = []
+    cuda_on = traced(report.capture_options, "CUDA")
+    kernels = report.row_count("kernels")
+    launches, graph_launches = _launch_calls(report, kernels)
+    if kernels == 0 and launches:
+        out.append(_f("kernels_missing", "partial",
+                      f"{launches:,} kernel launch calls are recorded but no kernel: the kernel "
+                      "trace was lost (the application crashed or was killed before nsys "
+                      "flushed it, or the capture was cut); verdicts on GPU time are withheld"))
+    elif kernels and launches - graph_launches > 0 and \
+            kernels < KERNEL_RECORD_SHARE * (launches - graph_launches):
+        out.append(_f("kernels_partial", "partial",
+                      f"{kernels:,} kernels for {launches - graph_launches:,} launch calls: part "
+                      "of the kernel trace is missing; GPU time is undercounted"))
+    diagnostics = _diagnostics(report)
+    lost = [t for t in diagnostics if LOST.search(t)]
+    if kernels == 0:
+        active = _sm_active(report)
+        streams = report.db.count("TARGET_INFO_CUDA_STREAM")
+        if active is not None and active > SM_ACTIVE_PCT:
+            why = ("CUDA tracing was off: profile with nsys profile --trace=cuda"
+                   if cuda_on is False else "its kernel records were lost")
+            out.append(_f("metrics_without_kernels", "partial",
+                          f"GPU metrics show the SMs {active:.0f}% active on average but the "
+                          f"report holds no kernel: {why}"))
+        elif not launches and cuda_on and (streams or any("CUDA" in t for t in lost)):
+            out.append(_f("kernels_missing", "partial",
+                          f"the application used CUDA ({streams} stream(s) created) but the "
+                          "report holds no kernel: the CUDA trace was lost (the application "
+                          "crashed or was killed before nsys flushed it?); verdicts on GPU time "
+                          "are withheld"))
+    open_ranges = _open_ranges(report)
+    if open_ranges:
+        names = ", ".join(open_ranges[:3]) + (" ..." if len(open_ranges) > 3 else "")
+        out.append(_f("ranges_open", "warning",
+                      f"{len(open_ranges)} NVTX range(s) never closed ({names}): the application "
+                      "ended inside them (crashed or killed?); the last iteration may be cut"))
+    for text in diagnostics:
+        out.append(_f("nsys_diagnostic", "warning" if LOST.search(text) else "note",
+                      f"nsys says: {text}"))
+    bad = _invalid_rows(report)
+    if bad:
+        out.append(_f("invalid_timestamps", "warning",
+                      "left out of every number: " + ", ".join(f"{n:,} {t}" for t, n in bad.items())
+                      + " with a missing or impossible start/end (NULL, end before start, GPU "
+                      "work before the first CUDA call or long after the last): the export is "
+                      "damaged there"))
+    unknown = _unknown_devices(report)
+    if unknown:
+        out.append(_f("unknown_gpus", "warning",
+                      f"kernels ran on device(s) {unknown} that the report's GPU list does not "
+                      "describe"))
+    return out
+
+
+def _invalid_rows(report: Report) -> dict[str, int]:
+    """Activity rows every read leaves out (``tables.invalid_sql``), per table with any."""
+    out = {}
+    for name in tables.CHECKED:
+        spec = report.spec(name)
+        if spec.present(report.db) and {"start", "end"} <= set(report.db.columns(spec.source)):
+            n = report.dropped_rows(name)  # counted while the table was cached: free
+            if n is None:
+                bounds = tables.session_bounds(report.db, name)
+                n = report.db.query(f'SELECT count(*) FROM "{spec.source}" '
+                                    f"WHERE {tables.invalid_sql(bounds)}")[0][0]
+            if n:
+                out[name] = int(n)
+    return out
+
+
+def _f(check_: str, severity: str, message: str) -> dict:
+    return {"check": check_, "severity": severity, "message": message}
+
+
+def _launch_calls(report: Report, kernels: int) -> tuple[int, int]:
+    """(kernel launch calls, graph launch calls) in the API trace. Rows are counted first; only
+    when they outnumber the kernels are calls counted by (pid, correlation id), since 2022-era
+    exports hold two API rows for one call (CUDA backtraces)."""
+    if not report.has_rows("cuda_api"):
+        return 0, 0
+    names = None
+
+    def in_numpy() -> dict[str, int]:
+        nonlocal names
+        names = report.cuda_api(["name"])["name"]
+        cats = names.cat.categories.astype(str)
+        return dict(zip(cats, np.bincount(names.cat.codes.to_numpy() + 1,
+                                          minlength=len(cats) + 1)[1:].tolist()))
+
+    per_name = engine.analyse(  # big reports: counted in DuckDB, no 16M-row column read
+        report, lambda db: dict(db.con.execute(
+            f"SELECT name, count(*) FROM {db.view('cuda_api')} WHERE name IS NOT NULL "
+            "GROUP BY name").fetchall()), in_numpy)
+    launch = sum(n for c, n in per_name.items() if LAUNCH_CALLS.match(c))
+    graph = sum(n for c, n in per_name.items() if GRAPH_LAUNCH.match(c))
+    if kernels >= KERNEL_RECORD_SHARE * (launch - graph):
+        return int(launch), int(graph)
+    if names is None:
+        names = report.cuda_api(["name"])["name"]
+    cats = names.cat.categories.astype(str)
+    launch_ids = [i for i, c in enumerate(cats) if LAUNCH_CALLS.match(c)]
+    graph_ids = [i for i, c in enumerate(cats) if GRAPH_LAUNCH.match(c)]
+    codes = names.cat.codes.to_numpy()
+    del names
+
+    def calls(ids: list[int]) -> int:
+        rows = np.flatnonzero(np.isin(codes, ids))
+        if not len(rows):
+            return 0
+        k = report.take("cuda_api", ["pid", "correlation_id"], rows)
+        key = (k["pid"].to_numpy(np.int64) << 32) | k["correlation_id"].to_numpy(np.int64)
+        key.sort()
+        return int(1 + np.count_nonzero(key[1:] != key[:-1]))
+
+    return calls(launch_ids), calls(graph_ids)
+
+
+def _sm_active(report: Report) -> float | None:
+    """Mean of the "SMs Active" GPU metric, or None without GPU metrics."""
+    if not report.has_rows("gpu_metrics"):
+        return None
+    m = report.gpu_metrics(["metric", "value"])
+    sel = m["metric"].astype(str).str.match(r"(?i)^SMs? Active")
+    return float(m.loc[sel, "value"].mean()) if sel.any() else None
+
+
+def _open_ranges(report: Report) -> list[str]:
+    """Names of push/pop and start/end ranges without an end."""
+    if not report.has_rows("nvtx"):
+        return []
+
+    def in_numpy():
+        n = report.nvtx(["kind", "end_ns"])  # then the names of the few open ones
+        rows = np.flatnonzero((n["kind"] != "mark").to_numpy() & n["end_ns"].isna().to_numpy())
+        del n
+        return [str(x) for x in report.take("nvtx", ["name"], rows)["name"]]
+
+    return engine.analyse(report, lambda db: [str(x) for (x,) in db.con.execute(
+        f"SELECT name FROM {db.view('nvtx', rows=True)} WHERE kind != 'mark' AND end_ns IS NULL "
+        "ORDER BY row").fetchall()], in_numpy)
+
+
+def _diagnostics(report: Report) -> list[str]:
+    """nsys warnings and errors about the capture (DIAGNOSTIC_EVENT), without the benign ones."""
+    if "severity" not in report.db.columns("DIAGNOSTIC_EVENT"):
+        return []
+    rows = report.db.query("SELECT DISTINCT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3)")
+    return [str(t).strip() for (t,) in rows if t and not BENIGN.search(str(t))]
+
+
+def _unknown_devices(report: Report) -> list[int]:
+    if not report.has_rows("kernels") or report.gpus.empty:
+        return []
+    seen = engine.analyse(
+        report, lambda db: db.arrays(f"SELECT DISTINCT device_id FROM {db.view('kernels')}")[
+            "device_id"], lambda: np.unique(report.kernels(["device_id"])["device_id"].to_numpy()))
+    known = set(report.gpus["device_id"].astype(int))
+    return [int(d) for d in seen if int(d) not in known]
+
+
+def partial(findings: list[dict]) -> bool:
+    """Whether the findings withhold verdicts (the trace lacks part of the run)."""
+    return any(f["severity"] == "partial" for f in findings)

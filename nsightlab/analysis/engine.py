@@ -1,0 +1,490 @@
+"""Big reports are analysed out of core: SQL in DuckDB over the report's Parquet table cache.
+
+Below ``MIN_ROWS`` kernels the recipes work on NumPy arrays in memory (fast, no start-up).
+From there on, steps whose memory would grow with the report run in DuckDB, within a memory
+limit (``NSIGHTLAB_MEMORY_MB``, default ``MEMORY_MB``), on one thread per core for joins and
+aggregations (``Engine.all_cores``) and as many as the limit allows for sorts (``threads()``),
+spilling to a private folder beside the cache: kernel_sum's statistics (medians in bounded
+memory, ``medians``), sync_gaps' GPU gaps and the time budget (``budget_stream``: sorted
+streams, the next batch read on another thread while NumPy works, ``read_ahead``), launch_compute's
+launch table, statistics and NVTX projection, and the completeness checks. On the 16-core GPU
+machine at 100M kernels kernel_sum peaked at 0.25 GB, sync_gaps at 0.94 GB and launch_compute
+at 1.21 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
+both ways on real reports and compare (counts exact, sums within 1e-9 relative).
+
+A step that runs inside another's analysis (launch_compute computes the time budget) gets the
+same engine (``analyse``), so scratch tables are shared: the budget's join of operations and
+calls leaves launch_compute's launch table (``Engine.want_launches``). ``Engine.release`` gives
+DuckDB's buffers back before pandas work that needs none of them.
+
+``NSIGHTLAB_ENGINE`` chooses: ``auto`` (default, as above), ``duckdb`` (on any cached
+report, and also the kernel ⋈ API join of the in-memory steps) or ``numpy`` (never). The
+join stays in NumPy under ``auto``: on 2 cores at 8M kernels DuckDB took 2.3 s against 0.8 s.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import queue
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from nsightlab.errors import UsageError
+from nsightlab.read.frames import release_memory
+from nsightlab.read.reader import readers
+from nsightlab.read.report import Report
+from nsightlab.read.table_cache import build_dir
+
+#: kernels from which ``auto`` analyses in DuckDB
+MIN_ROWS = 2_000_000
+#: DuckDB's memory limit unless NSIGHTLAB_MEMORY_MB says otherwise (the process also holds
+#: Python, pandas and pyarrow: ~200 MB, and Arrow batches). 640 -> 480 took launch_compute at
+#: 8M kernels from 823 to 700 MB on 2 cores in the same time.
+MEMORY_MB = 480
+MB_PER_THREAD = 80
+#: sort threads of the next tries when a step runs out of DuckDB's memory, before the NumPy
+#: path (syncy x2180 on 16 cores: sync_gaps' sort of 8M operations ran out with 6 threads,
+#: and the NumPy path it fell back to peaked at 1.6 GB; the TensorRT shape, realcugan x530,
+#: ran out with 2 as well: 1.43-1.48 GB in the NumPy path)
+RETRY_THREADS = (2, 1)
+CHOICES = ("auto", "duckdb", "numpy")
+
+
+#: the engine each report's analysis runs in, while it runs ((id(report), thread) -> Engine):
+#: a step that calls another (launch_compute calls the budget) shares its scratch tables
+_OPEN: dict[tuple[int, int], "Engine"] = {}
+
+
+class Unavailable(Exception):
+    """The engine cannot see the report's tables (its cache turned out unwritable)."""
+
+
+def choice() -> str:
+    """NSIGHTLAB_ENGINE, checked (a typo is an error, not a silent default)."""
+    value = os.environ.get("NSIGHTLAB_ENGINE", "auto").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise UsageError(f"NSIGHTLAB_ENGINE={value!r} is not an analysis engine: set it to one "
+                         f"of {', '.join(CHOICES)} (or unset it)")
+    return value
+
+
+def active(report: Report, auto: bool = True) -> bool:
+    """Whether ``report``'s analyses run in DuckDB (see the module docstring); ``auto=False``:
+    only when NSIGHTLAB_ENGINE=duckdb asks for it (a recipe whose SQL path measured slower)."""
+    how = choice()
+    if how == "numpy" or report.cache is None or not report.has("kernels"):
+        return False
+    if importlib.util.find_spec("duckdb") is None:  # an install without it: in memory
+        return False
+    if not (how == "duckdb" or (auto and _kernels_at_least(report, MIN_ROWS))):
+        return False
+    memory_mb()  # a mistyped limit is an error before any work, not a silent default
+    return True
+
+
+def _kernels_at_least(report: Report, n: int) -> bool:
+    """Whether the kernel table spans ``n`` rowids (two b-tree lookups; a count(*) walks
+    the whole table, seconds at 100M kernels, and this is asked once per step)."""
+    source = report.spec("kernels").source
+    if source in report.db.views:
+        return report.row_count("kernels") >= n
+    lo, hi = report.db.rowid_bounds(source)
+    return lo is not None and hi - lo + 1 >= n
+
+
+def analyse(report: Report, in_duckdb, in_numpy, auto: bool = True):
+    """``in_duckdb(engine)`` when ``report`` is analysed in DuckDB (``active``), else
+    ``in_numpy()``. A step that outgrows DuckDB's memory limit (it spills most, not
+    everything) is not an error for the user: a note says so and the NumPy path answers."""
+    if not active(report, auto):
+        return in_numpy()
+    import duckdb
+
+    key = (id(report), threading.get_ident())  # a connection serves one thread at a time
+    open_ = _OPEN.get(key)
+    if open_ is not None:  # a step inside another's analysis: its engine, its scratch tables
+        return in_duckdb(open_)
+    for sort_threads in sorted({threads(), *(min(threads(), n) for n in RETRY_THREADS)},
+                               reverse=True):
+        try:
+            with Engine(report, sort_threads) as db:
+                _OPEN[key] = db
+                try:
+                    return in_duckdb(db)
+                finally:
+                    del _OPEN[key]
+        except (Unavailable, OSError):  # no cache to scan after all (unwritable): in memory
+            return in_numpy()
+        except duckdb.OutOfMemoryException:
+            # a sort's per-thread buffers: again with fewer threads, what the failed try
+            # freed handed back to the system first (cheap; no effect on the peak measured)
+            release_memory()
+            continue
+    report.note(f"{report.path.name}: a step needed more than DuckDB's {memory_mb()} MB; "
+                "analysing in memory instead (set NSIGHTLAB_MEMORY_MB higher to stay out "
+                "of core)")
+    return in_numpy()
+
+
+def memory_mb() -> int:
+    """DuckDB's memory limit in MB: NSIGHTLAB_MEMORY_MB (at least 100), checked, or
+    ``MEMORY_MB``."""
+    value = os.environ.get("NSIGHTLAB_MEMORY_MB", "").strip()
+    if not value:
+        return MEMORY_MB
+    if not value.isdigit() or int(value) < 100:
+        raise UsageError(f"NSIGHTLAB_MEMORY_MB={value!r} is not a memory limit: set it to a "
+                         f"whole number of megabytes, at least 100 (default {MEMORY_MB}), or "
+                         "unset it")
+    return int(value)
+
+
+def threads() -> int:
+    """DuckDB threads for sorts: one per core (``nsightlab.read.parallel.readers()``), but at least
+    ``MB_PER_THREAD`` of the memory limit each (every thread keeps its own buffers: 16
+    threads in 640 MB ran out of memory in a sort that 8 finish)."""
+    return max(1, min(readers(), memory_mb() // MB_PER_THREAD))
+
+
+def all_threads() -> int:
+    """DuckDB threads for joins and aggregations that ``Engine.all_cores`` marks: one per
+    core; their hash tables spill within the limit where a sort's per-thread buffers do not.
+    (At 8M kernels on 16 cores, 16 threads for every query took launch_compute from 5.4 to
+    4.7 s but the process to 1.08 GB, in sync_gaps' and the budget's sorts; so only the
+    joins and aggregations get them.)"""
+    return max(threads(), readers())
+
+
+class Engine:
+    """A DuckDB connection with the report's cached tables as views.
+
+    ``view(name)`` builds the table's cache entry when needed (SQLite read by the reader
+    processes) and names it in SQL; ``rows=True`` adds ``row``, the row's position in the
+    table (the index ``Report.take`` and the NumPy path use)."""
+
+    def __init__(self, report: Report, sort_threads: int | None = None):
+        import duckdb
+
+        self.report = report
+        #: threads of every query but those in ``all_cores`` (the sorts)
+        self.threads = sort_threads or threads()
+        report.cache.root.mkdir(parents=True, exist_ok=True)
+        self.spill = build_dir(report.cache.root, "duckdb")  # a killed run's: removed next run
+        # a database file, not memory: tables built here (the launch table) can then leave
+        # the memory limit for the disk; in an in-memory database they cannot
+        self.con = duckdb.connect(str(self.spill / "scratch.duckdb"), config={
+            "threads": self.threads, "memory_limit": f"{memory_mb()}MB",
+            "temp_directory": str(self.spill), "preserve_insertion_order": False})
+        self.con.execute("SET enable_progress_bar = false")  # it prints to stdout: our answers
+        # freed blocks go back sooner (default: 128 MB cached across DuckDB's threads), so
+        # the pandas work that follows a query does not stack on DuckDB's leftovers
+        self.con.execute("SET allocator_flush_threshold = '16MB'")
+        self._views: set[str] = set()
+        self._once: str | None = None  # launches.once_sql's answer for the launch table
+        #: the launch table's columns a later step will ask for (``want_launches``), and
+        #: views that ``chunks`` reads off a table by a filter: {view: (table, where)}
+        self.wanted_launches: tuple | None = None
+        self.left_launches: tuple | None = None  # the columns of an ``lk`` left that way
+        self.filtered: dict[str, tuple[str, str]] = {}
+
+    def want_launches(self, op_columns: tuple[str, ...], api_columns: tuple[str, ...]) -> None:
+        """Say that ``launches.launches_sql`` will follow with these columns: the time
+        budget's join of the same operations and calls (``budget_stream``) then carries them
+        and leaves the launch table ``lk`` as a view of its own (one join, not two)."""
+        self.wanted_launches = (tuple(op_columns), tuple(api_columns))
+
+    def view(self, name: str, rows: bool = False) -> str:
+        """SQL name of table ``name`` (an empty view when the report lacks it)."""
+        key = f"{name}_rows" if rows else name
+        if key in self._views:
+            return key
+        report = self.report
+        spec = report.spec(name)
+        files = None
+        if report.has_rows(name):
+            report.prefetch([name])
+            files = report.cache.files(name) if report.cache is not None else None
+            if files is None:  # the cache turned out unwritable: the tables are not there
+                raise Unavailable(f"no cache entry for {name}")
+        if files is None:  # the report lacks the table: the contract's empty table
+            empty = spec.schema.empty_table()
+            self.con.register(f"_{key}", empty)
+            sql = f"SELECT *{', 0::BIGINT AS row' if rows else ''} FROM _{key}"
+        else:
+            listed = ", ".join(f"'{_quoted(f)}'" for f in files)
+            sql = f"SELECT * FROM read_parquet([{listed}])"
+            if rows:  # one scan of all parts; a part's first row is the rows before it
+                meta = report.cache.meta(name)
+                starts = np.concatenate([[0], np.cumsum([p["rows"] for p in meta["parts"]])])
+                first = ", ".join(str(int(x)) for x in starts[:-1])
+                sql = (f"SELECT * EXCLUDE (file_row_number), file_row_number + "
+                       f"([{first}]::BIGINT[])[file_index::BIGINT + 1] AS row "
+                       f"FROM read_parquet([{listed}], file_row_number = true)")
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {key} AS {sql}")
+        self._views.add(key)
+        return key
+
+    def enum(self, table: str, column: str) -> str:
+        """A DuckDB ENUM type of the distinct values of a text column: cast to it, 8M kernel
+        names are 8M small integers in a join or temporary table, not 8M copied strings."""
+        key = f"enum_{table}_{column}"
+        if key not in self._views:
+            self.con.execute(f"CREATE TYPE {key} AS ENUM (SELECT DISTINCT {column} FROM "
+                             f"{self.view(table)} WHERE {column} IS NOT NULL)")
+            self._views.add(key)
+        return key
+
+    def distinct(self, table: str, column: str) -> list[str]:
+        """The distinct non-null values of a text column (API names, kernel names)."""
+        got = self.con.execute(f"SELECT DISTINCT {column} FROM {self.view(table)} "
+                               f"WHERE {column} IS NOT NULL").fetchall()
+        return [str(v) for (v,) in got]
+
+    def rows_named(self, table: str, names: list[str], columns: str, order: str) -> pd.DataFrame:
+        """``columns`` of the rows of ``table`` whose name is one of ``names`` (a few API
+        names: the sync calls), ordered by ``order``; ``row`` is the row's position."""
+        wanted = pd.DataFrame({"name": names}, dtype=object)
+        return self.frame(f"SELECT {columns} FROM {self.view(table, rows=True)} "
+                          f"WHERE name IN (SELECT name FROM wanted) ORDER BY {order}",
+                          wanted=wanted)
+
+    def frame(self, sql: str, **tables: pd.DataFrame) -> pd.DataFrame:
+        """Result of ``sql`` as a DataFrame; ``tables`` are registered under their names."""
+        return self._run(sql, tables).df()
+
+    def one(self, sql: str) -> tuple:
+        """The single row of ``sql`` (fully fetched: a half-read result blocks the connection)."""
+        return self.con.execute(sql).fetchall()[0]
+
+    def arrays(self, sql: str, **tables: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Result of ``sql`` as NumPy arrays by column (no DataFrame in between)."""
+        return {k: np.asarray(v) for k, v in self._run(sql, tables).fetchnumpy().items()}
+
+    def _run(self, sql: str, tables: dict[str, pd.DataFrame]):
+        for k, v in tables.items():
+            self.con.register(k, v)
+        return self.con.execute(sql)
+
+    def stream(self, sql: str, batch_rows: int):
+        """Result of ``sql`` as Arrow record batches of up to ``batch_rows`` (DuckDB hands out
+        at most 122,880 at a time), produced as they are read (a sorted result comes out of
+        DuckDB's out-of-core sort, not from memory), the next one while the caller works on
+        this one (``read_ahead``). The caller runs no other query until it is done."""
+        return read_ahead(self.con.sql(sql).to_arrow_reader(batch_rows))
+
+    def chunks(self, table: str, columns: str, rows: int = 1 << 20):
+        """``columns`` of every row of ``table`` (one built in this engine's database, or a
+        view of one in ``filtered``), as Arrow tables of up to ``rows`` rows (fewer through a
+        view's filter), by rowid range: DuckDB's own streams
+        (``stream``) buffer an unordered result whole (40M launches: +1.1 GB)."""
+        table, where = self.filtered.get(table, (table, "true"))
+        n = self.one(f"SELECT coalesce(max(rowid), -1) + 1 FROM {table}")[0]
+        for a in range(0, n, rows):
+            got = self.con.sql(f"SELECT {columns} FROM {table} WHERE rowid >= {a} "
+                               f"AND rowid < {a + rows} AND ({where})").to_arrow_table()
+            if got.num_rows:
+                yield got
+
+    @contextlib.contextmanager
+    def all_cores(self, really: bool = True):
+        """Run the queries inside on ``all_threads()`` (``really``): joins and aggregations
+        only (no ORDER BY or window over many rows), whose memory stays within the limit
+        however many threads."""
+        more = all_threads() if really else self.threads
+        if more != self.threads:
+            self.con.execute(f"SET threads = {more}")
+        try:
+            yield
+        finally:
+            if more != self.threads:
+                self.con.execute(f"SET threads = {self.threads}")
+
+    def release(self) -> None:
+        """Give back what DuckDB keeps after its queries (buffers of finished results, up to
+        its limit) before Python work that needs none of it: the limit lowered, then restored
+        (after sync_gaps' sorted stream of 3.7M operations: 693 -> 236 MB)."""
+        self.con.execute("SET memory_limit = '16MB'")
+        self.con.execute(f"SET memory_limit = '{memory_mb()}MB'")
+
+    def close(self) -> None:
+        """Close the connection and remove the scratch folder. The scratch tables are dropped
+        first: closing a database file checkpoints what it holds (0.3-0.5 s after
+        launch_compute at 8M kernels on the GPU machine; 0.03 s once dropped)."""
+        import duckdb
+
+        try:
+            for (name,) in self.con.execute("SELECT table_name FROM duckdb_tables() "
+                                            "WHERE NOT temporary").fetchall():
+                self.con.execute(f'DROP TABLE IF EXISTS "{name}" CASCADE')
+        except duckdb.Error:
+            pass  # a connection in a failed state: closing it is all that is left
+        self.con.close()
+        shutil.rmtree(self.spill, ignore_errors=True)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_ahead(batches, depth: int = 2):
+    """The items of ``batches``, read by another thread up to ``depth`` ahead: DuckDB
+    produces the next batch of a stream (without the GIL) while NumPy works on this one."""
+    ahead: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def pump() -> None:
+        try:
+            for item in batches:
+                if stop.is_set():
+                    return
+                ahead.put(item)
+            ahead.put(StopIteration())
+        except BaseException as e:  # handed to the reader, raised there
+            ahead.put(e)
+
+    thread = threading.Thread(target=pump, daemon=True, name="nsightlab-read-ahead")
+    thread.start()
+    try:
+        while not isinstance(item := ahead.get(), BaseException):
+            yield item
+        if not isinstance(item, StopIteration):
+            raise item
+    finally:
+        stop.set()
+        while thread.is_alive():  # a caller that stopped early: let the pump see the flag
+            try:
+                ahead.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+
+#: distinct (key, value) pairs ``medians`` holds at most (~60 MB); past that it sorts instead
+MAX_PAIRS = 2_000_000
+
+
+def medians(db: Engine, source: str, keys: str | list[str], value: str,
+            tables: dict | None = None) -> pd.DataFrame:
+    """Exact median of ``value`` per ``keys`` over the SQL relation ``source`` (nsys's: the
+    mean of the two middle values for an even count), in bounded memory. DuckDB's median
+    keeps every value of a group (40M kernels ran it out of memory), so this counts each
+    distinct (key, value) in a spilling hash aggregate and reads the middle ranks off those
+    counts; values too scattered for that (an estimated ``MAX_PAIRS`` distinct pairs or more:
+    queue times in nanoseconds) are read in sorted order instead, one column at a time.
+    Columns: the keys, ``med`` (groups without values left out)."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    k = ", ".join(keys)
+    for name, t in (tables or {}).items():
+        db.con.register(name, t)
+    # how many distinct pairs, estimated in one pass of fixed memory (HyperLogLog): the
+    # counts below come back whole, so they must be few
+    pairs = db.one(f"SELECT approx_count_distinct(hash({k}, {value})) FROM {source} "
+                   f"WHERE {value} IS NOT NULL")[0]
+    if pairs > MAX_PAIRS:
+        return _medians_sorted(db, source, keys, value)
+    h = db.frame(f"SELECT {k}, {value} AS v, count(*) AS c FROM {source} "
+                 f"WHERE {value} IS NOT NULL GROUP BY ALL")
+    if not len(h):
+        return pd.DataFrame({**{c: pd.Series(dtype=object) for c in keys},
+                             "med": pd.Series(dtype=np.float64)})
+    codes = h.groupby(keys, sort=False, dropna=False, observed=True).ngroup().to_numpy()
+    v, c = h["v"].to_numpy(np.float64), h["c"].to_numpy(np.int64)
+    order = np.lexsort((v, codes))
+    codes, v, c = codes[order], v[order], c[order]
+    starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+    ends = np.append(starts[1:], len(codes))
+    cum = np.cumsum(c)  # rows up to and including each (key, value), over all keys
+    before = np.concatenate([[0], cum[ends[:-1] - 1]])  # rows of earlier keys
+    n = cum[ends - 1] - before
+    out = np.empty(len(starts))
+    for i, (lo, hi) in enumerate(zip(starts, ends)):
+        seg = cum[lo:hi] - before[i]  # ranks (1-based) reached by each value of the key
+        a = v[lo + np.searchsorted(seg, (n[i] - 1) // 2 + 1)]
+        b = v[lo + np.searchsorted(seg, n[i] // 2 + 1)]
+        out[i] = (a + b) / 2
+    found = h.iloc[order[starts]][keys].reset_index(drop=True)
+    found["med"] = out
+    return found
+
+
+def medians_at(db: Engine, rows: pd.DataFrame, source: str, keys: str | list[str], value: str,
+               tables: dict | None = None) -> np.ndarray:
+    """``medians`` in the order of ``rows`` (found by its ``keys`` columns; NaN where a row's
+    group has no values): the median column of a summary built by another query."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    med = medians(db, source, keys, value, tables)
+    if len(keys) == 1:
+        return med.set_index(keys[0])["med"].reindex(rows[keys[0]].to_numpy()).to_numpy()
+    return med.set_index(keys)["med"].reindex(pd.MultiIndex.from_frame(rows[keys])).to_numpy()
+
+
+def _medians_sorted(db: Engine, source: str, keys: list[str], value: str) -> pd.DataFrame:
+    """``medians`` from the values in (keys, value) order, streamed: group sizes first (in
+    the same key order), then the two middle ranks of every group picked as they pass."""
+    k = ", ".join(keys)
+    counts = db.frame(f"SELECT {k}, count(*) AS n FROM {source} WHERE {value} IS NOT NULL "
+                      f"GROUP BY ALL ORDER BY {k}")
+    n = counts.pop("n").to_numpy(np.int64)
+    first = np.concatenate([[0], np.cumsum(n)[:-1]])
+    want = np.concatenate([first + (n - 1) // 2, first + n // 2])  # global ranks, 0-based
+    order = np.argsort(want, kind="stable")
+    got, pos, j = np.empty(len(want)), 0, 0
+    for batch in db.stream(f"SELECT {value} FROM {source} WHERE {value} IS NOT NULL "
+                           f"ORDER BY {k}, {value}", 1 << 20):
+        v = batch.column(0).to_numpy().astype(np.float64)
+        hi = j + int(np.searchsorted(want[order[j:]], pos + len(v), "left"))
+        got[order[j:hi]] = v[want[order[j:hi]] - pos]
+        pos, j = pos + len(v), hi
+    counts["med"] = (got[:len(n)] + got[len(n):]) / 2
+    return counts
+
+
+def runs(*keys: np.ndarray):
+    """(lo, hi) of each run of equal keys in a batch of a stream sorted by ``keys`` (the
+    groups of that batch: one GPU, one process...), in order."""
+    change = np.zeros(max(len(keys[0]) - 1, 0), bool)
+    for k in keys:
+        change |= k[1:] != k[:-1]
+    cut = np.flatnonzero(change) + 1
+    return zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(keys[0])]]))
+
+
+class RowBits:
+    """A set of row numbers in [0, n) as one bit each (200M API rows: 25 MB): what a stream
+    remembers about rows it has passed."""
+
+    def __init__(self, n: int):
+        self.bits = np.zeros((max(n, 0) + 7) // 8, np.uint8)
+
+    def add(self, rows: np.ndarray) -> None:
+        if not len(rows):
+            return
+        rows = rows.astype(np.int64, copy=False)
+        lo, hi = int(rows.min()) & ~7, int(rows.max()) + 1
+        if hi - lo <= 64 * len(rows):  # dense (a batch of a stream): a mask of the span,
+            mask = np.zeros(hi - lo, bool)  # packed into bytes (6x faster than by sorting)
+            mask[rows - lo] = True
+            packed = np.packbits(mask, bitorder="little")
+            self.bits[lo >> 3:(lo >> 3) + len(packed)] |= packed
+            return
+        rows = np.sort(rows)
+        byte = rows >> 3
+        mask = np.left_shift(1, rows & 7).astype(np.uint8)
+        first = np.flatnonzero(np.concatenate([[True], byte[1:] != byte[:-1]]))
+        self.bits[byte[first]] |= np.bitwise_or.reduceat(mask, first)
+
+    def has(self, rows: np.ndarray) -> np.ndarray:
+        rows = rows.astype(np.int64, copy=False)
+        if not len(self.bits):
+            return np.zeros(len(rows), bool)
+        return ((self.bits[rows >> 3] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")

@@ -1,0 +1,456 @@
+"""``nsightlab.diff(a, b)``: where two runs differ, per iteration, and why.
+
+Runs are lined up per iteration, kernel class, precision, layer and kernel slot (see
+``nsightlab.comparison.run_profile``). Kernels only in B are precision-conversion work when they convert:
+kernels named for FP8/FP4/INT8, Q/DQ and quantize kernels anywhere; casts, abs/amax reductions
+and scale multiplies/divides/clamps only in a layer whose math (GEMM, conv, attention) changed
+precision (names alone cannot tell a divide-by-scale from any other divide, the context can).
+Every other new kernel (a pooling or layout kernel) is "only in B", named. The verdict explains
+the change of the wall-clock iteration by the time budget's parts (GPU work, copies, waits) and
+names the kernels, layers or classes that make up >= 80% of a kernel-time change. Every time is
+in ns per iteration; sections are DataFrames (``headline`` a dict).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from nsightlab.analysis import budget
+from nsightlab.analysis.classify import MATH_CLASSES
+from nsightlab.comparison import trt_layers
+from nsightlab.comparison.run_profile import ITERATION_LAYER, OUTSIDE, RunProfile, profile
+from nsightlab.core.result import Result, json_records, json_value
+from nsightlab.core.units import fmt_ms as _ms, kernel_label
+from nsightlab.read.opener import as_report
+from nsightlab.read.report import Report
+
+#: kernels that convert to or from a narrow format by what they are called: Q/DQ, FP8/FP4/INT8
+_NARROW = re.compile(r"quantiz|qdq|float8|fp8|e4m3|e5m2|fp4|e2m1|(?<!u)int8|nvfp4|mxfp", re.I)
+#: casts, abs-max reductions and scale arithmetic: conversion only where the math precision
+#: changed (elsewhere a cast is a dtype change of the program, e.g. for .item())
+_SCALE = re.compile(r"WithCast|(?<!broad)cast|convert|_to_copy|Abs|amax|absmax|MaxNanFunctor"
+                    r"|MaxOps|max_all|DivFunctor|MulFunctor|\bdiv_|\bmul_|scale|clamp|saturat"
+                    r"|reformat", re.I)
+_SCALE_CLASSES = {"elementwise", "reduce", "reformat/copy"}
+
+
+def is_conversion(name: str, kernel_class: str, math_changed: bool) -> bool:
+    """Whether a kernel new in B converts precision (see the module docstring): a quantize or
+    FP8/FP4/INT8 kernel anywhere; casts, abs/amax and scale arithmetic only in a layer whose
+    math precision changed. A pooling or layout kernel never is."""
+    if kernel_class == "quantize" or _NARROW.search(name):
+        return True
+    return math_changed and kernel_class in _SCALE_CLASSES and bool(_SCALE.search(name))
+
+
+#: overhead rows of the diff: (name, time key, count key) in ``RunProfile.overheads``
+OVERHEADS = (("launch_overhead", "launch_overhead_ns", "launch_calls"),
+             ("api", "api_ns", "api_calls"), ("sync_wait", "sync_wait_ns", "syncs"),
+             ("gpu_idle", "gpu_idle_ns", None), ("memcpy", "memcpy_ns", "memcpys"))
+
+
+@dataclass
+class Diff(Result):
+    """Run B against run A, per iteration. Sections (DataFrames, times in ns per iteration):
+
+    - ``headline`` (a dict): labels, iterations and their source, ``a/b_iteration_ns``,
+      ``speedup``, kernel time, busy %, kernels per iteration, ``gemm_change_pct``,
+      ``conversion_overhead_ns``, ``layers_matched`` and the ``verdict`` sentence;
+    - ``by_class``: kernel_class, a_ns, b_ns, delta_ns, a_count, b_count, delta_share_pct;
+    - ``by_precision``: precision, kernel_class, a_ns, b_ns, delta_ns;
+    - ``by_layer``: layer, b_layer (B's name for it when the names differ: TensorRT layers of
+      another precision, ``trt_layers``), a_ns, b_ns, a_count, b_count, a/b_math_precision,
+      math_precision_changed, status (matched / only_a / only_b), delta_ns;
+    - ``kernels``: layer, kernel_class, slot, a/b_name, a/b_precision, a_ns, b_ns, status
+      (matched / new / vanished), delta_ns;
+    - ``conversion``: kernel_class, b_name, label, time_ns (precision-conversion work only in
+      B: casts, Q/DQ, amax and scaling where the math precision changed);
+    - ``only_b``: the other kernels only in B (kernel_class, b_name, label, time_ns);
+    - ``overheads``: overhead, a_ns, b_ns, delta_ns, a_count, b_count (medians per iteration;
+      counts are launch calls, API calls, syncs or copies; none for gpu_idle);
+    - ``tensor_core``: run, source, tensor_kernel_time_pct, tensor_active_pct;
+    - ``budget``: part, a_ns, b_ns, delta_ns, a_pct, b_pct: where each run's wall-clock
+      iteration goes (``nsightlab.analysis.budget``; its verdicts are ``a_verdict``/``b_verdict`` in
+      the headline, trace-completeness warnings ``a_warnings``/``b_warnings``).
+    """
+
+    a: RunProfile
+    b: RunProfile
+    headline: dict
+    by_class: pd.DataFrame
+    by_precision: pd.DataFrame
+    by_layer: pd.DataFrame
+    kernels: pd.DataFrame
+    conversion: pd.DataFrame
+    only_b: pd.DataFrame
+    overheads: pd.DataFrame
+    tensor_core: pd.DataFrame
+    budget: pd.DataFrame
+
+    SECTIONS = ("by_class", "by_precision", "by_layer", "kernels", "conversion", "only_b",
+                "overheads", "tensor_core", "budget")
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every section as a DataFrame (the headline as a one-row frame)."""
+        return {"headline": pd.DataFrame([self.headline]),
+                **{s: getattr(self, s) for s in self.SECTIONS}}
+
+    def manifest(self) -> dict:
+        return {"kind": "diff", "a": str(self.headline["a"]), "b": str(self.headline["b"]),
+                "headline": self.headline}
+
+    def to_json(self) -> dict:
+        """The headline as a dict, every other section as a list of records."""
+        return {"headline": json_value(self.headline),
+                **{s: json_records(getattr(self, s)) for s in self.SECTIONS}}
+
+
+def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike, **open_options) -> Diff:
+    """Compare run B against run A: Reports, or anything ``nsightlab.open`` takes (opened
+    with ``open_options``: cache, cache_dir, nsys, progress). Runs are labelled as given."""
+    ra, rb = as_report(a, **open_options), as_report(b, **open_options)
+    pa_ = profile(ra, None if isinstance(a, Report) else str(a))
+    pb_ = profile(rb, None if isinstance(b, Report) else str(b))
+    return compare(pa_, pb_)
+
+
+def compare(pa: RunProfile, pb: RunProfile) -> Diff:
+    """The diff of two run profiles (see ``Diff`` for the sections)."""
+    warnings = workload_warnings(pa, pb)  # on the layer names as recorded
+    pb = _align_layers(pa, pb)
+    by_class = _side_by_side(pa.by_class, pb.by_class, "kernel_class")
+    total_delta = by_class["delta_ns"].sum()
+    by_class["delta_share_pct"] = 100.0 * by_class["delta_ns"] / total_delta if total_delta else 0.0
+    by_class = by_class.sort_values("delta_ns", key=abs, ascending=False, kind="stable")
+    by_precision = _side_by_side(pa.by_precision, pb.by_precision, ["precision", "kernel_class"])
+    by_layer = _layers(pa, pb)
+    real = (by_layer["status"] == "matched") & (by_layer["layer"] != OUTSIDE)
+    if real.any():
+        kernels = _match_slots(pa.slots, pb.slots)
+    else:  # no layers in common (e.g. a CUDA graph replay has no per-layer ranges): per iteration
+        kernels = _match_slots(pa.flat_slots, pb.flat_slots)
+    changed = set(by_layer.loc[by_layer["math_precision_changed"], "layer"])
+    ma, mb = _math_precisions(pa), _math_precisions(pb)
+    if ma and mb and ma != mb:  # kernels outside layers, or runs without layers
+        changed |= {OUTSIDE, ITERATION_LAYER}
+    new = kernels[kernels["status"] == "new"]
+    conv_mask = np.array([is_conversion(str(n), c, lay in changed) for n, c, lay in
+                          zip(new["b_name"], new["kernel_class"], new["layer"])], dtype=bool)
+    conversion, only_b = _new_kernels(new[conv_mask]), _new_kernels(new[~conv_mask])
+    overheads = _overheads(pa.overheads, pb.overheads)
+    tensor_core = pd.DataFrame([{"run": "a", **pa.tensor_core}, {"run": "b", **pb.tensor_core}])
+    budget_parts = _budget(pa.budget, pb.budget)
+    headline = _headline(pa, pb, by_class, conversion["time_ns"].sum(), by_layer, kernels,
+                         warnings)
+    return Diff(pa, pb, headline, by_class.reset_index(drop=True), by_precision, by_layer,
+                kernels, conversion, only_b, overheads, tensor_core, budget_parts)
+
+
+def _align_layers(pa: RunProfile, pb: RunProfile) -> RunProfile:
+    """``pb`` with its layers renamed to A's where the names differ but the layers are the same
+    (TensorRT engines of different precisions: Q/DQ tokens, weight names, Myelin suffixes,
+    renumbered ONNX nodes; ``trt_layers.match``); the B name stays in ``by_layer.b_layer``."""
+    la = pa.by_layer[~pa.by_layer["layer"].isin(pb.by_layer["layer"]) & (pa.by_layer["layer"] != OUTSIDE)]
+    lb = pb.by_layer[~pb.by_layer["layer"].isin(pa.by_layer["layer"]) & (pb.by_layer["layer"] != OUTSIDE)]
+    by_layer = pb.by_layer.assign(b_layer=pb.by_layer["layer"])
+    if len(la) and len(lb):
+        m = trt_layers.match(la.rename(columns={"layer": "name"}).assign(ms=la["time_ns"] / 1e6),
+                             lb.rename(columns={"layer": "name"}).assign(ms=lb["time_ns"] / 1e6))
+        pairs = m.layers[m.layers["how"].isin(["name", "signature"])]
+        mapping = dict(zip(pairs["b_layer"], pairs["a_layer"]))
+        if mapping:
+            by_layer["layer"] = by_layer["layer"].replace(mapping)
+            return replace(pb, by_layer=by_layer,
+                           slots=pb.slots.assign(layer=pb.slots["layer"].replace(mapping)))
+    return replace(pb, by_layer=by_layer)
+
+
+def _math_precisions(p: RunProfile) -> set:
+    return set(p.by_precision.loc[p.by_precision["kernel_class"].isin(MATH_CLASSES)
+                                  & (p.by_precision["time_ns"] > 0), "precision"]) - {"unknown"}
+
+
+def _new_kernels(new: pd.DataFrame) -> pd.DataFrame:
+    """New kernels per (class, name), largest first: kernel_class, b_name, label, time_ns."""
+    out = (new.groupby(["kernel_class", "b_name"], sort=False)["b_ns"].sum().rename("time_ns")
+           .reset_index().sort_values("time_ns", ascending=False).reset_index(drop=True))
+    out.insert(2, "label", [kernel_label(n) for n in out["b_name"]])
+    return out
+
+
+def _budget(a: dict, b: dict) -> pd.DataFrame:
+    """Both runs' time budgets side by side, per iteration (parts with time in either)."""
+    rows = []
+    for part in budget.PARTS:
+        an, bn = a.get(f"{part}_ns", 0.0), b.get(f"{part}_ns", 0.0)
+        if an or bn:
+            rows.append({"part": part, "a_ns": an, "b_ns": bn, "delta_ns": bn - an,
+                         "a_pct": a.get(f"{part}_pct", 0.0), "b_pct": b.get(f"{part}_pct", 0.0)})
+    return pd.DataFrame(rows, columns=["part", "a_ns", "b_ns", "delta_ns", "a_pct", "b_pct"])
+
+
+def _overheads(a: dict, b: dict) -> pd.DataFrame:
+    nan = float("nan")
+    out = pd.DataFrame([
+        {"overhead": name, "a_ns": a[t], "b_ns": b[t], "delta_ns": b[t] - a[t],
+         "a_count": a[c] if c else nan, "b_count": b[c] if c else nan}
+        for name, t, c in OVERHEADS])
+    for c in ("a_count", "b_count"):  # whole numbers (none for gpu_idle)
+        out[c] = out[c].round().astype("Int64")
+    return out
+
+
+def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys) -> pd.DataFrame:
+    keys = [keys] if isinstance(keys, str) else keys
+    cols = [c for c in ("time_ns", "count") if c in a.columns]
+    m = a[keys + cols].merge(b[keys + cols], on=keys, how="outer", suffixes=("_a", "_b")).fillna(0)
+    out = m[keys].copy()
+    out["a_ns"], out["b_ns"] = m["time_ns_a"], m["time_ns_b"]
+    out["delta_ns"] = out["b_ns"] - out["a_ns"]
+    if "count" in cols:  # kernels per iteration, as whole numbers
+        out["a_count"] = m["count_a"].round().astype("int64")
+        out["b_count"] = m["count_b"].round().astype("int64")
+    return out
+
+
+def _layers(pa: RunProfile, pb: RunProfile) -> pd.DataFrame:
+    la = pa.by_layer.set_index("layer")
+    lb = pb.by_layer.set_index("layer")
+    names = list(dict.fromkeys([*la.index, *lb.index]))
+    rows = []
+    for n in names:
+        ina, inb = n in la.index, n in lb.index
+        ga = la.loc[n, "math_precision"] if ina else ""
+        gb = lb.loc[n, "math_precision"] if inb else ""
+        rows.append({"layer": n, "b_layer": lb.loc[n, "b_layer"] if inb and "b_layer" in lb else n,
+                     "a_ns": la.loc[n, "time_ns"] if ina else 0.0,
+                     "b_ns": lb.loc[n, "time_ns"] if inb else 0.0,
+                     "a_count": la.loc[n, "count"] if ina else 0.0,
+                     "b_count": lb.loc[n, "count"] if inb else 0.0,
+                     "a_math_precision": ga, "b_math_precision": gb,
+                     "math_precision_changed": bool(ina and inb and ga and gb and ga != gb),
+                     "status": "matched" if ina and inb else ("only_a" if ina else "only_b")})
+    out = pd.DataFrame(rows)
+    out["delta_ns"] = out["b_ns"] - out["a_ns"]
+    out[["a_count", "b_count"]] = out[["a_count", "b_count"]].round().astype("int64")
+    return out.sort_values("delta_ns", key=abs, ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _match_slots(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Line kernels up within each (layer, class): same name first, then the remaining ones in
+    launch order (so an FP16 GEMM meets the FP8 GEMM that replaced it); the rest are new or
+    vanished."""
+    rows = []
+    keys = ["layer", "kernel_class"]
+    ga = dict(tuple(a.groupby(keys, sort=False)))
+    gb = dict(tuple(b.groupby(keys, sort=False)))
+    for key in dict.fromkeys([*ga, *gb]):
+        sa = ga.get(key, a.iloc[0:0]).sort_values("slot")
+        sb = gb.get(key, b.iloc[0:0]).sort_values("slot")
+        left_a = list(sa.itertuples(index=False))
+        left_b = list(sb.itertuples(index=False))
+        pairs = []
+        for kb in list(left_b):  # same name
+            hit = next((ka for ka in left_a if ka.name == kb.name), None)
+            if hit is not None:
+                pairs.append((hit, kb))
+                left_a.remove(hit)
+                left_b.remove(kb)
+        pairs += list(zip(left_a, left_b))  # then by position
+        n = min(len(left_a), len(left_b))
+        pairs += [(ka, None) for ka in left_a[n:]] + [(None, kb) for kb in left_b[n:]]
+        for ka, kb in pairs:
+            rows.append({
+                "layer": key[0], "kernel_class": key[1],
+                "slot": (ka or kb).slot,
+                "a_name": ka.name if ka else None, "b_name": kb.name if kb else None,
+                "a_precision": ka.precision if ka else None, "b_precision": kb.precision if kb else None,
+                "a_ns": ka.time_ns if ka else 0.0, "b_ns": kb.time_ns if kb else 0.0,
+                "status": "matched" if ka and kb else ("vanished" if ka else "new")})
+    out = pd.DataFrame(rows)
+    out["delta_ns"] = out["b_ns"] - out["a_ns"]
+    return out.sort_values("delta_ns", key=abs, ascending=False, kind="stable").reset_index(drop=True)
+
+
+#: the time budget's parts as the verdict names them (copies are one part)
+_WALL_PARTS = (("GPU work", ("kernels",)), ("copies", budget.COPY_PARTS), ("memsets", ("memset",)),
+               ("waits on host syncs", ("idle_sync",)),
+               ("GPU idle waiting for launches", ("idle_launch",)),
+               ("host work between launches", ("idle_host",)),
+               ("other GPU idle", ("idle_unattributed",)))
+
+
+def _wall_parts(pa: RunProfile, pb: RunProfile) -> list[tuple[str, float, float]]:
+    return [(name, sum(pa.budget.get(f"{p}_ns", 0.0) for p in parts),
+             sum(pb.budget.get(f"{p}_ns", 0.0) for p in parts)) for name, parts in _WALL_PARTS]
+
+
+def explaining(deltas: pd.Series, target: float, share: float = 0.8, most: int = 3) -> list | None:
+    """The index labels of at most ``most`` rows of ``deltas`` that together make up
+    >= ``share`` of ``target`` (rows moving the same way as ``target``, largest first);
+    None when more rows would be needed."""
+    if not target:
+        return None
+    same = deltas[np.sign(deltas) == np.sign(target)].abs().sort_values(ascending=False)
+    got = 0.0
+    for i, (key, v) in enumerate(same.items()):
+        got += v
+        if got >= share * abs(target):
+            return list(same.index[:i + 1]) if i < most else None
+    return None
+
+
+def slot_labels(kernels: pd.DataFrame, width: int = 72) -> list[str]:
+    """``units.kernel_label`` of each row of a diff's ``kernels``: B's kernel, else A's."""
+    return [kernel_label(b if isinstance(b, str) else a, width)
+            for a, b in zip(kernels["a_name"], kernels["b_name"])]
+
+
+def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.DataFrame,
+                   target: float) -> str:
+    """Which kernels, layers or classes make up >= 80% of a kernel-time change ``target``
+    (the finest grain that needs at most three rows); when gains and losses cancel, the
+    largest of each."""
+    where = {OUTSIDE: " (outside layers)", ITERATION_LAYER: ""}
+    k = kernels.assign(key=[f"{label}{where.get(lay, f' ({lay})')}" for label, lay in
+                            zip(slot_labels(kernels, 56), kernels["layer"])])
+    grains = [(k.groupby("key", sort=False)[["a_ns", "b_ns", "delta_ns"]].sum(), "kernel"),
+              (by_layer.set_index("layer")[["a_ns", "b_ns", "delta_ns"]], "layer"),
+              (by_class.set_index("kernel_class")[["a_ns", "b_ns", "delta_ns"]], "class")]
+    gross = by_class["delta_ns"].abs().sum()
+    for table, grain in grains:
+        if grain == "layer" and (len(table) <= 1 or set(table.index) <= {OUTSIDE}):
+            continue
+        if abs(target) >= 0.5 * gross:
+            rows = explaining(table["delta_ns"], target)
+            if rows:
+                return ", ".join(f"{r} {_ms(table.loc[r, 'a_ns'])} -> {_ms(table.loc[r, 'b_ns'])}"
+                                 for r in rows)
+    if abs(target) >= 0.5 * gross:  # one way, but spread over many rows: the largest classes
+        table = grains[2][0]
+        top = table["delta_ns"][np.sign(table["delta_ns"]) == np.sign(target)].abs().nlargest(3)
+        return (f"spread over many kernels ({100 * top.sum() / abs(target):.0f}% in "
+                + ", ".join(f"{r} {_ms(table.loc[r, 'a_ns'])} -> {_ms(table.loc[r, 'b_ns'])}"
+                            for r in top.index) + ")")
+    table = grains[0][0]
+    up, down = table["delta_ns"].idxmax(), table["delta_ns"].idxmin()
+    return (f"gains and losses cancel: largest gain {down} {_ms(table.loc[down, 'a_ns'])} -> "
+            f"{_ms(table.loc[down, 'b_ns'])}, largest loss {up} {_ms(table.loc[up, 'a_ns'])} -> "
+            f"{_ms(table.loc[up, 'b_ns'])}")
+
+
+def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> dict:
+    speedup = pa.iteration_ns / pb.iteration_ns if pb.iteration_ns else float("nan")
+    delta = pb.iteration_ns - pa.iteration_ns
+    cls = by_class.set_index("kernel_class")
+    gemm_a = cls["a_ns"].get("gemm", 0.0)
+    gemm_b = cls["b_ns"].get("gemm", 0.0)
+    gemm_change = 100.0 * (gemm_b - gemm_a) / gemm_a if gemm_a else float("nan")
+    base = max(pa.iteration_ns, 1.0)
+    parts = []
+    if abs(speedup - 1) < 0.02:
+        parts.append(f"B runs an iteration in the same time as A ({_ms(pb.iteration_ns)} vs "
+                     f"{_ms(pa.iteration_ns)})")
+    else:
+        word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
+        parts.append(f"B is {word} per iteration ({_ms(pb.iteration_ns)} vs {_ms(pa.iteration_ns)})")
+    # the wall-clock change, part by part of the time budget: a launch-idle change is a cause
+    # only in a run the budget calls launch-bound (else it is queue back-pressure)
+    wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
+    bound = {r for r, p in (("A", pa), ("B", pb)) if str(p.budget.get("verdict", "")).startswith("launch")}
+    if "GPU idle waiting for launches" in wall and not bound:
+        wall.pop("GPU idle waiting for launches")
+    deltas = pd.Series({n: b - a for n, (a, b) in wall.items()})
+    named = explaining(deltas, delta) if abs(delta) >= 0.02 * base else None
+    if len(deltas) and (named is None or deltas.abs().sum() > 2 * abs(delta)) \
+            and deltas.abs().max() >= 0.02 * base:
+        # gains and losses cancel (or the change is small): the largest of each way
+        named = sorted({deltas.idxmin(), deltas.idxmax()}, key=lambda n: -deltas[n] * np.sign(delta or 1))
+    kernel_delta = pb.kernel_ns - pa.kernel_ns
+    for n in named or []:
+        a, b = wall[n]
+        if abs(b - a) < 0.02 * base:
+            continue
+        text = f"{n} {'rose' if b > a else 'fell'} {_ms(a)} -> {_ms(b)}"
+        if n == "GPU idle waiting for launches":
+            r = "B" if b > a else "A"
+            p = pb if r == "B" else pa
+            text += (f" ({r} is launch-bound: {p.kernels:.0f} kernels per iteration, "
+                     f"{_ms(p.overheads.get('api_ns', 0.0))} in CUDA API calls)")
+        parts.append(text)
+    if abs(kernel_delta) >= 0.05 * base or (named and "GPU work" in named):
+        reason = _kernel_reason(kernels, by_layer, by_class, kernel_delta)
+        parts.append("kernel time: " + reason)
+        if gemm_a and abs(gemm_change) >= 5 and "gemm" not in reason:  # what a precision is for
+            parts.append(f"its GEMMs take {abs(gemm_change):.0f}% "
+                         f"{'less' if gemm_change < 0 else 'more'} time ({_ms(gemm_a)} -> {_ms(gemm_b)})")
+    if conversion_ns > 0.05 * base:
+        tail = ""
+        if delta > 0:
+            tail = (", more than the whole regression" if conversion_ns > delta
+                    else f", {100 * conversion_ns / delta:.0f}% of the regression")
+        parts.append(f"precision-conversion kernels only in B (casts, scaling, amax) add "
+                     f"{_ms(conversion_ns)}{tail}")
+    if len(parts) == 1:
+        parts.append("no part of the iteration changes by more than 2% of it")
+    verdict = parts[0] + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "") + "."
+    return {
+        "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,
+        "a_iteration_source": pa.iteration_source, "b_iteration_source": pb.iteration_source,
+        "a_iteration_ns": pa.iteration_ns, "b_iteration_ns": pb.iteration_ns,
+        "speedup": speedup, "a_kernel_ns": pa.kernel_ns, "b_kernel_ns": pb.kernel_ns,
+        "a_busy_pct": pa.busy_pct, "b_busy_pct": pb.busy_pct,
+        "a_kernels": pa.kernels, "b_kernels": pb.kernels,
+        "gemm_change_pct": gemm_change, "conversion_overhead_ns": float(conversion_ns),
+        "layers_matched": int((by_layer["status"] == "matched").sum()
+                              - (OUTSIDE in set(by_layer["layer"]))),
+        "verdict": verdict,
+        "a_verdict": _run_verdict(pa), "b_verdict": _run_verdict(pb),
+        "a_outside_kernel_ns": pa.outside_kernel_ns, "b_outside_kernel_ns": pb.outside_kernel_ns,
+        "a_warnings": [w["message"] for w in pa.warnings],
+        "b_warnings": [w["message"] for w in pb.warnings],
+        "workload_warnings": warnings,
+    }
+
+
+def _class_shares(p: RunProfile) -> pd.Series:
+    t = p.by_class.set_index("kernel_class")["time_ns"]
+    return t / t.sum() if t.sum() else t
+
+
+def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
+    """Signs that A and B are not the same workload: different NVTX layers, iteration counts,
+    whole-run pseudo-iterations of different lengths, a different kernel-class mix."""
+    out = []
+    la = set(pa.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
+    lb = set(pb.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
+    if la and lb and len(la & lb) < 0.5 * min(len(la), len(lb)):
+        out.append(f"the runs have different NVTX layers ({len(la & lb)} names in common of "
+                   f"{len(la)} and {len(lb)}): are they the same model?")
+    whole = [p for p in (pa, pb) if p.iteration_source.startswith("no NVTX iteration")]
+    if whole:
+        ratio = max(pa.iteration_ns, pb.iteration_ns) / max(min(pa.iteration_ns, pb.iteration_ns), 1)
+        out.append(("neither run has" if len(whole) == 2 else f"{'A' if whole[0] is pa else 'B'} has no")
+                   + " NVTX iteration ranges: whole runs are compared"
+                   + (f", and they differ {ratio:.1f}x in length" if ratio > 1.5 else ""))
+    elif pa.iterations != pb.iterations:
+        out.append(f"A has {pa.iterations} iterations, B {pb.iterations}: times are per iteration")
+    sa, sb = _class_shares(pa), _class_shares(pb)
+    tvd = 0.5 * (sa.reindex(sa.index.union(sb.index), fill_value=0)
+                 - sb.reindex(sa.index.union(sb.index), fill_value=0)).abs().sum()
+    if tvd > 0.5:
+        ta, tb = sa.idxmax(), sb.idxmax()
+        out.append(f"their kernel-class mix differs ({100 * tvd:.0f}% of kernel time moved "
+                   f"class; A {100 * sa[ta]:.0f}% {ta}, B {100 * sb[tb]:.0f}% {tb})")
+    return out
+
+
+def _run_verdict(p: RunProfile) -> str:
+    """A run's budget verdict, unless its trace is partial."""
+    if any(w["severity"] == "partial" for w in p.warnings):
+        return "withheld: partial trace"
+    return str(p.budget.get("verdict", ""))

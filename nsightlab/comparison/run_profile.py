@@ -1,0 +1,380 @@
+"""One run, summarized per iteration: the common ground on which two runs are compared.
+
+FP16 and FP8/NVFP4 engines run *different* kernels, so runs are lined up where they agree:
+per iteration (NVTX ranges named ``iterN`` / ``iteration N`` / ``stepN``, in any domain, or
+TensorRT's ``ExecutionContext::enqueue``/``execute*`` range around each inference), per
+layer (the NVTX ranges one level inside an iteration: TensorRT layers, ``blockN``), per kernel
+class and precision, and per kernel *slot*: the k-th kernel of a class inside a layer. A slot's
+kernel may change name between runs (an FP16 GEMM becomes an FP8 one); the slot stays.
+
+Without iteration ranges the whole span of GPU activity counts as one iteration, and
+``iteration_source`` says so.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nsightlab import recipe_runner as recipes
+from nsightlab.analysis import budget, completeness, gpu_metrics as gm
+from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
+from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
+from nsightlab.analysis.launches import first_of_call, launches
+from nsightlab.analysis.timeline import busy_time
+from nsightlab.errors import NsightlabError
+from nsightlab.read.report import Report
+from nsightlab.read.table_cache import code_fingerprint
+
+OUTSIDE = "(outside layers)"
+ITERATION_LAYER = "(iteration)"
+
+
+def layer_key(name: str) -> str:
+    """Layer names as they line up between runs: domain, case and spacing do not matter."""
+    return re.sub(r"\s+", " ", base_name(name)).lower()
+
+
+@dataclass
+class RunProfile:
+    """Per-iteration summary of one report (see module docstring). Times are ns/iteration."""
+
+    label: str
+    iterations: int
+    iteration_source: str
+    iteration_ns: float          # mean wall-clock iteration (the time budget's windows)
+    kernel_ns: float             # kernel time per iteration
+    kernels: float               # kernels per iteration
+    busy_pct: float              # share of the iteration with GPU work (kernels, copies, memsets)
+    by_class: pd.DataFrame       # kernel_class, time_ns, count
+    by_precision: pd.DataFrame   # precision, kernel_class, time_ns
+    by_layer: pd.DataFrame       # layer, time_ns, count, math_precision
+    slots: pd.DataFrame          # layer, kernel_class, slot, name, precision, time_ns
+    flat_slots: pd.DataFrame     # the same with layers ignored (layer = "(iteration)")
+    overheads: dict = field(default_factory=dict)
+    tensor_core: dict = field(default_factory=dict)
+    gpu_span_ns: float = 0.0     # mean GPU span (first kernel start to last kernel end)
+    outside_kernel_ns: float = 0.0  # kernel time outside the iterations (warm-up, compile), total
+    budget: dict = field(default_factory=dict)  # the budget summary of the first GPU
+    latency: dict = field(default_factory=dict)  # wall-clock iteration: mean/p50/p95/p99/min/max_ns
+    warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
+
+
+FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
+
+
+def profile(report: Report, label: str | None = None) -> RunProfile:
+    """Summarize ``report`` per iteration (kept in the report's result store)."""
+    label = label or report.source.name
+    if report.results is None:
+        return _compute(report, label)
+    tables, attrs = report.results.get_or_compute(
+        "profile", {}, [report.path], code_fingerprint(),
+        lambda: _split(_compute(report, label)))
+    return RunProfile(**attrs, **tables, label=label)
+
+
+def _split(p: RunProfile) -> tuple[dict[str, pd.DataFrame], dict]:
+    """A profile as (frames, JSON attributes) for the result store (the label is not kept:
+    it is how the caller names the run)."""
+    attrs = {k: v for k, v in p.__dict__.items() if k not in FRAMES and k != "label"}
+    return {f: getattr(p, f) for f in FRAMES}, attrs
+
+
+def _compute(report: Report, label: str) -> RunProfile:
+    """The profile itself (``profile`` adds the result store around it)."""
+    # first the budget and the completeness checks: their scratch memory is gone before the
+    # launch table (the big one) is read
+    summary = _budget(report)
+    warnings = [w for w in completeness.check(report) if w["severity"] != "note"]
+    ranges, iters = _iteration_ranges(report)
+    outside = [0.0]  # kernel time of launches outside every iteration (left out of lk)
+
+    def inside(api_start: np.ndarray, op_rows: np.ndarray) -> np.ndarray:
+        keep = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start) >= 0
+        if not keep.all():
+            k = report.take("kernels", ["start_ns", "end_ns"], op_rows[~keep])
+            outside[0] = float((k["end_ns"] - k["start_ns"]).sum())
+        return keep
+
+    lk = launches(report, op_columns=("start_ns", "end_ns", "name"),
+                  api_columns=("start_ns", "end_ns"), where=inside if len(iters) else None
+                  ).drop(columns="pid")
+    if lk.empty:
+        raise NsightlabError(f"{report.path}: no kernel launches to compare "
+                             f"({report.missing_hint('kernels') or 'profile with --trace=cuda'})")
+    all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0]
+    lk, n, source = _assign_iterations(lk, ranges, iters)
+    calls = _launch_calls(lk, n)
+    for c in ("api_start_ns", "api_end_ns", "api_row"):  # in place: 150 MB at 8M launches
+        del lk[c]
+    lk = annotate(lk, copy=False).drop(columns=["precision_confidence"])
+    dur = (lk["end_ns"] - lk["start_ns"]).to_numpy()
+    lk["dur"] = dur
+    # GPU span per iteration, and the time inside it with a kernel running
+    spans = lk.groupby("iter", sort=True).agg(s=("start_ns", "min"), e=("end_ns", "max"))
+    span_ns = float((spans["e"] - spans["s"]).mean()) if len(spans) else 0.0
+    busy_i = _busy_per_iteration(lk)
+    busy = float(busy_i.mean()) if len(busy_i) else 0.0
+    by_class = (lk.groupby("kernel_class", observed=True)["dur"].agg(["sum", "size"])
+                .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
+    by_class["kernel_class"] = by_class["kernel_class"].astype(str)
+    by_prec = (lk.groupby(["precision", "kernel_class"], observed=True)["dur"].sum() / n
+               ).rename("time_ns").reset_index()
+    by_prec[["precision", "kernel_class"]] = by_prec[["precision", "kernel_class"]].astype(str)
+    by_layer = (lk.groupby("layer", observed=True)["dur"].agg(["sum", "size"])
+                .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
+    by_layer["layer"] = by_layer["layer"].astype(str)
+    # the precision a layer computes in: that of its GEMM / conv / attention kernels
+    math = lk[lk["kernel_class"].isin(MATH)]
+    gp = math.groupby("layer", observed=True)["precision"].agg(
+        lambda s: ",".join(sorted(set(map(str, s)) - {"unknown"})))
+    by_layer["math_precision"] = by_layer["layer"].map(gp).astype(object).fillna("")
+    slots = _slots(lk, n)
+    flat_slots = _slots(lk, n, by_layer=False)
+    wall = summary.get("wall_ns") or span_ns
+    return RunProfile(
+        label=label, iterations=n, iteration_source=source, iteration_ns=wall,
+        kernel_ns=float(dur.sum()) / n, kernels=len(lk) / n,
+        busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
+        gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - float(dur.sum()),
+        warnings=warnings,
+        by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
+        flat_slots=flat_slots,
+        overheads=_overheads(report, lk, iters, n, spans, busy_i, calls),
+        tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall))
+
+
+def iteration_walls(report: Report) -> np.ndarray:
+    """The wall-clock time (ns) of every iteration of the time budget, first GPU; empty when
+    the report has no GPU work."""
+    try:
+        it = recipes.run("budget", report)["iterations"]
+    except recipes.NoDataError:
+        return np.array([], float)
+    if len(it):
+        it = it[it["device_id"] == it["device_id"].iloc[0]]
+    return it["wall_ns"].to_numpy(float)
+
+
+def _latency(report: Report, mean_ns: float) -> dict:
+    """``latency_stats`` of the wall-clock iterations (one iteration, the mean, when the
+    budget has none)."""
+    w = iteration_walls(report)
+    return latency_stats(w if len(w) else np.array([mean_ns], float))
+
+
+def latency_stats(w: np.ndarray) -> dict:
+    """mean, p50, p95, p99, min and max (``*_ns``) of iteration times ``w`` (not empty)."""
+    q = np.percentile(w, [50, 95, 99])
+    return {"mean_ns": float(w.mean()), "p50_ns": float(q[0]), "p95_ns": float(q[1]),
+            "p99_ns": float(q[2]), "min_ns": float(w.min()), "max_ns": float(w.max())}
+
+
+def _budget(report: Report) -> dict:
+    """The budget recipe's summary for the first GPU, as plain data (empty without GPU work);
+    through the recipe, so ``report`` and ``diff`` share one stored budget."""
+    try:
+        rows = recipes.run("budget", report)["summary"]
+    except recipes.NoDataError:
+        return {}
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in rows.iloc[0].items()}
+
+
+def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFrame
+                       ) -> tuple[pd.DataFrame, int, str]:
+    """Give every launch its iteration (``iter``) and layer (``layer``, a categorical) from the
+    NVTX iteration ranges and the ranges one level inside them (``_iteration_ranges``); ``lk``
+    holds only launches inside the iterations (``_compute`` leaves the others out). Without
+    iteration ranges, all launches are one iteration.
+
+    Returns (launches, number of iterations, how iterations were found).
+    """
+    if not lk["api_start_ns"].is_monotonic_increasing:
+        lk = lk.sort_values("api_start_ns", kind="stable").reset_index(drop=True)
+    api_start = lk["api_start_ns"].to_numpy()
+    if len(iters) >= 1:
+        it = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start)
+        source = f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}...)"
+        depth = int(iters["depth"].min()) + 1
+        layers = ranges[(ranges["depth"] == depth)].sort_values("start_ns")
+        lay = _containing(layers["start_ns"].to_numpy(), layers["end_ns"].to_numpy(), api_start)
+        # layer of each launch as a categorical built from codes (no 8M-string arrays)
+        codes, names_u = pd.factorize(layers["name"].astype(str).map(layer_key))
+        cats = [*map(str, names_u), OUTSIDE]
+        lk["layer"] = pd.Categorical.from_codes(
+            np.where(lay >= 0, codes[np.maximum(lay, 0)] if len(codes) else 0, len(cats) - 1),
+            categories=cats)
+        lk["iter"] = it.astype(np.int32)
+        n = len(iters)
+        del it, lay, codes
+    else:
+        source = "no NVTX iteration ranges: all GPU activity as one iteration"
+        lk["layer"] = pd.Categorical.from_codes(np.zeros(len(lk), np.int8), categories=[OUTSIDE])
+        lk["iter"] = np.zeros(len(lk), np.int32)
+        n = 1
+    return lk, n, source
+
+
+def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the NVTX ranges, the iteration ranges among them in start order); a range never
+    closed (the app exited inside it) runs to the end of the recording."""
+    nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
+    ranges = nvtx[nvtx["kind"] != "mark"].copy()
+    ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
+    return ranges, ranges[base_name_matches(ranges["name"], ITERATION)].sort_values("start_ns")
+
+
+def _busy_per_iteration(lk: pd.DataFrame) -> np.ndarray:
+    """Time with at least one of an iteration's kernels running, per iteration (in iteration
+    order); one small union per iteration instead of one over millions of kernels."""
+    it = lk["iter"].to_numpy()
+    order = None if np.all(it[1:] >= it[:-1]) else np.argsort(it, kind="stable")
+    it_sorted = it if order is None else it[order]
+    starts = lk["start_ns"].to_numpy() if order is None else lk["start_ns"].to_numpy()[order]
+    ends = lk["end_ns"].to_numpy() if order is None else lk["end_ns"].to_numpy()[order]
+    edges = np.searchsorted(it_sorted, np.arange(it_sorted.max() + 2 if len(it) else 1))
+    return np.array([busy_time(starts[a:b], ends[a:b]) for a, b in zip(edges[:-1], edges[1:])
+                     if b > a], dtype=float)
+
+
+def _containing(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index of the (non-overlapping, sorted) range containing each t, or -1 (int32, found
+    ``API_CHUNK`` at a time: 8M launches need one 32 MB array, not four of 64 MB)."""
+    out = np.full(len(t), -1, np.int32)
+    for a in range(0, len(t) if len(starts) else 0, API_CHUNK):
+        c = t[a:a + API_CHUNK]
+        i = np.searchsorted(starts, c, "right") - 1
+        inside = (i >= 0) & (c <= ends[np.maximum(i, 0)])
+        out[a:a + API_CHUNK] = np.where(inside, i, -1)
+    return out
+
+
+def _slots(lk: pd.DataFrame, n: int, by_layer: bool = True) -> pd.DataFrame:
+    """Mean time of the k-th kernel of each class in each layer (k counted in launch order
+    within one iteration), with the name and precision it had first. ``by_layer=False``
+    counts within the whole iteration (layer ``(iteration)``). Integer keys throughout:
+    8M kernels take one hash pass, not a three-column groupby."""
+    # (layer, class) in one int32 (fewer than 64 classes; layers * 64 far below 2**31)
+    group = lk["kernel_class"].cat.codes.to_numpy().astype(np.int32)
+    if by_layer:
+        group += lk["layer"].cat.codes.to_numpy().astype(np.int32) * 64
+    it = lk["iter"].to_numpy()
+    slot = _occurrence(group, it)
+    wide = (int(group.max(initial=0)) + 1) * (int(slot.max(initial=0)) + 1) >= 2**31
+    key = group.astype(np.int64) if wide else group  # 32-bit keys whenever they fit
+    key *= int(slot.max(initial=0)) + 1
+    key += slot
+    del group
+    codes, uniq = pd.factorize(key)
+    del key
+    first = np.empty(len(uniq), np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # first row of each slot
+
+    def at_first(col: str) -> np.ndarray:
+        c = lk[col]
+        return np.asarray(c.cat.categories.astype(str))[c.cat.codes.to_numpy()[first]]
+
+    out = pd.DataFrame({
+        "layer": at_first("layer") if by_layer else ITERATION_LAYER,
+        "kernel_class": at_first("kernel_class"), "slot": slot[first],
+        "time_ns": np.bincount(codes, weights=lk["dur"].to_numpy(), minlength=len(uniq)) / n,
+        "seen": np.bincount(codes, minlength=len(uniq)),
+        "name": at_first("name"), "precision": at_first("precision")})
+    return out
+
+
+def _occurrence(group: np.ndarray, it: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows of the same iteration have the same group (rows in
+    launch order, iterations non-decreasing)."""
+    slot = np.empty(len(group), np.int32)
+    if len(group) and group.min() >= 0:
+        groups = np.flatnonzero(np.bincount(group))  # the groups present, without a sort
+    else:
+        groups = np.unique(group)
+    if len(groups) <= 64:  # few groups: one pass each, no sort of millions of keys
+        for g in groups:
+            idx = np.flatnonzero(group == g)
+            its = it[idx]
+            slot[idx] = np.arange(len(idx)) - np.searchsorted(its, its, "left")
+        return slot
+    within = it.astype(np.int64) * (int(group.max()) + 1) + group
+    order = np.argsort(within, kind="stable")
+    w = within[order]
+    starts = np.searchsorted(w, w, "left")
+    slot[order] = np.arange(len(w)) - starts
+    return slot
+
+
+#: API rows summed per pass in ``_overheads`` (scratch of a few MB per pass)
+API_CHUNK = 1 << 21
+
+
+def _launch_calls(lk: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per iteration: the time in launch calls and their number (a graph launch counts once)."""
+    once = first_of_call(lk["api_row"].to_numpy())
+    it = lk["iter"].to_numpy()[once]
+    return (np.bincount(it, weights=(lk["api_end_ns"] - lk["api_start_ns"]).to_numpy()[once],
+                        minlength=n), np.bincount(it, minlength=n))
+
+
+def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
+               spans: pd.DataFrame, busy_i: np.ndarray, calls: tuple) -> dict:
+    """Launch overhead, API time, sync waits, GPU idle and memcpy time per iteration, with the
+    number of launch calls (``calls``: ``_launch_calls``), API calls, syncs and copies:
+    medians over the iterations, so a one-off (the first graph instantiation, a lazy module
+    load) does not stand for the steady state."""
+    launch, launch_calls = calls
+    api_ns = sync_ns = memcpy_ns = syncs = api_calls = memcpys = np.zeros(n)
+    if len(iters):
+        lo, hi = iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy()
+        # the API table is the biggest: one column at a time, summed in chunks (iteration
+        # index + 1, 0 for "outside"), so no boolean-indexed copies of 16M-row columns
+        starts = report.cuda_api(["start_ns"])["start_ns"].to_numpy()
+        where = _containing(lo, hi, starts)
+        where += 1
+        del starts
+        names = report.cuda_api(["name"])["name"]
+        sync_codes = [i for i, c in enumerate(names.cat.categories) if sync_kind(str(c))]
+        codes = names.cat.codes.to_numpy()
+        del names
+        dur = report.cuda_api(["duration_ns"])["duration_ns"].to_numpy()
+        sums = np.zeros((4, n + 1))  # api time, api calls, sync time, syncs
+        for a in range(0, len(dur), API_CHUNK):
+            w, d = where[a:a + API_CHUNK], dur[a:a + API_CHUNK]
+            sync = np.isin(codes[a:a + API_CHUNK], sync_codes)
+            sums[0] += np.bincount(w, weights=d, minlength=n + 1)
+            sums[1] += np.bincount(w, minlength=n + 1)
+            sums[2] += np.bincount(w[sync], weights=d[sync], minlength=n + 1)
+            sums[3] += np.bincount(w[sync], minlength=n + 1)
+        del dur, where, codes
+        api_ns, api_calls, sync_ns, syncs = (row[1:] for row in sums)
+        if report.has("memcpy"):
+            mc = report.memcpy(["start_ns", "duration_ns"])
+            m_in = _containing(spans["s"].to_numpy(), spans["e"].to_numpy(), mc["start_ns"].to_numpy())
+            inside = m_in >= 0
+            memcpy_ns = np.bincount(m_in[inside], weights=mc["duration_ns"].to_numpy()[inside],
+                                    minlength=n)
+            memcpys = np.bincount(m_in[inside], minlength=n)
+    idle = (spans["e"] - spans["s"]).to_numpy() - busy_i
+    med = lambda a: float(np.median(a)) if len(a) else 0.0  # noqa: E731
+    return {"launch_overhead_ns": med(launch), "launch_calls": med(launch_calls),
+            "api_ns": med(api_ns), "api_calls": med(api_calls),
+            "sync_wait_ns": med(sync_ns), "syncs": med(syncs), "gpu_idle_ns": med(idle),
+            "memcpy_ns": med(memcpy_ns), "memcpys": med(memcpys)}
+
+
+def _tensor_core(report: Report, lk: pd.DataFrame, spans: pd.DataFrame) -> dict:
+    tc_time = lk.loc[lk["tensor_core"], "dur"].sum()
+    out = {"source": "estimate", "tensor_kernel_time_pct": 100.0 * tc_time / max(lk["dur"].sum(), 1),
+           "tensor_active_pct": float("nan")}
+    samples = gm.samples(report, ("Tensor Active",))
+    if samples is not None and len(spans):
+        t, y = samples["timestamp_ns"].to_numpy(), samples["value"].to_numpy(float)
+        vals, counts = gm.window_mean(t, y, spans["s"].to_numpy(), spans["e"].to_numpy())
+        if counts.sum():
+            out.update(source="gpu_metrics",
+                       tensor_active_pct=float(np.nansum(vals * counts) / counts.sum()))
+    return out

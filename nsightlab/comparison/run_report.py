@@ -1,0 +1,240 @@
+"""``nsightlab report``: everything about one run, with the findings that matter.
+
+Builds on the run profile (per iteration) and the recipes: top kernels (kernel_sum), the
+launch-vs-compute verdict (launch_compute), host syncs and GPU gaps (sync_gaps), Tensor Core
+activity (tensor_core) and the layer table. Each finding carries the numbers behind it.
+Rendering (terminal text, HTML with charts) is ``nsightlab.renderers``' job.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pandas as pd
+
+from nsightlab import recipe_runner as recipes
+from nsightlab.analysis import completeness
+from nsightlab.analysis.budget import busy_pct, iteration_ranges
+from nsightlab.analysis.classify import MATH_CLASSES
+from nsightlab.comparison.run_profile import RunProfile, profile
+from nsightlab.core.result import Result, json_records, json_value
+from nsightlab.core.units import fmt_ms as _ms
+from nsightlab.errors import NsightlabError
+from nsightlab.read.opener import as_report
+from nsightlab.read.report import Report
+
+#: GPU idle after host syncs worth a finding (advice starts at the budget's notable_pct)
+SYNC_NOTE_PCT = 5.0
+#: kernel time outside the iterations worth a finding (share of all kernel time)
+WARMUP_NOTE_PCT = 10.0
+#: rows kept of the longer tables
+TOP_KERNELS = 15
+LONGEST_GAPS = 15
+
+
+@dataclass
+class RunReport(Result):
+    """One run on one page. Tables (times in ns):
+
+    - ``run``: label, iterations, iteration_source, iteration_ns (wall clock), kernel_ns,
+      kernels, busy_pct, verdict (one row, per iteration);
+    - ``warnings``: check, severity, message (trace completeness, said first);
+    - ``findings``: finding (one sentence each, with its numbers);
+    - ``budget``: the budget recipe's summary (per GPU: parts, shares, verdict, advice);
+    - ``by_class`` / ``by_layer``: the profile's time per iteration by kernel class / layer;
+    - ``top_kernels``: kernel_sum's first rows; ``launch``: launch_compute's summary;
+      ``syncs``: sync_gaps' by_api; ``gaps``: the longest GPU gaps; ``tensor_core``: its summary;
+    - ``api``: CPU time in CUDA API calls (api_sum's first rows); ``ranges``: NVTX ranges by name.
+    """
+
+    label: str
+    profile: RunProfile | None
+    warnings: list[dict]
+    budget: pd.DataFrame
+    findings: list[str]
+    top_kernels: pd.DataFrame
+    launch: pd.DataFrame
+    syncs: pd.DataFrame
+    gaps: pd.DataFrame
+    tensor_core: pd.DataFrame
+    api: pd.DataFrame
+    ranges: pd.DataFrame
+    sync_idle: pd.DataFrame
+    iteration_ranges: int = 0  # NVTX iteration ranges, said when no GPU work was traced
+
+    def run_row(self) -> dict:
+        """The run's per-iteration summary as one dict (None where the report cannot say)."""
+        p, b = self.profile, self.budget.iloc[0] if len(self.budget) else None
+        n = self.iteration_ranges
+        no_gpu = f"{n} NVTX iteration ranges, no GPU work traced" if n else "no GPU activity"
+        return {"label": self.label,
+                "iterations": int(b["iterations"]) if b is not None else (p.iterations if p else n),
+                "iteration_source": b["iteration_source"] if b is not None else
+                (p.iteration_source if p else no_gpu),
+                "iteration_ns": float(b["wall_ns"]) if b is not None else None,
+                "kernel_ns": p.kernel_ns if p else None, "kernels": p.kernels if p else None,
+                "busy_pct": busy_pct(b) if b is not None else None,
+                "verdict": str(b["verdict"]) if b is not None and not self.partial else None}
+
+    @property
+    def partial(self) -> bool:
+        """The trace lacks part of the run: no verdict is given."""
+        return any(w["severity"] == "partial" for w in self.warnings)
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        out = {"run": pd.DataFrame([self.run_row()]),
+               "warnings": pd.DataFrame(self.warnings, columns=["check", "severity", "message"]),
+               "findings": pd.DataFrame({"finding": self.findings}, dtype=object),
+               "budget": self.budget}
+        if self.profile is not None:
+            out.update(by_class=self.profile.by_class, by_layer=self.profile.by_layer)
+        out.update(top_kernels=self.top_kernels, launch=self.launch, syncs=self.syncs,
+                   gaps=self.gaps, tensor_core=self.tensor_core, api=self.api, ranges=self.ranges,
+                   sync_idle=self.sync_idle)
+        return out
+
+    def manifest(self) -> dict:
+        return {"kind": "report", "report": self.label, "run": self.run_row(),
+                "warnings": [w["message"] for w in self.warnings]}
+
+    def to_json(self) -> dict:
+        """The run summary, warnings and findings as plain data, every other table as records."""
+        out = {"run": json_value(self.run_row()), "warnings": json_value(self.warnings),
+               "findings": list(self.findings)}
+        out.update({t: json_records(df) for t, df in self.tables().items()
+                    if t not in ("run", "findings", "warnings")})
+        return out
+
+
+def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
+    """The report of one run: a Report, or anything ``nsightlab.open`` takes (opened with
+    ``open_options``); the run is labelled as given. A report without kernels (NVTX and API
+    calls only) gets what it has: API time, ranges and the completeness findings."""
+    r = as_report(report, **open_options)
+    label = str(r.source.name if isinstance(report, Report) else report)
+    has_kernels = r.has_rows("kernels")
+    p = None
+    if has_kernels:
+        try:
+            p = profile(r, label)
+        except NsightlabError:  # kernels without launch records
+            p = None
+    empty = pd.DataFrame()
+    b = _run(r, "budget")
+    budget_, sync_idle = (b["summary"], b["sync_idle"]) if b is not None else (empty, empty)
+    whole = _table(r, "kernel_sum", "kernel_sum")
+    ks = whole  # the timed iterations' kernels when there are iterations; warm-up said apart
+    iterated = len(budget_) and not str(budget_.iloc[0]["iteration_source"]).startswith("no ")
+    if iterated and len(whole):
+        ks = recipes.run("kernel_sum", r, {"iterations_only": True})["kernel_sum"]
+    lc = _table(r, "launch_compute", "summary")
+    sg = _run(r, "sync_gaps")
+    tc = _table(r, "tensor_core", "summary")
+    api = _table(r, "api_sum", "api_sum")
+    ranges = _table(r, "nvtx_gpu", "by_name")
+    syncs = sg["by_api"] if sg is not None else empty
+    gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
+    warnings = completeness.check(r)
+    rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
+                   api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle,
+                   0 if b is not None else len(iteration_ranges(r)))
+    rr.findings = findings(rr, ks)
+    outside = float(whole["total_ns"].sum() - ks["total_ns"].sum()) if len(whole) else 0.0
+    if len(whole) and outside > WARMUP_NOTE_PCT / 100 * max(whole["total_ns"].sum(), 1) \
+            and not rr.partial:
+        top = whole.set_index("name")["total_ns"].sub(ks.set_index("name")["total_ns"],
+                                                      fill_value=0).idxmax()
+        rr.findings.append(
+            f"outside the iterations (warm-up, compile, teardown): {_ms(outside)} of kernels, "
+            f"{100 * outside / whole['total_ns'].sum():.0f}% of all kernel time, most in "
+            f"{str(top)[:80]}; the kernel tables count the iterations only")
+    memory = _memory_finding(r)
+    if memory:
+        rr.findings.append(memory)
+    return rr
+
+
+def _memory_finding(r: Report) -> str | None:
+    """One sentence on GPU memory when the run recorded it (nsys --cuda-memory-usage=true)."""
+    m = _run(r, "gpu_memory")
+    if m is None:
+        return None
+    dev = m["summary"][m["summary"]["memory"] == "device"]
+    if dev.empty:
+        return None
+    d = dev.iloc[0]
+    growth = m["by_range"]
+    grew = growth[(growth["phase"] == "iteration") & (growth["depth"] == growth["depth"].min())]
+    text = (f"GPU memory (device {int(d['device_id'])}): peak {d['peak_bytes'] / 2**20:,.0f} MiB"
+            + (f" in {d['peak_in_range']}" if d["peak_in_range"] else "")
+            + f", {d['end_bytes'] / 2**20:,.0f} MiB still allocated at the end")
+    if len(grew) and grew["growth_bytes"].sum() > 0:
+        text += (f"; it grew {grew['growth_bytes'].sum() / 2**20:,.0f} MiB over "
+                 f"{len(grew)} iteration range(s) with activity (a leak, or a cache filling?)")
+    return text + " (recipe gpu_memory)"
+
+
+def _run(r: Report, name: str):
+    """A recipe's result, or None when the report lacks what it needs."""
+    try:
+        return recipes.run(name, r)
+    except recipes.NoDataError:
+        return None
+
+
+def _table(r: Report, name: str, table: str) -> pd.DataFrame:
+    out = _run(r, name)
+    return out[table] if out is not None and table in out else pd.DataFrame()
+
+
+def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
+    """Sentences about the run, most important first, each with the numbers behind it: the
+    budget's verdict and advice (none for a partial trace), the top kernel, FP32 math left,
+    quantize cost and Tensor Core activity (measured or estimated)."""
+    out = []
+    p, tc = rr.profile, rr.tensor_core
+    if rr.partial:
+        out.append("no performance verdict: the trace lacks part of the run (see the warnings)")
+    elif len(rr.budget):
+        for _, b in rr.budget.iterrows():
+            gpu = f"GPU {b['device_id']}: " if len(rr.budget) > 1 else ""
+            out.append(f"{gpu}{b['verdict']}: {b['evidence']}")
+            if b["advice"]:
+                out.append(f"{gpu}what to do: {b['advice']}")
+            if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
+                    "remove it from the loop" not in b["advice"]:
+                top = rr.sync_idle.iloc[0]
+                out.append(f"{gpu}host syncs: {top['stretches'] / b['iterations']:.0f} per iteration "
+                           f"({top['api_name']}) leave the GPU idle "
+                           f"{_ms(top['idle_ns_per_iteration'])} per iteration "
+                           f"({b['idle_sync_pct']:.0f}%)")
+    elif not len(ks):
+        out.append("no GPU activity in the trace: API time and NVTX ranges only")
+    if rr.partial or p is None:
+        return out
+    it = p.iteration_ns or 1.0
+    if len(ks):
+        top = ks.iloc[0]
+        out.append(f"top kernel: {top['kernel_class']} {top['precision']} takes {top['time_pct']:.0f}% of "
+                   f"GPU time ({str(top['name'])[:80]})")
+        fp32 = ks[(ks["precision"] == "fp32") & ks["kernel_class"].isin(MATH_CLASSES)]
+        if len(fp32) and fp32["time_pct"].sum() > 5:
+            out.append(f"FP32 math left over: {fp32['time_pct'].sum():.0f}% of GPU time in FP32 "
+                       "GEMM/attention/conv kernels")
+    conv = p.by_class.set_index("kernel_class")["time_ns"].get("quantize", 0.0)
+    if conv > 0.05 * it:
+        out.append(f"quantize/cast kernels take {_ms(conv)} per iteration "
+                   f"({100 * conv / it:.0f}%): precision conversion is not free")
+    if p.tensor_core.get("source") == "gpu_metrics" and len(tc):
+        out.append(f"Tensor Active {p.tensor_core['tensor_active_pct']:.0f}% on average inside the "
+                   f"iterations ({tc.iloc[0]['tensor_active_avg_pct']:.0f}% over all GPU activity)")
+    elif len(tc):
+        t = tc.iloc[0]
+        if t["source"] == "gpu_metrics":
+            out.append(f"Tensor Active {t['tensor_active_avg_pct']:.0f}% on average over the run "
+                       f"(SMs Active {t['sm_active_avg_pct']:.0f}%)")
+        else:
+            out.append(f"{t['tensor_kernel_time_pct']:.0f}% of kernel time is in Tensor-Core-capable "
+                       "GEMM/attention/conv kernels (estimate from names; capture with --gpu-metrics "
+                       "to measure)")
+    return out

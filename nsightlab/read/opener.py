@@ -1,0 +1,52 @@
+"""``nsightlab.open``, kept free of pandas and pyarrow: on a big report not cached yet it
+starts the reader processes (``part_workers.prestart``) before the modules that need those
+libraries are imported, so the two start-ups overlap."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nsightlab.read.report import Report
+
+
+def open(path: str | os.PathLike, *, cache: bool | None = None,
+         cache_dir: str | os.PathLike | None = None,
+         nsys: str | os.PathLike | None = None,
+         progress: Callable[[str], None] | None = None) -> "Report":
+    """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
+    directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
+
+    Args:
+        path: what to open.
+        cache: keep materialized tables and results as Parquet (default: on, unless
+            ``NSIGHTLAB_NO_CACHE``).
+        cache_dir: cache root for files outside a capture (default ``NSIGHTLAB_CACHE_DIR`` or
+            ``~/.cache/nsightlab``).
+        nsys: nsys executable for exporting ``.nsys-rep`` (default ``NSIGHTLAB_NSYS`` or PATH).
+        progress: called with a one-line message before slow steps (exports, first reads of
+            tables over a million rows); the CLI prints these to stderr.
+
+    Raises:
+        NsightlabError: the input cannot be read; the message names the file and the fix.
+    """
+    from nsightlab.read import workers as part_workers
+    from nsightlab.read.locate import locate
+
+    if cache is None:
+        cache = not os.environ.get("NSIGHTLAB_NO_CACHE")
+    loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
+    # reader processes start while pandas and pyarrow are imported below (big, uncached)
+    part_workers.prestart(loc.sqlite, loc.cache_root)
+    from nsightlab.read.report import Report
+
+    return Report(loc.sqlite, cache_root=loc.cache_root, source=loc.source, progress=progress)
+
+
+def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":
+    """``x`` if it is a Report, else ``open(x, **open_options)`` (for functions that take
+    either)."""
+    from nsightlab.read.report import Report
+
+    return x if isinstance(x, Report) else open(x, **open_options)

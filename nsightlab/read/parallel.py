@@ -1,0 +1,57 @@
+"""How a big table is read in parallel: how many readers, and which rowid ranges each reads.
+
+A leaf of the read layer: the SQLite access (``db``), the table contract (``tables``), the
+reader and the worker processes all plan their reads with these, and import nothing back.
+"""
+from __future__ import annotations
+
+import os
+
+from nsightlab.errors import UsageError
+
+#: most SQLite reader threads per big table (each also converts, caches and copies its own
+#: batches); the cores this process may use decide below that, and NSIGHTLAB_READERS caps it
+MAX_READERS = 32
+#: rows under which a table is read by one thread (thread start-up would cost more)
+ROWS_PER_READER = 250_000
+#: rowid ranges per worker process (even load when some ranges decode slower) ...
+RANGES_PER_WORKER = 4
+#: ... but at least one range per this many rows, and at most MAX_RANGES ranges (parts)
+RANGE_ROWS = 500_000
+MAX_RANGES = 256
+
+def readers(rows: int | None = None) -> int:
+    """Readers (threads or worker processes) for a table of ``rows``: one per core available
+    to this process (``os.sched_getaffinity``), capped by ``NSIGHTLAB_READERS`` and
+    ``MAX_READERS``, and by the table's size (small tables are read by one thread)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    cap = os.environ.get("NSIGHTLAB_READERS", "").strip()
+    if cap and not (cap.isdigit() and int(cap) > 0):
+        raise UsageError(f"NSIGHTLAB_READERS={cap!r} is not a number of readers: set it to a "
+                         "whole number, at least 1, or unset it (one per core)")
+    n = min(cores, MAX_READERS, int(cap) if cap else MAX_READERS)
+    if rows is not None:
+        n = min(n, max(1, rows // ROWS_PER_READER))
+    return max(1, n)
+
+
+def range_count(span: int, workers: int) -> int:
+    """How many rowid ranges (cache parts) a table of ``span`` rowids is read in by
+    ``workers`` processes."""
+    return min(MAX_RANGES, max(RANGES_PER_WORKER * workers, span // RANGE_ROWS))
+
+
+def split_rowids(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Rowids ``lo..hi`` (inclusive) as ``parts`` contiguous ranges [a, b) of similar size."""
+    step = max(1, (hi - lo + parts) // parts)
+    return [(a, min(a + step, hi + 1)) for a in range(lo, hi + 1, step)]
+
+
+def rowid_ends_sql(table: str) -> str:
+    """SQL for (min(rowid), max(rowid)) of ``table`` from its b-tree: two lookups. (Asked in
+    one ``SELECT min(rowid), max(rowid)`` SQLite scans the whole table: 2 s at 16M rows.)"""
+    t = f'"{table}"'
+    return f"SELECT (SELECT min(rowid) FROM {t}), (SELECT max(rowid) FROM {t})"

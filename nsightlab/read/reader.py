@@ -1,0 +1,614 @@
+"""Reading the tables of one export: from SQLite, through the Parquet cache, into Arrow or pandas.
+
+Every read goes through ``TableReader._cached``, the one policy for the cache:
+
+1. a valid cache entry is read (only the columns asked for);
+2. an entry that fails to read is dropped and the table is read again from SQLite, which
+   rebuilds it — a damaged cache is never trusted and never fatal;
+3. without an entry the SQLite read streams into a new entry (built aside, renamed into
+   place) and hands back what was asked for on the way;
+4. a cache folder that cannot be written (read-only, full disk) turns the cache off for this
+   reader, with one progress note, and SQLite is read directly from then on.
+
+Big activity tables are read by ``readers()`` threads (one per available core, capped by
+``NSIGHTLAB_READERS``) over rowid ranges, each
+converting its batches to the column contract (``nsightlab.read.tables``), writing its own cache
+part and copying into preallocated DataFrame columns (``nsightlab.read.frames``).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nsightlab.errors import CorruptReportError
+from nsightlab.read import frames
+from nsightlab.read.db import BATCH_ROWS, ExportDB
+from nsightlab.read.parallel import range_count, readers
+from nsightlab.read.table_cache import READ, TableCache, extent as cache_extent
+from nsightlab.read.tables import (
+    CHECKED,
+    TABLES,
+    TableSpec,
+    contract_batches,
+    session_bounds,
+    to_pandas,
+)
+from nsightlab.read.workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, WorkerDied
+
+T = TypeVar("T")
+OpenPart = Callable[[int], pq.ParquetWriter]
+
+
+def _within(extent: tuple[int, int] | None, bounds: tuple[int, int] | None) -> bool:
+    """Whether a part's (least start, greatest end) lies in ``bounds`` (None: no rows, or
+    not checked): then ``drop_invalid`` with those bounds would leave out none of its rows."""
+    return extent is None or bounds is None or bounds[0] <= extent[0] and extent[1] <= bounds[1]
+
+
+def _worker_error(answer: dict) -> Exception:
+    """The exception a worker's error answer stands for in this process."""
+    if answer["kind"] == "report":
+        return CorruptReportError(answer["error"])
+    if answer["kind"] == "os":
+        return OSError(answer.get("errno") or 0, answer["error"])
+    return ValueError(answer["error"])  # values the contract cannot hold: _from_sqlite says so
+
+
+class TableReader:
+    """Reads tables of one export (``db``), through ``cache`` when there is one."""
+
+    def __init__(self, db: ExportDB, cache: TableCache | None,
+                 progress: Callable[[str], None] | None = None):
+        self.db = db
+        self.cache = cache
+        self.progress = progress
+        #: activity rows left out of the last SQLite read of each table (``drop_invalid``)
+        self.dropped: dict[str, int] = {}
+        #: rows handed out so far (progress over many reports)
+        self.rows_read = 0
+        #: the bounds the last SQLite read of each table checked rows against (``_bounds``)
+        self.bounds: dict[str, tuple[int, int] | None] = {}
+
+    # ---- the three ways to read ----------------------------------------------------------
+    def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
+        """Columns ``keep`` of ``spec`` as an Arrow table."""
+        got = [self._cached(s, lambda files, s=s, k=k: pq.read_table(
+            files, columns=k, schema=s.schema, **READ),
+            lambda open_part, s=s, k=k: self._collect(s, open_part, k))
+            for s, k in self._groups(spec, keep)]
+        if len(got) == 1:
+            return got[0]
+        self._same_rows(spec, [t.num_rows for t in got])
+        columns = {name: t.column(name) for t in got for name in t.column_names}
+        return pa.table([columns[c] for c in keep], names=keep)
+
+    def frame(self, spec: TableSpec, keep: list[str]) -> pd.DataFrame:
+        """Columns ``keep`` of a big activity table (``frames.supported``) as a DataFrame,
+        batches copied straight into preallocated columns."""
+        return self._side_by_side(spec, keep, [self._cached(
+            s, lambda files, s=s, k=k: self._frame_from_parts(s, k, files),
+            lambda open_part, s=s, k=k: self._frame_from_sqlite(s, k, open_part)
+            if s.finish is None else self._collect_frame(s, open_part, k))
+            for s, k in self._groups(spec, keep)])
+
+    def _groups(self, spec: TableSpec, keep: list[str]) -> list[tuple[TableSpec, list[str]]]:
+        """Where columns ``keep`` of ``spec`` are read from: (spec, columns) for each cache
+        entry. A table with ``later`` columns (``tables.Later``) read in rowid ranges is cached
+        as two entries, its first read and, once one is asked for, its later columns (same
+        rows, same order); without a cache, or from a view, it is read whole."""
+        if spec.later is None or not spec.split or spec.source in self.db.views:
+            return [(spec, keep)]
+        later = [c for c in keep if c in spec.later.columns]
+        if not later:
+            return [(spec.first, keep)]
+        self.ensure_cached(spec.first)  # the later columns' read keeps the same rows
+        if self.cache is None:
+            return [(spec, keep)]
+        first = [c for c in keep if c not in spec.later.columns]
+        return [(spec.first, first)] * bool(first) + [(spec.rest, later)]
+
+    def _same_rows(self, spec: TableSpec, rows: list[int]) -> None:
+        """Entries read side by side must hold the same rows: else both are dropped."""
+        if len(set(rows)) > 1:
+            self.cache.drop(spec.first.name)
+            self.cache.drop(spec.rest.name)
+            raise CorruptReportError(
+                f"{self.db.path}: the cached columns of {spec.name} disagree ({rows} rows); "
+                "the cache entries were removed: run the command again")
+
+    def _side_by_side(self, spec: TableSpec, keep: list[str], got: list[pd.DataFrame]
+                      ) -> pd.DataFrame:
+        """The DataFrames read from the entries of ``_groups`` as one, columns ``keep``."""
+        if len(got) == 1:
+            return got[0]
+        self._same_rows(spec, [len(df) for df in got])
+        return pd.concat(got, axis=1)[keep]
+
+    def _collect_frame(self, spec: TableSpec, open_part: OpenPart | None, keep: list[str]
+                       ) -> tuple[int, pd.DataFrame]:
+        """``_collect`` as a DataFrame: a table with a whole-table pass (``finish``) read from
+        SQLite without a cache entry."""
+        n, table = self._collect(spec, open_part, keep)
+        return n, to_pandas(table, spec)
+
+    def take(self, spec: TableSpec, keep: list[str], rows: np.ndarray) -> pd.DataFrame:
+        """Rows at positions ``rows`` (in that order) of columns ``keep`` of a big table.
+
+        From the cache, batch by batch, keeping only the wanted rows: picking 8M of a
+        16M-row table never holds its whole columns. Without a cache entry the columns are
+        read whole (building the entry) and the rows picked from them.
+        """
+        return self._side_by_side(spec, keep, [self._take(s, k, rows)
+                                               for s, k in self._groups(spec, keep)])
+
+    def _take(self, spec: TableSpec, keep: list[str], rows: np.ndarray) -> pd.DataFrame:
+        order = None if np.all(rows[1:] >= rows[:-1]) else np.argsort(rows, kind="stable")
+        wanted = rows if order is None else rows[order]
+
+        compact = frames.supported(spec, keep)  # else (text columns) Arrow pieces, joined
+
+        def from_parts(files: list[Path]) -> pd.DataFrame:
+            builder = frames.FrameBuilder(spec, keep, len(rows)) if compact else None
+            pieces: list[tuple[int, pa.RecordBatch]] = []
+
+            def pick(base: int, batch: pa.RecordBatch) -> None:
+                k0, k1 = np.searchsorted(wanted, [base, base + batch.num_rows])
+                if k1 > k0:
+                    got = batch.take(pa.array(wanted[k0:k1] - base))
+                    if compact:
+                        builder.put(int(k0), got)
+                    else:
+                        pieces.append((int(k0), got))
+
+            self._scan_parts(files, keep, pick, only=wanted)
+            if compact:
+                return builder.frame([(0, len(rows))])
+            schema = pa.schema([spec.schema.field(c) for c in keep])
+            return to_pandas(pa.Table.from_batches([b for _, b in sorted(
+                pieces, key=lambda p: p[0])], schema=schema), spec)
+
+        def from_sqlite(open_part: OpenPart | None) -> tuple[int, pd.DataFrame]:
+            n, whole = self._frame_from_sqlite(spec, keep, open_part) \
+                if compact and spec.finish is None else self._collect_frame(spec, open_part, keep)
+            return n, whole.iloc[wanted].reset_index(drop=True)
+
+        df = self._cached(spec, from_parts, from_sqlite)
+        if order is not None:
+            df = df.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+        return df
+
+    def ensure_cached(self, spec: TableSpec) -> None:
+        """Build the cache entry of ``spec`` (nothing when it is valid or there is no cache);
+        of a table with ``later`` columns, the entry of its first read."""
+        spec = self._groups(spec, [])[0][0]
+        if self.cache is not None and self.cache.files(spec.name) is None:
+            self._cached(spec, lambda files: None,
+                         lambda open_part: (self._fill(spec, open_part), None))
+
+    # ---- the cache policy ------------------------------------------------------------------
+    def _cached(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
+                from_sqlite: Callable[[OpenPart | None], tuple[int, T]]) -> T:
+        """Read through the cache (see the module docstring for the policy)."""
+        out = self._cached_read(spec, from_parts, from_sqlite)
+        if out is not None:
+            self.rows_read += len(out)
+        return out
+
+    def _cached_read(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
+                     from_sqlite: Callable[[OpenPart | None], tuple[int, T]]) -> T:
+        if self.cache is not None:
+            files = self.cache.files(spec.name)
+            # entries built in worker processes, and tables with a whole-table pass (NVTX
+            # depth: done over the finished parts), are built first and then read
+            if files is None and (self._in_processes(spec) or spec.finish is not None):
+                try:
+                    if self._in_processes(spec):
+                        self._build_in_processes(spec)
+                    else:
+                        self._from_sqlite(spec, lambda: self.cache.build(
+                            spec.name, lambda parts: (self._fill(spec, parts), None),
+                            spec.schema, lambda: self._facts(spec)))
+                    files = self.cache.files(spec.name)
+                except OSError as e:
+                    self._cache_unusable(e)
+        if self.cache is not None:
+            if files is not None:
+                try:
+                    return from_parts(files)
+                except (OSError, pa.ArrowException):
+                    self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
+            try:
+                built = self._from_sqlite(spec, lambda: self.cache.build(
+                    spec.name, from_sqlite, spec.schema,
+                    lambda: self._facts(spec)))
+                frames.release_memory()  # the reader threads' arenas: 8M kernels kept ~550 MB
+                return built
+            except OSError as e:
+                self._cache_unusable(e)
+        return self._from_sqlite(spec, lambda: from_sqlite(None)[1])
+
+    def _facts(self, spec: TableSpec) -> dict:
+        """What an entry's meta.json records of its read: rows left out, and the bounds
+        rows were checked against (the later columns' read keeps the same rows)."""
+        bounds = self.bounds.get(spec.name)
+        return {"dropped": self.dropped.get(spec.name, 0),
+                "bounds": None if bounds is None else [int(x) for x in bounds]}
+
+    def _from_sqlite(self, spec: TableSpec, read: Callable[[], T]) -> T:
+        """``read()``, with values the column contract cannot hold (text in a timestamp
+        column, ids out of range) reported as a damaged export, not a traceback."""
+        try:
+            return read()
+        except (pa.ArrowException, OverflowError, ValueError) as e:
+            raise CorruptReportError(
+                f"{self.db.path}: table {spec.source} holds values nsightlab cannot read "
+                f"({str(e).splitlines()[0][:120]}); the export is damaged: export the report "
+                "again (nsys export --type sqlite)") from None
+
+    def _cache_unusable(self, error: OSError) -> None:
+        """A cache folder that cannot be written is not fatal: say so once, read SQLite."""
+        if self.progress is not None:
+            self.progress(f"cannot write the cache in {self.cache.root} ({error.strerror}); "
+                          "reading without it (set NSIGHTLAB_CACHE_DIR to a writable folder)")
+        self.cache = None
+
+    # ---- cache entries built by worker processes ----------------------------------------
+    def _in_processes(self, spec: TableSpec) -> bool:
+        """Whether ``spec``'s entry is built by worker processes (``part_workers``): a big
+        table split by rowid, read with more than one reader."""
+        if not spec.split or spec.source in self.db.views:
+            return False
+        span = self.db.rowid_span(spec.source) or 0
+        return span >= PROCESS_MIN_ROWS and readers(span) >= PROCESS_MIN_WORKERS
+
+    def _build_in_processes(self, spec: TableSpec) -> None:
+        """Build ``spec``'s cache entry with ``readers()`` worker processes over rowid ranges
+        (several per worker: even load, and a meter that moves), or finish the read that
+        ``nsightlab.open`` started (``part_workers.prestart``)."""
+        from nsightlab.read import workers as part_workers
+
+        started = part_workers.take(self.db.path, self.cache.root / spec.name)
+        if started is not None:
+            with started.lock:  # two reports of one export (a diff of it with itself): one
+                if not started.finished:  # finishes, the other finds the entry
+                    self._from_sqlite(spec, lambda: self._finish_started(spec, started))
+                    return
+            if self.cache.files(spec.name) is not None:
+                return
+        span = self.db.rowid_span(spec.source)
+        workers = readers(span)
+        ranges = self.db.rowid_ranges(spec.source, range_count(span, workers))
+        self._checked_sql(spec)
+        bounds = self._bounds(spec)
+        self._announce(spec, span, True)
+        meter = self._meter(spec, ranges)
+
+        def fill(parts) -> tuple[int, None]:
+            jobs = [{"db_path": str(self.db.path), "table": spec.name,
+                     "sql": spec.range_sql(self.db, a, b),
+                     "out": str(parts.path(i)), "ident": parts.ident,
+                     "bounds": None if bounds is None else [int(x) for x in bounds]}
+                    for i, (a, b) in enumerate(ranges)]
+            counts = [0, 0]
+
+            def done(_i: int, answer: dict) -> None:
+                counts[0] += answer["rows"]
+                counts[1] += answer["dropped"]
+                meter(answer["rows"] + answer["dropped"])
+
+            try:
+                self._run_jobs(spec, jobs, done, workers)
+            finally:
+                meter(0, done=True)
+            self.dropped[spec.name] = counts[1]
+            if spec.finish is not None:
+                self._finish_parts(spec, parts)
+            return counts[0], None
+
+        self._from_sqlite(spec, lambda: self.cache.build(
+            spec.name, fill, spec.schema, lambda: self._facts(spec)))
+
+    def _run_jobs(self, spec: TableSpec, jobs: list[dict], done: Callable[[int, dict], None],
+                  workers: int) -> None:
+        """Run ``jobs`` on the worker pool, ``done(index, answer)`` for each that succeeds; a
+        job's error is raised (``_worker_error``), a dead worker is a one-line error."""
+        from nsightlab.read import workers as part_workers
+
+        def checked(i: int, answer: dict) -> None:
+            if "error" in answer:
+                raise _worker_error(answer)
+            done(i, answer)
+
+        try:
+            part_workers.pool(readers()).run(jobs, checked, workers)
+        except part_workers.WorkerDied as e:
+            raise self._died(spec, e) from None
+        except BaseException:
+            part_workers.discard_pool()  # workers may still be writing: stop them first
+            raise
+
+    def _died(self, spec: TableSpec, error: Exception) -> CorruptReportError:
+        from nsightlab.read import workers as part_workers
+
+        part_workers.discard_pool()
+        return CorruptReportError(
+            f"{self.db.path}: a reader process died while reading {spec.source} ({error}); "
+            "if memory is short, read with fewer processes (NSIGHTLAB_READERS=2)")
+
+    def _finish_started(self, spec: TableSpec, started) -> None:
+        """Take over the read of ``spec`` that ``nsightlab.open`` started
+        (``part_workers.Started``): wait for it (the meter moving), read again the parts
+        that hold rows outside the session's bounds (it started before they were known: the
+        kernels' bounds come from the finished calls), and commit the entry."""
+        import shutil
+
+        try:
+            self._checked_sql(spec)
+            bounds = self._bounds(spec)  # the kernels': the calls' read is finished first
+            ranges = [tuple(job["rows"]) for job in started.jobs]
+            self._announce(spec, sum(b - a for a, b in ranges), True)
+            meter, seen = self._meter(spec, ranges), 0
+            try:
+                while not started.done.wait(0.25):
+                    now = started.rows_answered()
+                    meter(now - seen)
+                    seen = now
+            finally:
+                meter(0, done=True)
+            if started.error is not None:
+                if isinstance(started.error, WorkerDied):
+                    raise self._died(spec, started.error)
+                raise started.error
+            for answer in started.answers:
+                if "error" in answer:
+                    raise _worker_error(answer)
+            redo = [i for i, job in enumerate(started.jobs)
+                    if not _within(cache_extent([Path(job["out"])]), bounds)]
+            if redo:
+                jobs = [{**started.jobs[i], "bounds": [int(x) for x in bounds]} for i in redo]
+
+                def done(k: int, answer: dict) -> None:
+                    started.answers[redo[k]] = answer
+                self._run_jobs(spec, jobs, done, readers(sum(b - a for a, b in ranges)))
+            self.dropped[spec.name] = sum(a["dropped"] for a in started.answers)
+            self.cache.commit(spec.name, started.folder,
+                              sum(a["rows"] for a in started.answers), self._facts(spec))
+        except BaseException:
+            shutil.rmtree(started.folder, ignore_errors=True)
+            raise
+        finally:
+            started.finished = True
+
+    # ---- Parquet parts ---------------------------------------------------------------------
+    def _scan_parts(self, files: list[Path], keep: list[str],
+                    on_batch: Callable[[int, pa.RecordBatch], None],
+                    only: np.ndarray | None = None) -> list[int]:
+        """Stream every part (one thread each), calling ``on_batch(first_row, batch)`` with
+        the batch's row position in the whole table; ``only`` (sorted row positions): skip
+        the parts that hold none of them. Returns the parts' row counts."""
+        sizes = [pq.ParquetFile(f, **READ).metadata.num_rows for f in files]
+        bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        todo = range(len(files))
+        if only is not None:
+            first = np.searchsorted(only, bases[:-1])
+            todo = [i for i in todo if first[i] < len(only) and only[first[i]] < bases[i + 1]]
+
+        def job(i: int) -> Callable[[], None]:
+            def run() -> None:
+                at = int(bases[i])
+                for b in pq.ParquetFile(files[i], **READ).iter_batches(
+                        batch_size=BATCH_ROWS, columns=keep, use_threads=False):
+                    on_batch(at, b)
+                    at += b.num_rows
+            return run
+
+        self.db.parallel([job(i) for i in todo])
+        return sizes
+
+    def _frame_from_parts(self, spec: TableSpec, keep: list[str], files: list[Path]
+                          ) -> pd.DataFrame:
+        sizes = [pq.ParquetFile(f, **READ).metadata.num_rows for f in files]
+        builder = frames.FrameBuilder(spec, keep, sum(sizes))
+        self._scan_parts(files, keep, builder.put)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int).tolist()
+        return builder.frame(list(zip(offsets, sizes)))
+
+    # ---- SQLite ------------------------------------------------------------------------------
+    def _frame_from_sqlite(self, spec: TableSpec, keep: list[str], open_part: OpenPart | None
+                           ) -> tuple[int, pd.DataFrame]:
+        ranges = self.db.rowid_ranges(spec.source, readers(self.db.rowid_span(spec.source)))
+        sizes = [r[1] - r[0] if r is not None else self.db.count(spec.source) for r in ranges]
+        self._announce(spec, sum(sizes), open_part is not None)
+        offsets = [sum(sizes[:i]) for i in range(len(ranges))]
+        builder = frames.FrameBuilder(spec, keep, sum(sizes))
+        filled = [0] * len(ranges)
+
+        def sink(part: int, batch: pa.RecordBatch) -> None:
+            builder.put(offsets[part] + filled[part], batch)
+            filled[part] += batch.num_rows
+
+        self._stream(spec, open_part, sink, ranges)
+        return sum(filled), builder.frame(list(zip(offsets, filled)))
+
+    def _announce(self, spec: TableSpec, rows: int, caching: bool) -> None:
+        if self.progress is not None and rows >= 1_000_000:
+            where = " into the cache" if caching else ""
+            self.progress(f"reading {spec.name} of {self.db.path.name} (~{rows:,} rows){where} ...")
+
+    def _fill(self, spec: TableSpec, open_part: OpenPart) -> int:
+        """Write ``spec``'s cache parts from SQLite, keeping nothing: a column kept from each
+        batch keeps the whole batch alive (imported Arrow data shares one release), which
+        grew a cold read of 8M kernels to 1.4 GB. Returns the rows written."""
+        if spec.finish is not None and not spec.split:  # the whole table in memory
+            return self._collect(spec, open_part, [spec.columns[0].name])[0]
+        ranges = self.db.rowid_ranges(spec.source, readers(self.db.rowid_span(spec.source))) \
+            if spec.split else [None]
+        rows = [0] * len(ranges)
+
+        def count(i: int, b: pa.RecordBatch) -> None:
+            rows[i] += b.num_rows
+        self._stream(spec, open_part, count, ranges)
+        if spec.finish is not None:
+            self._finish_parts(spec, open_part)
+        return sum(rows)
+
+    def _finish_parts(self, spec: TableSpec, parts) -> None:
+        """``spec.finish`` over the whole table from its written parts (``cache.Parts``),
+        holding only the columns it reads (a whole NVTX table held ~210 bytes a range: 2.9
+        GB at 13.6M ranges), then each part rewritten with the column it computed. The parts
+        come from rowid ranges, each in start order; where rowids are not in start order the
+        table is put in start order here (then held whole, as a single-query read would)."""
+        from nsightlab.read.table_cache import part_writer
+
+        parts.close()
+        files = sorted(parts.folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
+        start = pq.read_table(files, columns=["start_ns"], schema=spec.schema, **READ)
+        start = start.column("start_ns").to_numpy()
+        if len(start) > 1 and not np.all(start[1:] >= start[:-1]):
+            order = np.argsort(start, kind="stable")
+            whole = pq.read_table(files, schema=spec.schema, **READ).take(order)
+            for f in files:
+                f.unlink()
+            del start, order
+            parts(0).write_table(spec.finished(whole))
+            parts.close()
+            return
+        del start
+        values = spec.finish(pq.read_table(f, columns=list(spec.finish_reads), schema=spec.schema,
+                                           **READ) for f in files)
+        at = 0
+        for f in files:
+            part = pq.read_table(f, schema=spec.schema, **READ)
+            n = part.num_rows
+            i = part.schema.get_field_index(spec.finish_column)
+            part = part.set_column(i, part.schema.field(i), values.slice(at, n))
+            at += n
+            tmp = f.with_name(f".{f.name}.tmp")
+            writer = part_writer(tmp, spec.schema, parts.ident)
+            writer.write_table(part)
+            writer.close()
+            os.replace(tmp, f)
+
+    def _collect(self, spec: TableSpec, open_part: OpenPart | None,
+                 keep: list[str]) -> tuple[int, pa.Table]:
+        """Read ``spec`` from SQLite into an Arrow table of the ``keep`` columns (writing the
+        cache parts on the way when ``open_part`` is given). Returns (rows, table)."""
+        ranges = self.db.rowid_ranges(spec.source, readers(self.db.rowid_span(spec.source))) \
+            if spec.split else [None]
+        whole = spec.finish is not None or len(keep) == len(spec.columns)
+        kept: list[list[pa.RecordBatch]] = [[] for _ in ranges]
+        def keep_columns(i: int, b: pa.RecordBatch) -> None:
+            # copies of the columns asked for: a column of an imported batch keeps the whole
+            # batch alive (its buffers share one release)
+            kept[i].append(b if whole else pa.RecordBatch.from_arrays(
+                [pa.concat_arrays([b.column(c)]) for c in keep], names=keep))
+        self._stream(spec, open_part if spec.finish is None else None, keep_columns, ranges)
+        schema = spec.schema if whole else pa.schema([spec.schema.field(c) for c in keep])
+        table = pa.Table.from_batches([b for p in kept for b in p], schema=schema)
+        if spec.finish is not None:  # whole-table pass (NVTX depth) before caching
+            table = spec.finished(table)
+            if open_part is not None:
+                open_part(0).write_table(table)
+            table = table.select(keep)
+        return table.num_rows, table
+
+    def _stream(self, spec: TableSpec, open_part: OpenPart | None,
+                sink: Callable[[int, pa.RecordBatch], None], ranges: list) -> None:
+        """Read ``spec`` from SQLite, one thread per rowid range (``None`` = the whole query),
+        converting each batch to the contract, writing it to that part's Parquet file when
+        ``open_part`` is given, and handing it to ``sink(part, batch)``."""
+        sql = self._checked_sql(spec)
+        queries = [sql if r is None else spec.range_sql(self.db, *r) for r in ranges]
+        bounds = self._bounds(spec)
+        dropped = [0] * len(queries)
+        meter = self._meter(spec, ranges)
+
+        def job(i: int) -> Callable[[], None]:
+            def run() -> None:
+                writer = open_part(i) if open_part is not None else None
+                for b, read, left_out in contract_batches(spec, self.db, queries[i], bounds):
+                    meter(read)
+                    dropped[i] += left_out  # rows with impossible timestamps: reported
+                    if writer is not None:
+                        writer.write_batch(b)
+                    sink(i, b)
+            return run
+
+        if open_part is not None and not queries:
+            open_part(0)  # an empty table still gets its (empty) Parquet file
+        try:
+            self.db.parallel([job(i) for i in range(len(queries))])
+        finally:
+            meter(0, done=True)
+        self.dropped[spec.name] = sum(dropped)
+
+    def _bounds(self, spec: TableSpec) -> tuple[int, int] | None:
+        """``session_bounds`` of a checked table (None: not checked). They need the extent of
+        the CUDA API calls; when that table is big and a cache is kept, it is cached first
+        and the extent read off its parts' statistics (``cache.extent``): on 16 cores at 16M
+        calls that saves a 1.1 s scan of SQLite, and every recipe reads the calls anyway
+        (the completeness check)."""
+        if spec.base is not None:  # later columns: the rows the first read kept
+            meta = self.cache.meta(spec.base.name) if self.cache is not None else None
+            if meta is not None and "bounds" in meta:
+                return None if meta["bounds"] is None else tuple(meta["bounds"])
+            spec = spec.base
+        if spec.name not in CHECKED:
+            return None
+        api = TABLES["cuda_api"]
+        if (spec.name != "cuda_api" and self.cache is not None and not self.db.knows("api_extent")
+                and api.present(self.db) and self._in_processes(api)):
+            self.ensure_cached(api)
+            files = self.cache.files(api.name) if self.cache is not None else None
+            if files is not None:
+                self.db.once("api_extent", lambda: cache_extent(files))
+        self.bounds[spec.name] = bounds = session_bounds(self.db, spec.name)
+        return bounds
+
+    def _checked_sql(self, spec: TableSpec) -> str:
+        """The SELECT of ``spec``; a table whose timestamps nsightlab checks must have them."""
+        if spec.name in CHECKED and not {"start", "end"} <= set(self.db.columns(spec.source)):
+            raise CorruptReportError(
+                f"{self.db.path}: table {spec.source} has no start/end columns (renamed or "
+                "dropped: not an nsys export as written); export the report again")
+        return spec.sql(self.db)
+
+    def _meter(self, spec: TableSpec, ranges: list) -> Callable[..., None]:
+        """``meter(rows)`` counts rows read from SQLite (from any reader thread) and, for big
+        tables, hands ``progress`` a meter twice a second (``"\r..."``: rows so far, share,
+        rate); ``meter(0, done=True)`` clears it."""
+        total = sum(r[1] - r[0] for r in ranges if r is not None)
+        if self.progress is None or total < 1_000_000:
+            return lambda rows, done=False: None
+        t0 = time.monotonic()
+        state = {"rows": 0, "shown": t0}
+        lock = threading.Lock()
+
+        def meter(rows: int, done: bool = False) -> None:
+            with lock:
+                state["rows"] += rows
+                now = time.monotonic()
+                if done:
+                    self.progress("\r")
+                elif now - state["shown"] >= 0.5:
+                    state["shown"] = now
+                    n = state["rows"]
+                    self.progress(f"\rreading {spec.name} of {self.db.path.name}: {n / 1e6:.1f}M "
+                                  f"of ~{total / 1e6:.1f}M rows ({100 * n / total:.0f}%), "
+                                  f"{n / max(now - t0, 1e-9) / 1e6:.1f}M rows/s")
+        return meter
+
+    def dropped_rows(self, spec: TableSpec) -> int | None:
+        """Rows of ``spec`` every read leaves out, as recorded when its cache entry was built;
+        None when there is no entry (count them in SQLite then)."""
+        meta = self.cache.meta(spec.name) if self.cache is not None else None
+        return None if meta is None or "dropped" not in meta else int(meta["dropped"])

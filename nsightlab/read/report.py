@@ -1,0 +1,279 @@
+"""``nsightlab.open(path) -> Report``: one Nsight Systems report, whatever nsys wrote it.
+
+A Report is a read-only SQLite export with its metadata (nsys and schema versions, GPUs,
+processes, time span, which tables exist and how to record the missing ones) and public
+accessors that hand out the tables of ``nsightlab.read.tables`` as pandas DataFrames with one column
+contract. Finding the export is ``nsightlab.read.locate``' job, reading and caching tables
+``nsightlab.read.reader``'s, keeping derived results ``nsightlab.read.result_store``'.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from nsightlab.errors import UnknownTableError
+from nsightlab.read import frames, metadata
+from nsightlab.read.db import ExportDB
+from nsightlab.read.reader import TableReader
+from nsightlab.read.result_store import ResultStore
+from nsightlab.read.table_cache import TableCache, identity, remove_stale
+from nsightlab.read.tables import NVTX_TYPES, TABLES, TableSpec, to_pandas
+
+
+def _rows_of(table: str) -> str:
+    """SQL that keeps the source rows of ``table``: NVTX_EVENTS also holds domain and
+    registration events, which are not ranges or marks."""
+    return f" WHERE eventType IN ({NVTX_TYPES})" if table == "nvtx" else ""
+
+
+class Report:
+    """One nsys SQLite export, read-only. Tables come back as DataFrames (see ``TABLES``)."""
+
+    def __init__(self, sqlite_path: str | os.PathLike, *, cache_root: Path | None = None,
+                 source: Path | None = None, progress: Callable[[str], None] | None = None):
+        self.path = Path(sqlite_path)
+        self.source = Path(source) if source is not None else self.path
+        self.db = ExportDB(self.path)
+        self._meta = metadata.export_meta(self.db)
+        cache = TableCache(cache_root, self.path) if cache_root is not None else None
+        if cache_root is not None:  # what killed runs left behind
+            remove_stale(cache_root)
+            remove_stale(cache_root / "results")
+        self._reader = TableReader(self.db, cache, progress)
+        #: derived results (recipes, run profiles) of this report; None without a cache
+        self.results = ResultStore(cache_root / "results") if cache_root is not None else None
+
+    def __repr__(self) -> str:
+        return (f"<Report {self.path.name}: nsys {self.nsys_version}, schema "
+                f"{self.schema_version}, {len(self.gpus)} GPU(s)>")
+
+    @property
+    def cache(self) -> TableCache | None:
+        """The Parquet table cache (None when off, or after its folder proved unwritable)."""
+        return self._reader.cache
+
+    def note(self, message: str) -> None:
+        """Tell the user something on the progress channel (stderr in the CLI), if any."""
+        if self._reader.progress is not None:
+            self._reader.progress(message)
+
+    @property
+    def rows_read(self) -> int:
+        """Table rows this Report has handed out so far (from the cache or SQLite)."""
+        return self._reader.rows_read
+
+    @property
+    def identity(self) -> dict:
+        """The export's identity (resolved path, size, mtime): what cached results key on."""
+        return identity(self.path)
+
+    # ---- metadata -----------------------------------------------------------------------
+    @property
+    def nsys_version(self) -> str | None:
+        """Version of the nsys that exported this file, e.g. '2025.3.2.0'."""
+        return self._meta.get("EXPORT_PRODUCT_VERSION")
+
+    @property
+    def schema_version(self) -> str | None:
+        """Export schema version, e.g. '3.20.3'."""
+        return self._meta.get("EXPORT_SCHEMA_VERSION")
+
+    @cached_property
+    def gpus(self) -> pd.DataFrame:
+        """GPUs of the target: device_id, name, chip, sm_count, memory_bytes, compute_capability,
+        bus_location."""
+        return metadata.gpus(self.db)
+
+    @cached_property
+    def processes(self) -> pd.DataFrame:
+        """Processes in the report: pid, name, uses_cuda (it created CUDA streams)."""
+        return metadata.processes(self.db)
+
+    @cached_property
+    def span_ns(self) -> tuple[int, int] | None:
+        """(start_ns, end_ns) of the profiling session."""
+        return metadata.span(self.db)
+
+    def has(self, table: str) -> bool:
+        """Whether the report recorded ``table`` (an nsightlab table name)."""
+        return self.spec(table).present(self.db)
+
+    @cached_property
+    def capture_options(self) -> dict[str, str]:
+        """The options nsys recorded the report with (META_DATA_CAPTURE; empty before 2023)."""
+        return metadata.capture_options(self.db)
+
+    def missing_hint(self, table: str) -> str | None:
+        """None if ``table`` is present, else how to record it next time (never an option
+        that was already on: then what the absence means)."""
+        spec = self.spec(table)
+        if spec.present(self.db):
+            return None
+        what = "NVTX" if table == "nvtx" else "CUDA" if "--trace=cuda" in spec.trace else None
+        if what and metadata.traced(self.capture_options, what):
+            return (f"{self.path.name} has no {spec.source} table although {what} was traced: "
+                    "the application recorded none, or the trace was lost")
+        how = f"profile with nsys profile {spec.trace}" if spec.trace else "profile it again"
+        return f"{self.path.name} has no {spec.source} table: {how}"
+
+    def row_count(self, table: str) -> int:
+        """Rows of nsightlab table ``table`` (0 where the report lacks it)."""
+        spec = self.spec(table)
+        if not spec.present(self.db):
+            return 0
+        meta = self.cache.meta(table) if self.cache is not None else None
+        if meta is not None:  # rows kept and left out, counted when it was cached (a count
+            # of 8M kernels in SQLite: 0.2 s)
+            return sum(p["rows"] for p in meta["parts"]) + meta.get("dropped", 0)
+        return self.db.query(f'SELECT count(*) FROM "{spec.source}"{_rows_of(table)}')[0][0]
+
+    def has_rows(self, table: str) -> bool:
+        """Whether ``table`` is present and holds at least one row (one cheap query)."""
+        spec = self.spec(table)
+        if not spec.present(self.db):
+            return False
+        return bool(self.db.query(f'SELECT 1 FROM "{spec.source}"{_rows_of(table)} LIMIT 1'))
+
+    @cached_property
+    def row_counts(self) -> dict[str, int]:
+        """Rows per nsightlab table (0 where the report lacks it)."""
+        return {name: self.row_count(name) for name in TABLES}
+
+    def info(self) -> dict:
+        """What the export holds, as plain data (``nsightlab info --json`` adds the trace
+        completeness findings of ``nsightlab.analysis.completeness`` as ``warnings``)."""
+        span = self.span_ns
+        return {
+            "path": str(self.source),
+            "sqlite": str(self.path),
+            "nsys_version": self.nsys_version,
+            "schema_version": self.schema_version,
+            "gpus": self.gpus.to_dict("records"),
+            "processes": self.processes.to_dict("records"),
+            "span_ns": None if span is None else span[1] - span[0],
+            "start_ns": None if span is None else span[0],
+            "end_ns": None if span is None else span[1],
+            "tables": self.row_counts,
+            "missing": {t: self.missing_hint(t) for t in TABLES if not self.has(t)},
+        }
+
+    # ---- tables -------------------------------------------------------------------------
+    def spec(self, name: str) -> TableSpec:
+        """The column contract of table ``name`` (UnknownTableError for other names)."""
+        try:
+            return TABLES[name]
+        except KeyError:
+            raise UnknownTableError(
+                f"{name!r} is not an nsightlab table; choose one of {', '.join(TABLES)}") from None
+
+    def _columns(self, spec: TableSpec, columns: list[str] | None) -> list[str]:
+        if columns is None:
+            return spec.schema.names
+        unknown = [c for c in columns if c not in spec.schema.names]
+        if unknown:
+            raise UnknownTableError(
+                f"{spec.name} has no column(s) {', '.join(unknown)}; its columns are "
+                f"{', '.join(spec.schema.names)}")
+        return list(columns)
+
+    def table(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """Table ``name`` as a DataFrame with the contract's columns (or just ``columns``).
+
+        A table the report lacks is an empty frame with the right columns; ``missing_hint``
+        says how to record it.
+        """
+        spec = self.spec(name)
+        keep = self._columns(spec, columns)
+        if spec.present(self.db) and spec.split and frames.supported(spec, keep):
+            return self._reader.frame(spec, keep)
+        return to_pandas(self.arrow(name, columns), spec)
+
+    def arrow(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """Table ``name`` as an Arrow table (see ``table``)."""
+        spec = self.spec(name)
+        keep = self._columns(spec, columns)
+        if not spec.present(self.db):
+            return spec.schema.empty_table().select(keep)
+        return self._reader.arrow(spec, keep)
+
+    def take(self, name: str, columns: list[str], rows) -> pd.DataFrame:
+        """Rows at positions ``rows`` of ``columns`` of table ``name``, in the order given,
+        without holding whole columns of a cached big table (see ``TableReader.take``)."""
+        spec = self.spec(name)
+        keep = self._columns(spec, columns)
+        rows = np.asarray(rows, dtype=np.int64)  # int32 rows would be widened per batch
+        if not (spec.present(self.db) and spec.split):
+            return self.table(name, keep).iloc[rows].reset_index(drop=True)
+        return self._reader.take(spec, keep, rows)
+
+    def prefetch(self, tables: list[str]) -> None:
+        """Build the Parquet cache of ``tables`` now (those the report has), so later reads
+        are fast; nothing without a cache."""
+        for name in tables:
+            if self.has(name):
+                self._reader.ensure_cached(self.spec(name))
+
+    def kernels(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA kernels (see ``nsightlab.read.tables.KERNELS`` for the columns)."""
+        return self.table("kernels", columns)
+
+    def cuda_api(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA runtime and driver API calls."""
+        return self.table("cuda_api", columns)
+
+    def memcpy(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA memory copies."""
+        return self.table("memcpy", columns)
+
+    def memset(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA memsets."""
+        return self.table("memset", columns)
+
+    def syncs(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA synchronizations (stream/event/context syncs the host waited on)."""
+        return self.table("syncs", columns)
+
+    def nvtx(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """NVTX ranges and marks with text, domain and nesting depth."""
+        return self.table("nvtx", columns)
+
+    def gpu_metrics(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """GPU metrics samples, long form (timestamp_ns, gpu, metric, value)."""
+        return self.table("gpu_metrics", columns)
+
+    def cuda_graph_nodes(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """CUDA graph node events (with --cuda-graph-trace=node)."""
+        return self.table("cuda_graph_nodes", columns)
+
+    def dropped_rows(self, table: str) -> int | None:
+        """Rows of ``table`` left out of every read (missing or impossible timestamps), from
+        its cache entry; None when the table is not cached."""
+        return self._reader.dropped_rows(self.spec(table))
+
+    def memory(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """GPU memory allocations and frees (with --cuda-memory-usage=true)."""
+        return self.table("memory", columns)
+
+    def threads(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """Named threads and their processes."""
+        return self.table("threads", columns)
+
+    def call_stacks(self, ids) -> dict[int, str]:
+        """CPU call stacks of API calls recorded with backtraces (``cuda_api.callchain_id``):
+        id -> frames, innermost first, joined with " < ". Empty where none were recorded."""
+        return metadata.call_stacks(self.db, ids)
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def __enter__(self) -> "Report":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

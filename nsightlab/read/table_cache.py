@@ -1,0 +1,284 @@
+"""Parquet cache of materialized tables.
+
+The first read of a table streams it from SQLite into Parquet files (one per parallel reader);
+later reads load only the requested columns. An entry is a folder ``<root>/<table>/`` holding
+``part-N.parquet`` and a ``meta.json`` written last; it is trusted only when meta.json names the
+same table version and the same source file identity (path, size, mtime), when its parts are
+exactly the files it lists with the sizes and row counts it recorded, and when every part's own
+footer names the same source (a part copied from another report's cache is not). Every page
+carries a CRC that readers verify (``READ``): a flipped byte fails the read, and the reader
+drops and rebuilds the entry. A stale or damaged entry is deleted and rebuilt. Entries are built
+in a temporary folder and renamed into place, so an interrupted build leaves nothing
+half-written behind; temporary folders of builds that were killed are removed by later runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+#: version of the table contract (``nsightlab.read.tables``): bump it whenever a contract or a
+#: conversion there changes. It is part of every cache key. Kept here, not in tables.py, so
+#: that cached answers are found without importing pandas or pyarrow.
+TABLE_VERSION = 7
+
+META = "meta.json"
+T = TypeVar("T")
+#: keyword arguments for every read of a cache part: page CRCs verified
+READ = {"page_checksum_verification": True}
+#: a temporary build folder older than this belongs to a run that was killed
+STALE_TMP_S = 3600
+
+
+def code_fingerprint() -> str:
+    """Changes whenever nsightlab's code (or its table version) changes: derived results
+    cached under it (recipe outputs, run profiles) are recomputed after an upgrade or edit."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        h = hashlib.sha1(str(TABLE_VERSION).encode())
+        for f in sorted(Path(__file__).parent.rglob("*.py")):
+            h.update(f.read_bytes())
+        _FINGERPRINT = h.hexdigest()[:16]
+    return _FINGERPRINT
+
+
+_FINGERPRINT: str | None = None
+#: cache entries whose part footers were checked in this process: (folder, meta.json mtime)
+_VERIFIED: set[tuple[str, int]] = set()
+
+
+def default_root() -> Path:
+    """``NSIGHTLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/nsightlab``, else ``~/.cache/nsightlab``."""
+    env = os.environ.get("NSIGHTLAB_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "nsightlab"
+
+
+_PID_TMP = re.compile(r"^\..+\.(\d+)\.tmp(\.sqlite)?$")
+#: temporary build folders: ``.<name>-<pid>-<random>`` (``build_dir``)
+_PID_DIR = re.compile(r"^\..+-(\d+)-[^-]+$")
+
+
+def build_dir(parent: Path, name: str) -> Path:
+    """A new hidden temporary folder in ``parent`` for building entry ``name``; it carries
+    this process's id, so that a later run removes it at once if this one is killed."""
+    return Path(tempfile.mkdtemp(prefix=f".{name}-{os.getpid()}-", dir=parent))
+
+
+def remove_stale(folder: Path) -> None:
+    """Remove what killed runs left in ``folder``: ``.NAME.PID.tmp`` files and build folders
+    (``build_dir``: table builds, DuckDB's spill folders) of processes that are gone, and
+    other hidden folders older than ``STALE_TMP_S``. Never fails."""
+    try:
+        entries = list(folder.glob(".*"))
+    except OSError:
+        return
+    now = time.time()
+    for e in entries:
+        try:
+            m = _PID_TMP.match(e.name)
+            d = _PID_DIR.match(e.name)
+            if m and e.is_file() and not _alive(int(m.group(1))):
+                e.unlink()
+            elif e.is_dir() and (not _alive(int(d.group(1))) if d  # a live run's: kept
+                                 else now - e.stat().st_mtime > STALE_TMP_S):
+                shutil.rmtree(e, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process: leave its file alone
+    return True
+
+
+def identity(path: Path) -> dict:
+    st = path.stat()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def keyed_dir(root: Path, source: Path) -> Path:
+    """Cache folder for ``source``: a hash of its identity and the table version."""
+    ident = identity(source)
+    key = hashlib.sha1(json.dumps([ident, TABLE_VERSION]).encode()).hexdigest()[:16]
+    return root / f"{source.stem[:40]}-{key}"
+
+
+class TableCache:
+    """Parquet entries for one source file, under ``root``."""
+
+    def __init__(self, root: Path, source: Path):
+        self.root = root
+        self.source = source
+        self.ident = identity(source)
+
+    def files(self, table: str) -> list[Path] | None:
+        """Part files of a valid entry, or None (missing, stale or damaged: then removed)."""
+        import pyarrow as pa  # here, not at the top: cached answers are served without it
+
+        d = self.root / table
+        try:
+            meta = json.loads((d / META).read_text())
+            parts = meta["parts"]
+            files = [d / p["file"] for p in parts]
+            ok = (meta.get("table_version") == TABLE_VERSION and meta.get("source") == self.ident
+                  and {f.name for f in d.glob("part-*.parquet")} == {f.name for f in files}
+                  and all(f.stat().st_size == p["size"] for f, p in zip(files, parts))
+                  and self._footers_agree(d, files, parts))
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            ok = False
+        if not ok:
+            if d.exists():
+                self.drop(table)
+            return None
+        return files
+
+    def _footers_agree(self, d: Path, files: list[Path], parts: list[dict]) -> bool:
+        """Each part's footer: the rows meta.json recorded, and this report as its source
+        (checked once per entry and process: footers are small, but not free)."""
+        import pyarrow.parquet as pq
+
+        key = (str(d), (d / META).stat().st_mtime_ns)
+        if key in _VERIFIED:
+            return True
+        for f, p in zip(files, parts):
+            md = pq.ParquetFile(f, **READ).metadata
+            source = (md.metadata or {}).get(b"nsightlab_source")
+            if md.num_rows != p["rows"] or source is None or json.loads(source) != self.ident:
+                return False
+        _VERIFIED.add(key)
+        return True
+
+    def meta(self, table: str) -> dict | None:
+        """meta.json of a valid entry of ``table``, or None."""
+        if self.files(table) is None:
+            return None
+        try:
+            return json.loads((self.root / table / META).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def drop(self, table: str) -> None:
+        shutil.rmtree(self.root / table, ignore_errors=True)
+
+    def build(self, table: str, fill: Callable[["Parts"], tuple[int, T]],
+              schema: "pa.Schema", extra: Callable[[], dict] | None = None) -> T:
+        """Create the entry: ``fill(parts)`` writes the parts (``parts(i)`` opens part ``i``
+        here; other processes write ``parts.path(i)`` with ``part_writer``) and returns (row
+        count, payload); the payload (e.g. the table just read) is handed back to the caller.
+        ``extra()`` adds facts learnt while filling to meta.json (rows left out)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = build_dir(self.root, table)
+        parts_ = Parts(tmp, schema, self.ident)
+        try:
+            rows, payload = fill(parts_)
+            parts_.close()
+            self.commit(table, tmp, rows, extra() if extra else {})
+        except BaseException:
+            parts_.close(quiet=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return payload
+
+    def commit(self, table: str, folder: Path, rows: int, extra: dict) -> None:
+        """Make ``folder`` (a ``build_dir`` holding the finished parts) the entry of
+        ``table``: meta.json written last, then the folder renamed into place."""
+        import pyarrow.parquet as pq
+
+        files = sorted(folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
+        parts = [{"file": f.name, "size": f.stat().st_size,
+                  "rows": pq.ParquetFile(f).metadata.num_rows} for f in files]
+        meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident,
+                "rows": rows, "parts": parts, **extra}
+        (folder / META).write_text(json.dumps(meta, indent=1))
+        self.drop(table)
+        os.replace(folder, self.root / table)
+
+
+class Parts:
+    """The parts of an entry being built in ``folder``: ``parts(i)`` opens part ``i`` for
+    writing here; ``path(i)`` is where another process writes it (``part_writer``)."""
+
+    def __init__(self, folder: Path, schema: "pa.Schema", ident: dict):
+        self.folder, self.schema, self.ident = folder, schema, ident
+        self.writers: dict[int, object] = {}
+
+    def path(self, i: int) -> Path:
+        return self.folder / f"part-{i}.parquet"
+
+    def __call__(self, i: int) -> "pq.ParquetWriter":
+        self.writers[i] = part_writer(self.path(i), self.schema, self.ident)
+        return self.writers[i]
+
+    def close(self, quiet: bool = False) -> None:
+        for w in self.writers.values():
+            try:
+                w.close()
+            except Exception:
+                if not quiet:
+                    raise
+        self.writers = {}
+
+
+#: columns whose row groups carry min/max: DuckDB skips row groups by them (the time budget
+#: joins operations and calls in windows of correlation ids), and a table's extent is read
+#: off them (``extent``)
+STATISTICS = ("correlation_id", "start_ns", "end_ns")
+
+
+def extent(files: list[Path], lo: str = "start_ns", hi: str = "end_ns") -> tuple | None:
+    """(min of ``lo``, max of ``hi``) over cache parts, from their row groups' statistics
+    (a row group without them is read); None when no row has both."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    mins, maxs = [], []
+    for f in files:
+        part = pq.ParquetFile(f, **READ)
+        names = part.schema_arrow.names
+        for g in range(part.metadata.num_row_groups):
+            group = part.metadata.row_group(g)
+            stats = [group.column(names.index(c)).statistics for c in (lo, hi)]
+            if all(s is not None and s.has_min_max for s in stats):
+                mins.append(stats[0].min)
+                maxs.append(stats[1].max)
+            else:
+                got = part.read_row_group(g, columns=[lo, hi])
+                mins.append(pc.min(got.column(lo)).as_py())
+                maxs.append(pc.max(got.column(hi)).as_py())
+    mins, maxs = [v for v in mins if v is not None], [v for v in maxs if v is not None]
+    return (int(min(mins)), int(max(maxs))) if mins and maxs else None
+
+
+def part_writer(path: Path, schema: "pa.Schema", ident: dict) -> "pq.ParquetWriter":
+    """A Parquet writer for one cache part of the report ``ident``: its footer names the
+    report, every page carries a CRC. Dictionary-encodes only the string columns (trying it on
+    every integer column triples write time for nothing) and delta-encodes the integers
+    (timestamps and ids mostly grow): on the 16M-call API table that wrote 22% faster, read
+    33% faster and was 3x smaller than plain lz4 pages."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    int_encoding = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
+    tagged = schema.with_metadata({"nsightlab_source": json.dumps(ident)})
+    stats = [c for c in STATISTICS if c in schema.names]
+    return pq.ParquetWriter(path, tagged, compression="lz4", write_statistics=stats,
+                            use_dictionary=dict_cols, column_encoding=int_encoding,
+                            write_page_checksum=True)

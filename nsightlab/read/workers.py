@@ -1,0 +1,323 @@
+"""Building a big table's cache entry in worker processes, one rowid range per job.
+
+Decoding SQLite rows is CPU-bound, and in reader *threads* the Python glue between batches
+(conversion to the column contract, dropping impossible rows, handing batches to the Parquet
+writer) serializes on the GIL: on a 16-core machine 16 threads read the 8M-kernel table only
+~1.6x faster than 2. Processes share nothing but the export file: each opens it read-only,
+reads one rowid range, converts it and writes its own cache part (``cache.part_writer``), and
+answers only its row counts. The parent then reads the finished entry like any other.
+
+The workers are plain ``python -m nsightlab.read.workers`` processes taking one JSON job per
+line on stdin and answering one JSON line on stdout — not ``multiprocessing``, whose
+forkserver/spawn re-runs the user's main script in every worker (a script without an
+``if __name__ == "__main__"`` guard would break) and whose ``fork`` is unsafe in a process
+that has run threads. They start once per process (imports in parallel, ~0.5 s), are reused
+for every later table and report, and exit when their stdin closes (also when the parent is
+killed).
+"""
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from nsightlab.read.parallel import range_count, readers, rowid_ends_sql, split_rowids
+
+_POOL: "Workers | None" = None
+#: tables of at least this many rows have their cache entry built by worker processes, when
+#: at least PROCESS_MIN_WORKERS cores are free for them (on 2 cores, threads were ~12% faster:
+#: the processes' start-up and reading the entry back cost more than the GIL there)
+PROCESS_MIN_ROWS = 1_000_000
+PROCESS_MIN_WORKERS = 4
+#: the tables whose first read ``prestart`` starts (every recipe reads both; the calls
+#: first: the kernels' rows are checked against their extent), and their cache entries
+_FIRST_READ = {"CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api", "CUPTI_ACTIVITY_KIND_KERNEL": "kernels"}
+#: bounds that leave out only impossible rows (no start or end, end before start): a read
+#: started before the session's bounds are known is checked against them when it is taken
+OPEN_BOUNDS = (-(1 << 63), (1 << 63) - 1)
+
+
+def prestart(sqlite: Path, tables_root: Path | None) -> bool:
+    """Start the pool now if the first read of ``sqlite`` will want it: a cache is kept
+    (``tables_root``), the kernels or the API calls are not cached yet and big enough for
+    worker processes; and start reading them into the cache (``Started``).
+    ``nsightlab.open`` calls this before importing pandas and pyarrow, so the workers start
+    (~0.9 s for 16 on the GPU machine) and read while this process imports (~1 s there).
+    Only the standard library is used here. Returns whether the pool was started."""
+    import sqlite3
+    from urllib.parse import quote
+
+    if tables_root is None or _POOL is not None:
+        return False
+    try:
+        con = sqlite3.connect(f"file:{quote(str(Path(sqlite).resolve()))}?mode=ro&immutable=1",
+                              uri=True)
+    except sqlite3.Error:
+        return False
+    todo = []
+    try:
+        for table, entry in _FIRST_READ.items():
+            if (tables_root / entry / "meta.json").exists():
+                continue
+            try:
+                lo, hi = con.execute(rowid_ends_sql(table)).fetchone()
+            except sqlite3.Error:  # no such table, a view, not a database: the open will say
+                continue
+            if lo is not None and hi - lo + 1 >= PROCESS_MIN_ROWS \
+                    and readers(hi - lo + 1) >= PROCESS_MIN_WORKERS:
+                todo.append((entry, lo, hi))
+    finally:
+        con.close()
+    if not todo:
+        return False
+    _start_reads(pool(readers()), Path(sqlite), tables_root, todo)
+    return True
+
+
+class Started:
+    """A cache entry whose parts the pool is building in ``folder`` (``prestart``), not yet
+    an entry: the reader that first needs the table takes it over (``take``), checks it
+    against the session's bounds and commits it (``TableReader._finish_started``)."""
+
+    def __init__(self, folder: Path, jobs: list[dict]):
+        self.folder, self.jobs = folder, jobs
+        self.answers: list[dict | None] = [None] * len(jobs)
+        self.error: BaseException | None = None  # the pool's own failure (a worker died)
+        self.done = threading.Event()
+        self.lock = threading.Lock()  # held by the reader that finishes it
+        self.finished = False
+
+    def rows_answered(self) -> int:
+        return sum(a.get("rows", 0) + a.get("dropped", 0) for a in self.answers if a)
+
+
+#: reads started by ``prestart``: {(export, entry folder): Started}
+_STARTED: dict[tuple[str, str], Started] = {}
+
+
+def _start_reads(workers: "Workers", sqlite: Path, tables_root: Path,
+                 todo: list[tuple[str, int, int]]) -> None:
+    """Build the entries ``todo`` ((entry, first rowid, last rowid)) in one run of the pool on
+    a thread of its own: the calls' jobs first, the kernels' after, no wait between them."""
+    from nsightlab.read.table_cache import build_dir, identity
+
+    try:
+        tables_root.mkdir(parents=True, exist_ok=True)
+        ident = identity(sqlite)
+        started, jobs = [], []
+        for entry, lo, hi in todo:
+            folder = build_dir(tables_root, entry)
+            ranges = split_rowids(lo, hi, range_count(hi - lo + 1, readers(hi - lo + 1)))
+            mine = [{"db_path": str(sqlite), "table": entry, "rows": list(r),
+                     "out": str(folder / f"part-{i}.parquet"), "ident": ident,
+                     "bounds": list(OPEN_BOUNDS)} for i, r in enumerate(ranges)]
+            started.append(Started(folder, mine))
+            jobs += [(len(started) - 1, i, job) for i, job in enumerate(mine)]
+    except OSError:  # an unwritable cache: the reader will say so
+        return
+    for entry, s in zip(todo, started):
+        _STARTED[(str(sqlite.resolve()), str((tables_root / entry[0]).resolve()))] = s
+
+    def done(k: int, answer: dict) -> None:
+        which, i, _ = jobs[k]
+        started[which].answers[i] = answer
+        if all(a is not None for a in started[which].answers):
+            started[which].done.set()
+
+    def run() -> None:
+        try:
+            workers.run([job for _, _, job in jobs], done)
+        except BaseException as e:  # the taker raises it
+            for s in started:
+                s.error = e
+        finally:
+            for s in started:
+                s.done.set()
+
+    threading.Thread(target=run, daemon=True, name="nsightlab-first-read").start()
+
+
+def take(sqlite: Path, entry_folder: Path) -> Started | None:
+    """The read ``prestart`` started of the entry at ``entry_folder`` of ``sqlite``, if any."""
+    return _STARTED.get((str(Path(sqlite).resolve()), str(Path(entry_folder).resolve())))
+
+
+def _drop_started() -> None:
+    """At exit: the folders of started reads no reader took over (``remove_stale`` would
+    remove them on a later run; this run knows they are its own)."""
+    import shutil
+
+    for s in _STARTED.values():
+        if not s.finished:
+            shutil.rmtree(s.folder, ignore_errors=True)
+    _STARTED.clear()
+
+
+class WorkerDied(Exception):
+    """A worker process ended without answering (killed, out of memory)."""
+
+
+class Workers:
+    """``n`` worker processes; ``run(jobs, done)`` hands each a job as it becomes free."""
+
+    def __init__(self, n: int):
+        root = str(Path(__file__).resolve().parent.parent)  # this nsightlab, installed or not
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        self.lock = threading.Lock()
+        self.logs = [tempfile.TemporaryFile() for _ in range(n)]
+        self.procs = [subprocess.Popen([sys.executable, "-m", "nsightlab.read.workers"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=log, env=env, text=True, bufsize=1)
+                      for log in self.logs]
+
+    def run(self, jobs: list[dict], done: Callable[[int, dict], None],
+            workers: int | None = None) -> None:
+        """Run every job on (the first) ``workers`` processes (default: all); ``done(index,
+        answer)`` as each finishes (in the calling thread). An answer is ``{"rows": ..,
+        "dropped": ..}`` or ``{"error": .., "kind": ..}``. One run at a
+        time: a second caller (a reader while ``prestart``'s reads run) waits for the first.
+        Raises WorkerDied when a worker ends without answering."""
+        with self.lock:
+            self._run(jobs, done, self.procs[:workers])
+
+    def _run(self, jobs: list[dict], done: Callable[[int, dict], None], procs: list) -> None:
+        todo = list(enumerate(jobs))[::-1]
+        busy: dict[int, int] = {}  # worker -> job index
+        sel = selectors.DefaultSelector()
+        try:
+            for w, p in enumerate(procs):
+                sel.register(p.stdout, selectors.EVENT_READ, w)
+                if todo:
+                    busy[w] = self._send(w, todo.pop())
+            while busy:
+                for key, _ in sel.select():
+                    w = key.data
+                    line = self.procs[w].stdout.readline()
+                    if not line:
+                        raise WorkerDied(self._last_words(w))
+                    done(busy.pop(w), json.loads(line))
+                    if todo:
+                        busy[w] = self._send(w, todo.pop())
+        finally:
+            sel.close()
+
+    def _send(self, w: int, job: tuple[int, dict]) -> int:
+        try:
+            self.procs[w].stdin.write(json.dumps(job[1]) + "\n")
+            self.procs[w].stdin.flush()
+        except OSError:
+            raise WorkerDied(self._last_words(w)) from None
+        return job[0]
+
+    def _last_words(self, w: int) -> str:
+        log = self.logs[w]
+        log.seek(0)
+        lines = log.read().decode(errors="replace").strip().splitlines()
+        code = self.procs[w].poll()
+        return (lines[-1] if lines else "no message") + (f" (exit code {code})" if code else "")
+
+    def close(self) -> None:
+        for p in self.procs:
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in self.logs:
+            log.close()
+
+
+def pool(n: int) -> Workers:
+    """The worker pool of this process, with at least ``n`` workers (started on first use;
+    a run may use fewer: ``Workers.run``'s ``workers``)."""
+    global _POOL
+    if _POOL is None or len(_POOL.procs) < n or any(p.poll() is not None for p in _POOL.procs):
+        discard_pool()
+        _POOL = Workers(n)
+    return _POOL
+
+
+def discard_pool() -> None:
+    """Stop the pool (after a worker died, or at exit)."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.close()
+    _POOL = None
+
+
+atexit.register(_drop_started)  # runs after discard_pool: the workers have stopped writing
+atexit.register(discard_pool)
+
+
+# ---- the worker side -------------------------------------------------------------------------
+def cache_range(db_path: str, table: str, out: str, bounds: list[int] | None, ident: dict,
+                sql: str | None = None, rows: list[int] | None = None,
+                _dbs: dict = {}) -> dict:
+    """Read one rowid range of cache entry ``table`` (``sql``, or rowids ``rows`` [lo, hi)) from
+    the export at ``db_path``, convert it to the column contract, leave out rows outside
+    ``bounds`` (``drop_invalid``; None: not checked) and write it to the cache part ``out``.
+    Answers the rows written and left out. The export stays open between jobs (StringIds are
+    loaded once per worker)."""
+    from nsightlab.read.db import ExportDB
+    from nsightlab.read.table_cache import part_writer
+    from nsightlab.read.tables import contract_batches, entry_spec
+
+    key = (db_path, ident.get("size"), ident.get("mtime_ns"))  # a re-exported file: reopened
+    if key not in _dbs:
+        _dbs.clear()
+        _dbs[key] = ExportDB(Path(db_path))
+    db = _dbs[key]
+    spec = entry_spec(table)
+    if sql is None:
+        sql = spec.range_sql(db, *rows)
+    answer = {"rows": 0, "dropped": 0}
+    writer = part_writer(Path(out), spec.schema, ident)
+    try:
+        for b, _read, left_out in contract_batches(spec, db, sql, bounds and tuple(bounds)):
+            writer.write_batch(b)
+            answer["rows"] += b.num_rows
+            answer["dropped"] += left_out
+    finally:
+        writer.close()
+    return answer
+
+
+def main() -> None:
+    """Worker loop: one JSON job per stdin line, one JSON answer per stdout line."""
+    import pyarrow as pa
+
+    from nsightlab.errors import NsightlabError
+
+    for module in ("table_cache", "db", "tables"):  # imported before the first job arrives
+        importlib.import_module(f".{module}", __package__)
+
+    try:
+        for line in sys.stdin:
+            try:
+                answer = cache_range(**json.loads(line))
+            except NsightlabError as e:
+                answer = {"error": str(e), "kind": "report"}
+            except (pa.ArrowException, OverflowError, ValueError) as e:
+                answer = {"error": str(e).splitlines()[0][:200], "kind": "values"}
+            except OSError as e:
+                answer = {"error": str(e), "kind": "os", "errno": e.errno}
+            print(json.dumps(answer), flush=True)
+    except KeyboardInterrupt:  # the user's Ctrl-C reached the whole process group
+        pass
+
+
+if __name__ == "__main__":
+    main()
