@@ -239,6 +239,10 @@ class Report:
         """CUDA synchronizations (stream/event/context syncs the host waited on)."""
         return self.table("syncs", columns)
 
+    def graph_execs(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """Whole-graph executions of a graph-level trace (nsys's default for CUDA graphs)."""
+        return self.table("graph_execs", columns)
+
     def nvtx(self, columns: list[str] | None = None) -> pd.DataFrame:
         """NVTX ranges and marks with text, domain and nesting depth."""
         return self.table("nvtx", columns)

@@ -151,7 +151,7 @@ class TableSpec:
 #: tables whose rows are activity intervals: a row with a NULL or impossible start/end (end before
 #: start, a GPU operation before the first CUDA call or long after the last) is left out of every
 #: read, counted and reported instead
-CHECKED = ("kernels", "memcpy", "memset", "syncs", "cuda_api")
+CHECKED = ("kernels", "memcpy", "memset", "syncs", "graph_execs", "cuda_api")
 #: how long after the last CUDA API call GPU work may still end (queued work draining)
 DRAIN_NS = 60_000_000_000
 _MAX_NS = 1 << 62
@@ -440,6 +440,23 @@ SYNCS = TableSpec(
         "sync_type": labels(b.column("syncType"),
                             db.enum_labels("ENUM_CUPTI_SYNC_TYPE", SYNC_TYPE)),
         "event_id": b.column("eventId"),
+    },
+)
+
+GT = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+GRAPH_EXECS = TableSpec(
+    name="graph_execs", source=GT, trace="--trace=cuda (graph-level tracing, nsys's default)",
+    doc="One row per execution of a CUDA graph as a whole on the GPU: what nsys records for a "
+        "graph replay with --cuda-graph-trace=graph (its default), where the graph's kernels "
+        "have no records of their own. Node-level traces (--cuda-graph-trace=node) have none.",
+    columns=GPU_COMMON + (
+        Column("graph_id", U32, "the CUDA graph"),
+        Column("graph_exec_id", U32, "the executable graph instance replayed"),
+    ),
+    sql=lambda db: select(db, GT, *GPU_SOURCE, "graphId", "graphExecId"),
+    convert=lambda db, b: {
+        **gpu_common(b), "graph_id": b.column("graphId"),
+        "graph_exec_id": b.column("graphExecId"),
     },
 )
 
@@ -770,8 +787,8 @@ MEMORY = TableSpec(
 )
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (
-    KERNELS, CUDA_API, MEMCPY, MEMSET, SYNCS, NVTX, GPU_METRICS, CUDA_GRAPH_NODES, THREADS,
-    MEMORY)}
+    KERNELS, CUDA_API, MEMCPY, MEMSET, SYNCS, GRAPH_EXECS, NVTX, GPU_METRICS, CUDA_GRAPH_NODES,
+    THREADS, MEMORY)}
 
 
 def entry_spec(name: str) -> TableSpec:

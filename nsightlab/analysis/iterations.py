@@ -1,0 +1,374 @@
+"""Iterations found in the trace itself, for runs without NVTX iteration ranges.
+
+Most reports people share have no ``iterN`` ranges: PyTorch loops, LLM decode loops, ONNX
+Runtime sessions. Their iterations are still in the trace, as **a sequence of GPU operations
+that repeats** (kernel names in launch order, copies by direction, memsets, whole-graph
+executions), one level of several: 12 blocks inside a forward pass, 24 tokens inside a
+``generate()`` call, 3 calls.
+
+**A level is an iteration, not a layer, when its boundaries are where host and GPU meet**: a
+synchronizing call that returned between two operations (the host waited for the GPU), a host
+gap with the GPU idle, a graph launch. Blocks that run back to back inside a pass are layers.
+So:
+
+1. operations of the busiest GPU in start order become tokens (never row order: exports of
+   nsys 2025.6 and later are not in time order);
+2. each candidate level comes from *anchor* tokens that occur exactly ``c`` times (``c`` >= 3):
+   their occurrences cut the run into ``c`` units, moved back to the boundary evidence just
+   before each occurrence; units are compared by a multiset hash (a prefix sum of random
+   64-bit values per token, so the comparison is O(1) per unit and tolerant of kernels that
+   swap order between streams);
+3. among levels whose units are mostly alike, the innermost one with boundary evidence at most
+   of its boundaries is the iteration (a decode step, not the layer inside it, not the
+   ``generate()`` call around it); without any evidence (a fully asynchronous loop) the
+   outermost level that repeats at least ``MIN_REPEATS`` times.
+
+Iterations are returned as CPU ranges (first launch call to last, like NVTX ranges), so the
+time budget tiles them into wall-clock windows exactly as it does NVTX iterations. The source
+says what was used and how regular it is. Where nothing repeats, nothing is returned and the
+callers fall back to the whole span.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nsightlab.analysis.classify import sync_kind
+from nsightlab.analysis.launches import pairs
+from nsightlab.read.report import Report
+
+#: a level must repeat at least this often to be a loop
+MIN_REPEATS = 3
+#: share of a level's units that must be alike (the same operations as the most common unit)
+#: for the level to count
+MIN_ALIKE = 0.6
+#: share of its boundaries that must carry host/GPU evidence for a level to be "evidenced"
+MIN_EVIDENCE = 0.7
+#: share of the GPU's busy time the units must hold
+MIN_COVERAGE = 0.1
+#: anchor counts tried (the most supported ones)
+MAX_LEVELS = 40
+#: anchors tried per level (those seen first)
+ANCHORS_PER_LEVEL = 4
+#: warm-up iterations are looked for at most this many regular units before the loop
+WARM_UP_SPREAD = 20
+WARM_UP_OPS = 5000
+#: a GPU idle gap this long, with the next launch call starting after it, marks a host gap
+HOST_GAP_NS = 1_000_000
+#: tokens of operations that are not kernels (kernel tokens are name codes >= 0): copies and
+#: memsets count down from OTHER_TOKEN, graph executions from GRAPH_TOKEN
+OTHER_TOKEN = -1
+GRAPH_TOKEN = -(1 << 40)
+
+
+@dataclass
+class Found:
+    """Iterations found in a trace: ``ranges`` (name, start_ns, end_ns on the CPU, like NVTX
+    iteration ranges; empty when nothing repeats), ``source`` (one sentence: the evidence and
+    how regular), the level's numbers, and ``outer``: iterations per outer unit (a decode step's
+    ``generate()`` call), 0 when there is none."""
+    ranges: pd.DataFrame
+    source: str
+    operations: int = 0  # operations in the modal unit
+    alike_pct: float = 0.0
+    coverage_pct: float = 0.0
+    evidence: str = ""
+    outer: int = 0
+    levels: list = field(default_factory=list)  # every candidate level considered
+
+
+def sync_calls(report: Report) -> pd.DataFrame:
+    """Synchronizing API calls: api_name and end_ns, sorted by end."""
+    if not report.has_rows("cuda_api"):
+        return pd.DataFrame({"api_name": [], "end_ns": np.array([], np.int64)})
+    names = report.cuda_api(["name"])["name"]
+    wanted = [n for n in names.cat.categories if sync_kind(str(n))]
+    rows = np.flatnonzero(names.isin(wanted).to_numpy())
+    ends = report.take("cuda_api", ["end_ns"], rows)["end_ns"].to_numpy(np.int64)
+    api = names.iloc[rows].astype(str).to_numpy()
+    order = np.argsort(ends, kind="stable")
+    return pd.DataFrame({"api_name": api[order], "end_ns": ends[order]})
+
+
+def operations(report: Report) -> dict[str, np.ndarray]:
+    """GPU operations as arrays: token, device_id, start_ns, end_ns, api_start_ns and
+    api_end_ns (of the launching call; NaN where none), sorted by device then start."""
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in
+                                          ("token", "device_id", "start_ns", "end_ns",
+                                           "api_start_ns", "api_end_ns")}
+    other = 0
+    for table in ("kernels", "memcpy", "memset", "graph_execs"):
+        if not report.has_rows(table):
+            continue
+        extra = {"kernels": ["name"], "memcpy": ["copy_kind", "bytes"], "memset": ["bytes"],
+                 "graph_execs": ["graph_id"]}[table]
+        ops = report.table(table, ["device_id", "start_ns", "end_ns", *extra])
+        if table == "kernels":
+            token = ops["name"].cat.codes.to_numpy().astype(np.int64)
+        elif table == "graph_execs":
+            token = GRAPH_TOKEN - ops["graph_id"].to_numpy().astype(np.int64)
+        else:  # copies and memsets by kind and size: the loop moves the same buffers each
+            # time, set-up moves tensors of every shape once
+            kind = ops["copy_kind"].astype(str) if table == "memcpy" else \
+                pd.Series("memset", index=ops.index)
+            key = kind + ":" + ops["bytes"].astype("Int64").astype(str)
+            token = OTHER_TOKEN - pd.factorize(key)[0].astype(np.int64) - other
+            other += len(set(key))
+        api_s, api_e = np.full(len(ops), np.nan), np.full(len(ops), np.nan)
+        oi, ai = pairs(report, table)
+        if len(oi):
+            calls = report.take("cuda_api", ["start_ns", "end_ns"], ai)
+            api_s[oi] = calls["start_ns"].to_numpy()
+            api_e[oi] = calls["end_ns"].to_numpy()
+        parts["token"].append(token)
+        parts["device_id"].append(ops["device_id"].to_numpy().astype(np.int32))
+        parts["start_ns"].append(ops["start_ns"].to_numpy().astype(np.int64))
+        parts["end_ns"].append(ops["end_ns"].to_numpy().astype(np.int64))
+        parts["api_start_ns"].append(api_s)
+        parts["api_end_ns"].append(api_e)
+    if not parts["token"]:
+        return {c: np.empty(0) for c in parts}
+    out = {c: np.concatenate(v) for c, v in parts.items()}
+    order = np.lexsort((out["start_ns"], out["device_id"]))
+    return {c: v[order] for c, v in out.items()}
+
+
+def find(report: Report, ops: dict[str, np.ndarray] | None = None,
+         syncs: pd.DataFrame | None = None) -> Found:
+    """The iterations of a run without iteration ranges (see the module docstring)."""
+    ops = operations(report) if ops is None else ops
+    if len(ops["token"]) < 2 * MIN_REPEATS:
+        return Found(_no_ranges(), "too few GPU operations to find a repeating sequence")
+    devices, counts = np.unique(ops["device_id"], return_counts=True)
+    dev = devices[np.argmax(counts)]  # the busiest GPU's sequence decides
+    sel = ops["device_id"] == dev
+    ops = {c: v[sel] for c, v in ops.items()}
+    syncs = sync_calls(report) if syncs is None else syncs
+    cut, why = _boundaries(ops, syncs)
+    levels = _levels(ops, cut)
+    if not levels:
+        return Found(_no_ranges(), "no repeating sequence of GPU operations: the whole span "
+                     "of GPU activity is one iteration", levels=[])
+    # a level whose units launch no kernel is data movement (set-up copies of same-shaped
+    # weights): the loop only where nothing else repeats
+    levels = [lv for lv in levels if lv["computes"]] or levels
+    evidenced = [lv for lv in levels if lv["evidence"] >= MIN_EVIDENCE]
+    if evidenced:  # the innermost level, of those holding the loop, whose boundaries are
+        # where host and GPU meet (a decode step: not the layer inside, not the call around)
+        most = max(lv["coverage"] for lv in evidenced)
+        best = max((lv for lv in evidenced if lv["coverage"] >= 0.5 * most),
+                   key=lambda lv: (lv["count"], lv["alike"]))
+    else:  # a fully asynchronous loop: the outermost level that repeats
+        alike = [lv for lv in levels if lv["alike"] >= 0.8] or levels
+        best = min(alike, key=lambda lv: (lv["count"], -lv["alike"]))
+    outer = [lv for lv in evidenced if lv["count"] < best["count"]
+             and best["count"] % lv["count"] == 0 and lv["alike"] >= 0.9]
+    per_outer = best["count"] // max(lv["count"] for lv in outer) if outer else 0
+    ranges = _ranges(ops, best["starts"], best["ends"])
+    reasons = _evidence_words(why, best["starts"]) if best["evidence"] >= MIN_EVIDENCE else \
+        "none (an asynchronous loop): the outermost level that repeats"
+    shape = (f"{per_outer} iterations x {best['count'] // per_outer} outer units of "
+             if per_outer else f"{best['count']} iterations of ")
+    source = (f"found in the trace (no NVTX iteration ranges): {shape}a "
+              f"{best['length']}-operation sequence, {best['alike']:.0%} of them alike, in "
+              f"{best['coverage']:.0%} of the GPU's busy time; boundaries: {reasons}")
+    return Found(ranges, source, operations=best["length"], alike_pct=100 * best["alike"],
+                 coverage_pct=100 * best["coverage"], evidence=reasons, outer=per_outer,
+                 levels=[{k: v for k, v in lv.items() if k not in ("starts", "ends")}
+                         for lv in levels])
+
+
+def _no_ranges() -> pd.DataFrame:
+    return pd.DataFrame({"name": pd.Series(dtype=object), "start_ns": np.array([], np.int64),
+                         "end_ns": np.array([], np.int64)})
+
+
+def _boundaries(ops: dict, syncs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Boundary evidence before each operation i (``cut[i]``) and what it was (``why[i]``: 0
+    none, 1 a sync returned, 2 a graph launch, 3 a host gap with the GPU idle)."""
+    n = len(ops["token"])
+    start, end = ops["start_ns"], ops["end_ns"]
+    api = np.where(np.isnan(ops["api_start_ns"]), start, ops["api_start_ns"])
+    done = np.maximum.accumulate(end)  # the GPU finished everything before op i at done[i-1]
+    why = np.zeros(n, np.int8)
+    if n > 1:
+        lo = np.maximum(done[:-1], api[:-1])  # after op i-1 finished and was launched ...
+        hi = api[1:]  # ... and before op i's launch call
+        se = syncs["end_ns"].to_numpy(np.int64)
+        if len(se):
+            k = np.searchsorted(se, hi, "right") - 1
+            synced = (k >= 0) & (se[np.maximum(k, 0)] >= lo)
+            why[1:][synced] = 1
+        gap = (start[1:] - done[:-1] >= HOST_GAP_NS) & (api[1:] - done[:-1] >= HOST_GAP_NS)
+        why[1:][(why[1:] == 0) & gap] = 3
+    why[(ops["token"] <= GRAPH_TOKEN) & (why == 0)] = 2
+    why[0] = 0
+    return why > 0, why
+
+
+def _levels(ops: dict, cut: np.ndarray) -> list[dict]:
+    """Every candidate level, as units (``starts``/``ends``, operation indices) with how alike
+    they are, how many boundaries carry evidence and the share of busy time they hold. Units
+    come from anchors (tokens occurring exactly ``count`` times, their occurrences moved back
+    to the evidence just before them) and from the evidence itself (the segments between
+    boundaries, grouped in the period that makes them most alike: a training step holds two
+    syncs, the optimizer's and the loss's)."""
+    tok = ops["token"]
+    n = len(tok)
+    codes, inv = np.unique(tok, return_inverse=True)
+    counts = np.bincount(inv)
+    h = np.random.default_rng(0).integers(0, np.iinfo(np.int64).max, len(codes),
+                                          dtype=np.int64).astype(np.uint64)
+    m = {"prefix": np.concatenate([[np.uint64(0)], np.cumsum(h[inv], dtype=np.uint64)]),
+         "busy": np.concatenate([[0.0], np.cumsum((ops["end_ns"] - ops["start_ns"])
+                                                  .astype(np.float64))]),
+         "cut": cut, "token": tok, "kernel": (tok >= 0) | (tok <= GRAPH_TOKEN)}
+    first = np.full(len(codes), n, np.int64)
+    np.minimum.at(first, inv, np.arange(n))
+    cuts = np.flatnonzero(cut)
+    out = []
+    # anchors: candidate counts by support (operations explained by tokens of exactly c)
+    cand = pd.Series(counts[counts >= MIN_REPEATS]).value_counts()
+    support = cand.index.to_numpy() * cand.to_numpy()
+    for c in sorted(int(x) for x in cand.index.to_numpy()[np.argsort(-support,
+                                                                     kind="stable")][:MAX_LEVELS]):
+        anchors = np.flatnonzero(counts == c)
+        tried = []
+        for a in anchors[np.argsort(first[anchors], kind="stable")][:ANCHORS_PER_LEVEL]:
+            got = _anchor_level(m, np.flatnonzero(inv == a), cuts, n)
+            if got:
+                tried.append(got)
+        if tried:  # the anchor whose units hold the loop best
+            out.append(max(tried, key=lambda lv: lv["alike"] * lv["coverage"]))
+    # evidence: segments between boundaries, in groups of p
+    if len(cuts) >= MIN_REPEATS:
+        seg = np.concatenate([[0], cuts, [n]])
+        seg = np.unique(seg)
+        best = None
+        for p in range(1, 9):
+            for phase in range(p):
+                b = seg[phase::p]
+                if len(b) <= MIN_REPEATS:
+                    continue
+                got = _assess(m, b[:-1], b[1:])
+                if got and (best is None or got["alike"] > best["alike"] + 0.02):
+                    best = got
+        if best:
+            best["source"] = "segments"
+            out.append(best)
+    return out
+
+
+def _anchor_level(m: dict, q: np.ndarray, cuts: np.ndarray, n: int) -> dict | None:
+    """Units starting at the anchor's occurrences ``q``, each moved back to the last boundary
+    evidence since the previous occurrence."""
+    prev = np.concatenate([[max(0, 2 * q[0] - q[1])], q[:-1]])
+    j = np.searchsorted(cuts, q, "right") - 1
+    at = cuts[np.maximum(j, 0)] if len(cuts) else q
+    has = (j >= 0) & (at > prev) if len(cuts) else np.zeros(len(q), bool)
+    starts = np.maximum.accumulate(np.where(has, at, q))
+    if (np.diff(starts) <= 0).any():
+        return None
+    modal = int(np.median(np.diff(starts)))
+    k = np.searchsorted(cuts, starts[-1] + max(modal // 2, 1), "left")
+    last = int(cuts[k]) if k < len(cuts) and cuts[k] <= starts[-1] + 1.5 * modal + 1 \
+        else min(n, int(starts[-1]) + modal)
+    got = _assess(m, starts, np.concatenate([starts[1:], [last]]))
+    if got:
+        got["source"] = "anchor"
+    return got
+
+
+def _assess(m: dict, starts: np.ndarray, ends: np.ndarray) -> dict | None:
+    """A level's units kept to the loop (from the first to the last unit at least half the
+    size of the most common unit: set-up copies and stray operations before and after the loop
+    are left out), with alike (share of operations in units like the most common one),
+    evidence (share of boundaries with host/GPU evidence) and coverage (share of busy time)."""
+    sig = m["prefix"][ends] - m["prefix"][starts]
+    sizes = (ends - starts).astype(np.float64)
+    uniq, sig_inv = np.unique(sig, return_inverse=True)
+    # the loop's unit: of the units that recur (MIN_REPEATS times or more), the one holding the
+    # most operations in all (one long warm-up unit does not recur; set-up copies recur but
+    # hold one operation each)
+    per_sig = np.bincount(sig_inv)
+    size_of = np.zeros(len(uniq))
+    size_of[sig_inv] = sizes
+    weight = np.where(per_sig >= MIN_REPEATS, per_sig * size_of, -1.0)
+    modal = int(np.argmax(weight)) if weight.max() > 0 else int(np.argmax(per_sig))
+    # the loop: from the first unit like the most common one to the last (set-up before and
+    # clean-up after are left out), then back over the warm-up (``_warm_up``)
+    at = np.flatnonzero(sig_inv == modal)
+    lo, hi = int(at[0]), int(at[-1]) + 1
+    starts, ends, sizes, sig_inv = starts[lo:hi], ends[lo:hi], sizes[lo:hi], sig_inv[lo:hi]
+    warm = _warm_up(m, int(starts[0]), int(ends[0] - starts[0]))
+    if len(warm):
+        starts = np.concatenate([warm, starts])
+        ends = np.concatenate([warm[1:], [starts[len(warm)]], ends])
+        sizes = (ends - starts).astype(np.float64)
+        sig_inv = np.concatenate([np.full(len(warm), -1), sig_inv])
+    c = len(starts)
+    if c < MIN_REPEATS:
+        return None
+    a, b = starts[np.argmax(sig_inv == modal)], ends[np.argmax(sig_inv == modal)]
+    computes = bool((m["kernel"][a:b]).any())
+    alike = float((sig_inv == modal).mean())
+    coverage = float(m["busy"][ends[-1]] - m["busy"][starts[0]]) / (m["busy"][-1] or 1.0)
+    evidence = float(m["cut"][starts[1:]].mean())
+    if alike < MIN_ALIKE or coverage < MIN_COVERAGE:
+        return None
+    return {"count": c, "length": int(np.median(sizes)), "alike": alike, "coverage": coverage,
+            "evidence": evidence, "computes": computes, "starts": starts, "ends": ends}
+
+
+def _warm_up(m: dict, start: int, size: int) -> np.ndarray:
+    """Starts of the warm-up iterations before the loop's first regular unit at ``start``.
+    Going back boundary by boundary (or, in a loop without boundaries, occurrence by
+    occurrence of the unit's first token), each earlier stretch that holds the first token of
+    the regular unit is an iteration, up to ``WARM_UP_OPS`` operations long: compilation,
+    autotuning and allocation lengthen the first iterations, they do not change how they
+    begin. Set-up (weights copied in, no such token) ends the walk."""
+    tok, cut = m["token"], m["cut"]
+    t, here, out = tok[start], start, []
+    limit = max(WARM_UP_SPREAD * max(size, 1), WARM_UP_OPS)
+    cuts = np.flatnonzero(cut[:start])
+    while here > 0:
+        lo = max(0, here - limit)
+        seen = np.flatnonzero(tok[lo:here] == t)
+        if not len(seen):
+            break
+        o = lo + int(seen[-1])  # the token's previous occurrence, and the boundary before it
+        before = np.flatnonzero(tok[lo:o] == t)
+        floor = lo + int(before[-1]) if len(before) else lo
+        k = np.searchsorted(cuts, o, "right") - 1
+        p = int(cuts[k]) if k >= 0 and cuts[k] > floor else o
+        if cut[start] and not cut[p]:
+            break  # the loop's units begin at evidence: one that does not is set-up
+        out.append(p)
+        here = p
+    return np.array(out[::-1], np.int64)
+
+
+def _ranges(ops: dict, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
+    """Each unit as a CPU range: from the first launch call of its operations to the end of the
+    last (GPU times where a launch call is missing)."""
+    s = np.where(np.isnan(ops["api_start_ns"]), ops["start_ns"], ops["api_start_ns"])
+    e = np.where(np.isnan(ops["api_end_ns"]), ops["start_ns"], ops["api_end_ns"])
+    lo = np.array([s[a:b].min() for a, b in zip(starts, ends)], np.int64)
+    hi = np.array([e[a:b].max() for a, b in zip(starts, ends)], np.int64)
+    hi = np.maximum(hi, lo)
+    # ranges must not overlap (the budget tiles them): end each where the next starts
+    hi[:-1] = np.minimum(hi[:-1], lo[1:])
+    return pd.DataFrame({"name": [f"iter{i}" for i in range(len(lo))], "start_ns": lo,
+                         "end_ns": hi})
+
+
+def _evidence_words(why: np.ndarray, starts: np.ndarray) -> str:
+    """What marked the boundaries, most common first."""
+    kinds = why[starts[1:]]
+    words = {1: "a synchronizing call returned (the host waited for the GPU)",
+             2: "a CUDA graph launch", 3: "a host gap with the GPU idle"}
+    found = [(int((kinds == k).sum()), w) for k, w in words.items() if (kinds == k).any()]
+    total = max(len(kinds), 1)
+    return "; ".join(f"{w} at {n / total:.0%}" for n, w in sorted(found, reverse=True))
