@@ -56,7 +56,7 @@ def test_fp8_diff_sections(fp16_vs_fp8):
                                 "conversion", "only_b", "overheads", "tensor_core", "budget"}
     # the budget of each run adds up to its wall-clock iteration, and both are compute-bound
     for side in ("a", "b"):
-        assert d.budget[f"{side}_ns"].sum() == pytest.approx(d.headline[f"{side}_iteration_ns"])
+        assert d.budget[f"{side}_ns"].sum() == pytest.approx(d.headline[f"{side}_mean_ns"])
         assert d.headline[f"{side}_verdict"] == "compute-bound" and not d.headline[f"{side}_warnings"]
 
 
@@ -178,8 +178,10 @@ def test_unclosed_ranges_and_no_iteration_ranges_synthetic_from_real(sqlite_of, 
     with sqlite3.connect(flat) as c:
         c.execute("DELETE FROM NVTX_EVENTS WHERE text LIKE 'iter%'")
     d = nsightlab.diff(unclosed, flat)
-    assert d.headline["a_iterations"] == 20 and d.headline["b_iterations"] == 1
-    assert "no NVTX iteration ranges" in d.headline["b_iteration_source"]
+    # without its iteration ranges, the 20 passes are found in the trace (within 10%)
+    # (the trace also holds the workload's 3 unmarked warm-up passes: 20 to 23 are right)
+    assert d.headline["a_iterations"] == 20 and 20 <= d.headline["b_iterations"] <= 23
+    assert "found in the trace (no NVTX iteration ranges)" in d.headline["b_iteration_source"]
     assert abs(d.by_class["b_ns"].sum() - d.headline["b_kernel_ns"]) < 1
 
 
@@ -283,5 +285,10 @@ def test_launches_outside_iterations_left_out_but_counted(stem, sqlite_of, cache
     dur = (lk["end_ns"] - lk["start_ns"]).to_numpy()
     p = profile._compute(report, "x")
     assert p.outside_kernel_ns == pytest.approx(float(dur[~inside].sum()), abs=0.5)
-    assert p.kernel_ns * p.iterations == pytest.approx(float(dur[inside].sum()), rel=1e-12)
+    # per-iteration numbers are over the steady iterations: all of them, or some left out
+    steady = p.kernel_ns * p.steady_iterations
+    if p.steady_iterations == p.iterations:
+        assert steady == pytest.approx(float(dur[inside].sum()), rel=1e-12)
+    else:
+        assert 0 < steady < float(dur[inside].sum())
     assert len(iters) and (~inside).any()  # the case exercised: some launches are outside

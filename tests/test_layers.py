@@ -141,3 +141,13 @@ def test_recipes_import_only_the_recipe_api(graph):
     other = {name: sorted(t for t in targets if t != "nsightlab.recipe_api")
              for name, targets in graph.items() if name.startswith("nsightlab._recipes.")}
     assert not any(other.values()), other
+
+
+def test_the_code_fingerprint_covers_every_layer():
+    """Derived results are cached under a fingerprint of the code: an edit in any layer (the
+    analysis above all) must change it, not only an edit beside the cache module."""
+    from nsightlab.read.table_cache import code_files
+
+    files = {p.relative_to(PACKAGE).as_posix() for p in code_files()}
+    for layer in ("analysis/budget.py", "comparison/diff.py", "read/tables.py", "__init__.py"):
+        assert layer in files, layer

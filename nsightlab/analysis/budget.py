@@ -50,7 +50,9 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     in_gap_chunks,
     max_end_per_iteration,
 )
+from nsightlab.analysis import iterations, steady
 from nsightlab.analysis.classify import sync_kind
+from nsightlab.analysis.completeness import LAUNCH_CALLS
 from nsightlab.analysis.launches import pairs
 from nsightlab.analysis.timeline import covered, union
 from nsightlab.read.frames import release_memory
@@ -113,13 +115,25 @@ def iteration_ranges(report: Report) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
+def ranges(report: Report, syncs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
+    """The iteration ranges and how they were found: NVTX iteration ranges where the run has
+    them, else iterations found in the trace (``iterations.find``); empty when neither."""
+    iters = iteration_ranges(report)
+    if len(iters):
+        return iters, (f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}"
+                       "...), wall-clock")
+    found = iterations.find(report, syncs=syncs)
+    return found.ranges, found.source
+
+
 def gpu_ops(report: Report) -> dict[str, np.ndarray]:
-    """Every kernel, copy and memset as arrays in start order: device_id, start_ns, end_ns,
+    """Every kernel, copy, memset and whole-graph execution (graph-level traces) as arrays in
+    start order: device_id, start_ns, end_ns,
     api_start_ns (the start of the API call that launched it; NaN where none was recorded) and
     part (the index of its ``BUSY_PARTS`` entry). The join is ``launches.pairs`` (integer
     keys), and plain arrays, not a DataFrame: no copies of millions of rows."""
     cols: dict[str, list[np.ndarray]] = {c: [] for c in OP_COLUMNS}
-    for table in ("kernels", "memcpy", "memset"):
+    for table in ("kernels", "memcpy", "memset", "graph_execs"):
         if not report.has_rows(table):
             continue
         oi, ai = pairs(report, table)
@@ -131,7 +145,7 @@ def gpu_ops(report: Report) -> dict[str, np.ndarray]:
         if table == "memcpy":
             code = _copy_codes(ops)
         else:
-            code = np.full(len(ops), BUSY_PARTS.index("kernels" if table == "kernels" else "memset"),
+            code = np.full(len(ops), BUSY_PARTS.index("memset" if table == "memset" else "kernels"),
                            np.int8)
         for c, v in (("device_id", ops["device_id"].to_numpy(np.int32)),
                      ("start_ns", ops["start_ns"].to_numpy(np.int64)),
@@ -237,25 +251,25 @@ class MemoryOps:
 
 def _compute(report: Report, ops) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     syncs = ops.syncs()
-    iters = iteration_ranges(report)
+    iters, source = ranges(report, syncs) if ops.count else (iteration_ranges(report), "")
     if len(iters) and ops.count:
         start, end = windows(iters, ops.gpu_end(iters))
         names = iters["name"].map(base_name).to_numpy()
-        source = f"{len(iters)} NVTX iteration ranges ({names[0]}...), wall-clock"
     else:
         lo, hi = ops.span() if ops.count else (0, 0)
         start, end, names = np.array([lo]), np.array([hi]), np.array([WHOLE_RUN])
-        source = ("no NVTX iteration ranges: the whole span of GPU activity as one iteration"
+        source = (f"{source}: the whole span of GPU activity as one iteration"
                   if ops.count else "no GPU activity")
+    phase = steady.phases(end - start)
     rows, causes = [], []
     for dev, (parts, idle) in ops.budgets(start, end, syncs).items():
         rows.append(pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
                                   "device_id": int(dev), "start_ns": start, "end_ns": end,
-                                  "wall_ns": end - start, **parts}))
+                                  "wall_ns": end - start, **parts, "phase": phase}))
         causes.append(idle)
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
         columns=["iteration", "name", "device_id", "start_ns", "end_ns", "wall_ns",
-                 *(f"{p}_ns" for p in PARTS), "hidden_copy_ns"])
+                 *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", "phase"])
     by_sync = merge_by_sync(causes)
     by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
     del ops, rows, causes
@@ -288,15 +302,7 @@ def merge_by_sync(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def _sync_calls(report: Report) -> pd.DataFrame:
     """Synchronizing API calls: api_name and end_ns, sorted by end."""
-    if not report.has_rows("cuda_api"):
-        return pd.DataFrame({"api_name": [], "end_ns": np.array([], np.int64)})
-    names = report.cuda_api(["name"])["name"]
-    wanted = [n for n in names.cat.categories if sync_kind(str(n))]
-    rows = np.flatnonzero(names.isin(wanted).to_numpy())
-    ends = report.take("cuda_api", ["end_ns"], rows)["end_ns"].to_numpy(np.int64)
-    api = names.iloc[rows].astype(str).to_numpy()
-    order = np.argsort(ends, kind="stable")
-    return pd.DataFrame({"api_name": api[order], "end_ns": ends[order]})
+    return iterations.sync_calls(report)
 
 
 def _device_budget(ops: dict, start: np.ndarray, end: np.ndarray,
@@ -381,20 +387,74 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
     params = {**DEFAULTS, **(params or {})}
     rows = []
     for dev, g in table.groupby("device_id", sort=True):
-        wall = float(g["wall_ns"].mean())
-        row = {"device_id": int(dev), "iterations": len(g), "wall_ns": wall,
-               "wall_med_ns": float(g["wall_ns"].median())}
+        phase = g["phase"].to_numpy() if "phase" in g else np.full(len(g), steady.STEADY)
+        st = steady.stats(g["wall_ns"].to_numpy(float), phase)
+        use = g[phase == steady.STEADY] if st["steady_iterations"] else g
+        wall = float(use["wall_ns"].mean())
+        row = {"device_id": int(dev), "iterations": len(g),
+               "steady_iterations": st["steady_iterations"],
+               "warmup_iterations": st["warmup_iterations"],
+               "outlier_iterations": st["outlier_iterations"], "wall_ns": wall,
+               "wall_med_ns": st["p50_ns"], "wall_p95_ns": st["p95_ns"],
+               "wall_p99_ns": st["p99_ns"], "wall_cov_pct": st["cov_pct"]}
         for p in PARTS:
-            row[f"{p}_ns"] = float(g[f"{p}_ns"].mean())
+            row[f"{p}_ns"] = float(use[f"{p}_ns"].mean())
         for p in PARTS:
             row[f"{p}_pct"] = 100.0 * row[f"{p}_ns"] / wall if wall else 0.0
-        row["hidden_copy_ns"] = float(g["hidden_copy_ns"].mean())
+        row["hidden_copy_ns"] = float(use["hidden_copy_ns"].mean())
         row["verdict"], row["evidence"], row["advice"] = verdict(row, by_sync, graphs, params)
         if (g["name"] == WHOLE_RUN).all():
-            row["evidence"] += ("; the whole run, set-up included (no NVTX iteration ranges: "
-                                "name one range per iteration iterN for a steady-state verdict)")
+            row["evidence"] += ("; the whole run, set-up included (no iterations found: name "
+                                "one NVTX range per iteration, iterN, for a steady-state verdict)")
+        elif steady_words(st):
+            row["evidence"] += "; " + steady_words(st).lstrip("; ")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
+    """A completeness finding (``partial``) when iterations of the budget ``table`` ran no
+    kernel although kernel launch calls were made inside them: the trace lacks their kernels
+    (the kernel trace stopped, buffers were lost, the capture was cut). None otherwise. The
+    launch calls are read only when some iteration has no kernel time."""
+    if not len(table) or (table["name"] == WHOLE_RUN).all():
+        return None
+    first = table[table["device_id"] == table["device_id"].iloc[0]]
+    empty = first["kernels_ns"].to_numpy() == 0
+    if not empty.any() or not report.has_rows("cuda_api"):
+        return None
+    names = report.cuda_api(["name"])["name"]
+    wanted = [c for c in names.cat.categories if LAUNCH_CALLS.match(str(c))]
+    rows = np.flatnonzero(names.isin(wanted).to_numpy())
+    t = np.sort(report.take("cuda_api", ["start_ns"], rows)["start_ns"].to_numpy(np.int64))
+    lo, hi = first["start_ns"].to_numpy(np.int64), first["end_ns"].to_numpy(np.int64)
+    launched = np.searchsorted(t, hi, "right") - np.searchsorted(t, lo, "left")
+    bad = empty & (launched > 0)
+    if not bad.any():
+        return None
+    which = ", ".join(str(i) for i in first["iteration"].to_numpy()[bad][:5])
+    return {"check": "iterations_without_gpu_work", "severity": "partial",
+            "message": f"{int(bad.sum())} of {len(first)} iterations hold no kernel although "
+                       f"{int(launched[bad].sum()):,} kernel launch calls were made in them "
+                       f"(iteration {which}{' ...' if bad.sum() > 5 else ''}): the trace lacks "
+                       "their kernels (kernel trace stopped, buffers lost, capture cut); "
+                       "verdicts are withheld"}
+
+
+def steady_words(st: dict) -> str:
+    """What the verdict averaged over, said in one clause: steady iterations, warm-up and
+    outliers left out, and whether the steady state is stable."""
+    n, k = st["iterations"], st["steady_iterations"]
+    left = [f"{st[f'{w}_iterations']} {label}" for w, label in
+            (("warmup", "warm-up"), ("outlier", "outlier(s)")) if st[f"{w}_iterations"]]
+    out = (f"mean of {k} steady iterations of {n} ({', '.join(left)} left out)" if left
+           else "")
+    if st["p50_ns"] and abs(st["mean_ns"] - st["p50_ns"]) > steady.MEAN_MEDIAN_PCT / 100 * st["p50_ns"]:
+        out += f"; the median steady iteration is {st['p50_ns'] / 1e6:.3f} ms"
+    if st["cov_pct"] > steady.UNSTABLE_COV_PCT:
+        out += (f"; UNSTABLE: the steady iterations vary by {st['cov_pct']:.0f}% (CoV), so one "
+                "run's numbers may not repeat")
+    return out
 
 
 def busy_pct(row) -> float:

@@ -47,7 +47,9 @@ from nsightlab.read.reader import readers
 BATCH_ROWS = 1 << 20
 #: operations joined to their launch calls at once (``StreamedOps._windows``)
 JOIN_ROWS = 2_000_000
-TABLES = ("kernels", "memcpy", "memset")
+#: graph executions of a graph-level trace are GPU work like kernels (they hold the replayed
+#: graphs' kernels, which have no records of their own)
+TABLES = ("kernels", "memcpy", "memset", "graph_execs")
 _MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 #: operation columns ``bops`` has anyway (a launch table asking for them adds nothing)
 _IN_BOPS = ("start_ns", "end_ns", "device_id")
@@ -164,7 +166,7 @@ class StreamedOps:
                     f"FROM {view})")
         extra = "".join(f", {c}" for c, _ in share["op"][1:]) if share else ""
         if table != "memcpy":
-            part = BUSY_PARTS.index("kernels" if table == "kernels" else "memset")
+            part = BUSY_PARTS.index("memset" if table == "memset" else "kernels")
             return (f"SELECT device_id, start_ns, end_ns, pid, correlation_id, "
                     f"{part}::TINYINT AS part, {i} AS tbl, row{extra} FROM {view}")
         trio = ("copy_kind", "src_kind", "dst_kind")

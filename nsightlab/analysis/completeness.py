@@ -52,7 +52,20 @@ def _check(report: Report) -> list[dict]:
     cuda_on = traced(report.capture_options, "CUDA")
     kernels = report.row_count("kernels")
     launches, graph_launches = _launch_calls(report, kernels)
-    if kernels == 0 and launches:
+    captured = _captured_launches(report) if kernels < KERNEL_RECORD_SHARE * (
+        launches - graph_launches) else 0
+    launches -= captured  # recorded into a CUDA graph: they run, and are traced, on replay
+    graph_runs = report.row_count("graph_execs")
+    if graph_launches and not graph_runs and not _graph_node_kernels(report):
+        out.append(_f("graph_launches_untraced", "partial",
+                      f"{graph_launches:,} CUDA graph launches but neither graph executions "
+                      "nor kernels of graph nodes are recorded: the replays' GPU work is "
+                      "missing (trace lost, or an nsys that records neither); profile with "
+                      "nsys profile --trace=cuda (add --cuda-graph-trace=node for per-kernel "
+                      "detail)"))
+    if kernels == 0 and graph_runs:
+        pass  # a graph-level trace: the graph executions are the GPU work
+    elif kernels == 0 and launches:
         out.append(_f("kernels_missing", "partial",
                       f"{launches:,} kernel launch calls are recorded but no kernel: the kernel "
                       "trace was lost (the application crashed or was killed before nsys "
@@ -164,6 +177,42 @@ def _launch_calls(report: Report, kernels: int) -> tuple[int, int]:
         return int(1 + np.count_nonzero(key[1:] != key[:-1]))
 
     return calls(launch_ids), calls(graph_ids)
+
+
+CAPTURE_BEGIN = re.compile(r"^(cudaStreamBeginCapture|cuStreamBeginCapture)")
+CAPTURE_END = re.compile(r"^(cudaStreamEndCapture|cuStreamEndCapture)")
+
+
+def _captured_launches(report: Report) -> int:
+    """Kernel launch calls made inside a stream capture (between ``cudaStreamBeginCapture`` and
+    ``cudaStreamEndCapture`` on the same thread): they record graph nodes, never run then, and
+    leave no kernel record of their own."""
+    if not report.has_rows("cuda_api"):
+        return 0
+    names = report.cuda_api(["name"])["name"]
+    cats = [str(c) for c in names.cat.categories]
+    begin = [c for c in cats if CAPTURE_BEGIN.match(c)]
+    if not begin:
+        return 0
+    end = [c for c in cats if CAPTURE_END.match(c)]
+    launch = [c for c in cats if LAUNCH_CALLS.match(c) and not GRAPH_LAUNCH.match(c)]
+    rows = np.flatnonzero(names.isin(begin + end + launch).to_numpy())
+    calls = report.take("cuda_api", ["name", "tid", "start_ns"], rows)
+    calls["name"] = calls["name"].astype(str)
+    captured = 0
+    for _, g in calls.sort_values("start_ns", kind="stable").groupby("tid", sort=False):
+        depth = np.cumsum(np.where(g["name"].str.match(CAPTURE_BEGIN.pattern), 1,
+                                   np.where(g["name"].str.match(CAPTURE_END.pattern), -1, 0)))
+        is_launch = g["name"].isin(launch).to_numpy()
+        captured += int((is_launch & (depth > 0)).sum())
+    return captured
+
+
+def _graph_node_kernels(report: Report) -> bool:
+    """Whether any kernel was recorded as a graph node (a node-level trace of the replays)."""
+    if not report.has_rows("kernels"):
+        return False
+    return bool(report.kernels(["graph_node_id"])["graph_node_id"].notna().any())
 
 
 def _sm_active(report: Report) -> float | None:

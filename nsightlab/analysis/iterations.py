@@ -302,6 +302,12 @@ def _assess(m: dict, starts: np.ndarray, ends: np.ndarray) -> dict | None:
     at = np.flatnonzero(sig_inv == modal)
     lo, hi = int(at[0]), int(at[-1]) + 1
     starts, ends, sizes, sig_inv = starts[lo:hi], ends[lo:hi], sizes[lo:hi], sig_inv[lo:hi]
+    more = _after(m, int(ends[-1]), int(starts[0]), int(np.median(sizes[sig_inv == modal])))
+    if len(more):
+        starts = np.concatenate([starts, more[:-1]])
+        ends = np.concatenate([ends, more[1:]])
+        sizes = (ends - starts).astype(np.float64)
+        sig_inv = np.concatenate([sig_inv, np.full(len(more) - 1, -1)])
     warm = _warm_up(m, int(starts[0]), int(ends[0] - starts[0]))
     if len(warm):
         starts = np.concatenate([warm, starts])
@@ -348,6 +354,33 @@ def _warm_up(m: dict, start: int, size: int) -> np.ndarray:
         out.append(p)
         here = p
     return np.array(out[::-1], np.int64)
+
+
+def _after(m: dict, end: int, first: int, size: int) -> np.ndarray:
+    """Boundaries of the iterations after the loop's last regular unit (which ends at
+    ``end``): units that begin as the regular ones do (the token at ``first``), at boundary
+    evidence, at most ``WARM_UP_SPREAD`` regular units long (a decode step whose attention
+    kernel changed as its cache grew). Returns [end, next ends...], or empty."""
+    tok, cut = m["token"], m["cut"]
+    n, t = len(tok), tok[first]
+    if end >= n or tok[end] != t or (cut[first] and not cut[end]):
+        return np.empty(0, np.int64)
+    out = [end]
+    limit = max(WARM_UP_SPREAD * max(size, 1), WARM_UP_OPS)
+    while True:
+        here = out[-1]
+        window = slice(here + 1, min(n, here + limit))
+        begins = tok[window] == t
+        if cut[first]:  # the loop's units begin at evidence: so do the later ones
+            begins &= cut[window]
+        seen = np.flatnonzero(begins)
+        if len(seen):
+            out.append(here + 1 + int(seen[0]))
+            continue
+        # the last one: up to the next boundary after a regular unit's length, or that length
+        cuts = np.flatnonzero(cut[here + 1:min(n, here + 2 * size + 1)])
+        out.append(min(n, here + 1 + int(cuts[-1]) if len(cuts) else here + size))
+        return np.array(out, np.int64)
 
 
 def _ranges(ops: dict, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:

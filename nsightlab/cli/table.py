@@ -7,7 +7,7 @@ from nsightlab.cli.options import output_options, report_options
 
 #: table names (``nsightlab.read.tables.TABLES`` is the source; a test keeps them equal)
 TABLE_NAMES = ("kernels", "cuda_api", "memcpy", "memset", "syncs", "nvtx", "gpu_metrics",
-               "cuda_graph_nodes", "threads", "memory")
+               "graph_execs", "cuda_graph_nodes", "threads", "memory")
 HELP = """Print table NAME of the report at PATH.
 
 Columns are snake_case with units in their names (start_ns, duration_ns, bytes); names of

@@ -57,8 +57,9 @@ OVERHEADS = (("launch_overhead", "launch_overhead_ns", "launch_calls"),
 class Diff(Result):
     """Run B against run A, per iteration. Sections (DataFrames, times in ns per iteration):
 
-    - ``headline`` (a dict): labels, iterations and their source, ``a/b_iteration_ns``,
-      ``speedup``, kernel time, busy %, kernels per iteration, ``gemm_change_pct``,
+    - ``headline`` (a dict): labels, iterations and their source, ``a/b_iteration_ns`` (the
+      median steady iteration), ``a/b_mean_ns`` (the steady mean: the budget's parts add up to
+      it), ``a/b_steady_iterations``, ``speedup`` (of the medians), kernel time, busy %, kernels per iteration, ``gemm_change_pct``,
       ``conversion_overhead_ns``, ``layers_matched`` and the ``verdict`` sentence;
     - ``by_class``: kernel_class, a_ns, b_ns, delta_ns, a_count, b_count, delta_share_pct;
     - ``by_precision``: precision, kernel_class, a_ns, b_ns, delta_ns;
@@ -402,6 +403,8 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,
         "a_iteration_source": pa.iteration_source, "b_iteration_source": pb.iteration_source,
         "a_iteration_ns": pa.iteration_ns, "b_iteration_ns": pb.iteration_ns,
+        "a_mean_ns": pa.mean_ns, "b_mean_ns": pb.mean_ns,
+        "a_steady_iterations": pa.steady_iterations, "b_steady_iterations": pb.steady_iterations,
         "speedup": speedup, "a_kernel_ns": pa.kernel_ns, "b_kernel_ns": pb.kernel_ns,
         "a_busy_pct": pa.busy_pct, "b_busy_pct": pb.busy_pct,
         "a_kernels": pa.kernels, "b_kernels": pb.kernels,

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis import budget, completeness
+from nsightlab.analysis import budget, completeness, steady
 from nsightlab.analysis.budget import iteration_ranges
 from nsightlab.comparison.diff import Diff, compare as diff_profiles
 from nsightlab.comparison.run_profile import RunProfile, iteration_walls, latency_stats, profile
@@ -42,7 +42,8 @@ class Lineup(Result):
       share per EP), ort_fallback_pct, ort_memcpy_pct; a run without GPU kernels (CPU EP) is
       timed by its NVTX iterations, with no GPU columns and no kernel-level pair detail;
     - ``by_class`` / ``by_precision``: run, kernel_class / precision, time_ns;
-    - ``latency``: run, iteration, wall_ns (every wall-clock iteration);
+    - ``latency``: run, iteration, wall_ns, phase (every wall-clock iteration: warm-up,
+      steady or outlier);
     - ``pairs``: run, baseline, verdict (the diff's sentence), workload_warnings.
 
     ``diffs`` holds each run's ``Diff`` against the baseline.
@@ -139,9 +140,14 @@ def _unique(labels: list[str]) -> list[str]:
 
 def _walls(report: Report, p: RunProfile) -> pd.DataFrame:
     """Every wall-clock iteration (first GPU; a CPU run's NVTX iterations): run, iteration,
-    wall_ns."""
-    w = iteration_walls(report) if p.kernels else _cpu_walls(report)
-    return pd.DataFrame({"run": p.label, "iteration": range(len(w)), "wall_ns": w})
+    wall_ns, phase (warm-up, steady or outlier)."""
+    if p.kernels:
+        w, phase = iteration_walls(report, with_phase=True)
+    else:
+        w = _cpu_walls(report)
+        phase = steady.phases(w)
+    return pd.DataFrame({"run": p.label, "iteration": range(len(w)), "wall_ns": w,
+                         "phase": phase})
 
 
 def _profile(report: Report, label: str) -> RunProfile:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, gpu_metrics as gm
+from nsightlab.analysis import budget, completeness, gpu_metrics as gm, steady
 from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches
@@ -29,6 +29,8 @@ from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
 OUTSIDE = "(outside layers)"
+#: depth given to iterations found in the trace: no NVTX range is one level inside them
+FOUND_DEPTH = -10
 ITERATION_LAYER = "(iteration)"
 
 
@@ -42,10 +44,10 @@ class RunProfile:
     """Per-iteration summary of one report (see module docstring). Times are ns/iteration."""
 
     label: str
-    iterations: int
+    iterations: int  # every iteration, warm-up and outliers included
     iteration_source: str
-    iteration_ns: float          # mean wall-clock iteration (the time budget's windows)
-    kernel_ns: float             # kernel time per iteration
+    iteration_ns: float          # median steady wall-clock iteration (the budget's windows)
+    kernel_ns: float             # kernel time per steady iteration
     kernels: float               # kernels per iteration
     busy_pct: float              # share of the iteration with GPU work (kernels, copies, memsets)
     by_class: pd.DataFrame       # kernel_class, time_ns, count
@@ -58,6 +60,8 @@ class RunProfile:
     gpu_span_ns: float = 0.0     # mean GPU span (first kernel start to last kernel end)
     outside_kernel_ns: float = 0.0  # kernel time outside the iterations (warm-up, compile), total
     budget: dict = field(default_factory=dict)  # the budget summary of the first GPU
+    steady_iterations: int = 0   # the iterations every per-iteration number is taken over
+    mean_ns: float = 0.0         # mean steady wall-clock iteration (the budget's parts add to it)
     latency: dict = field(default_factory=dict)  # wall-clock iteration: mean/p50/p95/p99/min/max_ns
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
 
@@ -89,7 +93,8 @@ def _compute(report: Report, label: str) -> RunProfile:
     # launch table (the big one) is read
     summary = _budget(report)
     warnings = [w for w in completeness.check(report) if w["severity"] != "note"]
-    ranges, iters = _iteration_ranges(report)
+    warnings += _trace_gaps(report)
+    ranges, iters, found_source = _iteration_ranges(report)
     outside = [0.0]  # kernel time of launches outside every iteration (left out of lk)
 
     def inside(api_start: np.ndarray, op_rows: np.ndarray) -> np.ndarray:
@@ -106,7 +111,10 @@ def _compute(report: Report, label: str) -> RunProfile:
         raise NsightlabError(f"{report.path}: no kernel launches to compare "
                              f"({report.missing_hint('kernels') or 'profile with --trace=cuda'})")
     all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0]
-    lk, n, source = _assign_iterations(lk, ranges, iters)
+    lk, n, source = _assign_iterations(lk, ranges, iters, found_source)
+    total = n
+    inside_ns = float((lk["end_ns"] - lk["start_ns"]).sum())  # warm-up and outliers included
+    lk, iters, n = _steady_only(report, lk, iters, n)
     calls = _launch_calls(lk, n)
     for c in ("api_start_ns", "api_end_ns", "api_row"):  # in place: 150 MB at 8M launches
         del lk[c]
@@ -134,12 +142,14 @@ def _compute(report: Report, label: str) -> RunProfile:
     by_layer["math_precision"] = by_layer["layer"].map(gp).astype(object).fillna("")
     slots = _slots(lk, n)
     flat_slots = _slots(lk, n, by_layer=False)
-    wall = summary.get("wall_ns") or span_ns
+    # the headline's iteration: the median steady one (the budget's parts add up to the mean)
+    wall = summary.get("wall_med_ns") or summary.get("wall_ns") or span_ns
     return RunProfile(
-        label=label, iterations=n, iteration_source=source, iteration_ns=wall,
+        label=label, iterations=total, steady_iterations=n, iteration_source=source,
+        iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns,
         kernel_ns=float(dur.sum()) / n, kernels=len(lk) / n,
         busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
-        gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - float(dur.sum()),
+        gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - inside_ns,
         warnings=warnings,
         by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
         flat_slots=flat_slots,
@@ -147,30 +157,41 @@ def _compute(report: Report, label: str) -> RunProfile:
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall))
 
 
-def iteration_walls(report: Report) -> np.ndarray:
+def iteration_walls(report: Report, with_phase: bool = False):
     """The wall-clock time (ns) of every iteration of the time budget, first GPU; empty when
-    the report has no GPU work."""
+    the report has no GPU work. ``with_phase``: (times, warm-up/steady/outlier of each)."""
     try:
         it = recipes.run("budget", report)["iterations"]
     except recipes.NoDataError:
-        return np.array([], float)
+        it = pd.DataFrame({"wall_ns": [], "phase": []})
     if len(it):
         it = it[it["device_id"] == it["device_id"].iloc[0]]
-    return it["wall_ns"].to_numpy(float)
+    w = it["wall_ns"].to_numpy(float)
+    if not with_phase:
+        return w
+    phase = it["phase"].to_numpy() if "phase" in it else np.full(len(w), steady.STEADY)
+    return w, phase
 
 
 def _latency(report: Report, mean_ns: float) -> dict:
     """``latency_stats`` of the wall-clock iterations (one iteration, the mean, when the
     budget has none)."""
-    w = iteration_walls(report)
-    return latency_stats(w if len(w) else np.array([mean_ns], float))
+    w, phase = iteration_walls(report, with_phase=True)
+    if not len(w):
+        return latency_stats(np.array([mean_ns], float))
+    return latency_stats(w, phase)
 
 
-def latency_stats(w: np.ndarray) -> dict:
-    """mean, p50, p95, p99, min and max (``*_ns``) of iteration times ``w`` (not empty)."""
-    q = np.percentile(w, [50, 95, 99])
-    return {"mean_ns": float(w.mean()), "p50_ns": float(q[0]), "p95_ns": float(q[1]),
-            "p99_ns": float(q[2]), "min_ns": float(w.min()), "max_ns": float(w.max())}
+def latency_stats(w: np.ndarray, phase: np.ndarray | None = None) -> dict:
+    """Iteration times ``w`` (not empty) as benchmarks report them: mean and p50 of the steady
+    iterations, p95, p99, min and max of every iteration after warm-up (``*_ns``), and the
+    counts and CoV behind them (``nsightlab.analysis.steady``)."""
+    st = steady.stats(w, steady.phases(w) if phase is None else phase)
+    return {"mean_ns": st["mean_ns"], "p50_ns": st["p50_ns"], "p95_ns": st["p95_ns"],
+            "p99_ns": st["p99_ns"], "min_ns": st["min_ns"], "max_ns": st["max_ns"],
+            "cov_pct": st["cov_pct"], "steady_iterations": st["steady_iterations"],
+            "warmup_iterations": st["warmup_iterations"],
+            "outlier_iterations": st["outlier_iterations"]}
 
 
 def _budget(report: Report) -> dict:
@@ -183,8 +204,8 @@ def _budget(report: Report) -> dict:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in rows.iloc[0].items()}
 
 
-def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFrame
-                       ) -> tuple[pd.DataFrame, int, str]:
+def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFrame,
+                       found_source: str = "") -> tuple[pd.DataFrame, int, str]:
     """Give every launch its iteration (``iter``) and layer (``layer``, a categorical) from the
     NVTX iteration ranges and the ranges one level inside them (``_iteration_ranges``); ``lk``
     holds only launches inside the iterations (``_compute`` leaves the others out). Without
@@ -197,7 +218,8 @@ def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFra
     api_start = lk["api_start_ns"].to_numpy()
     if len(iters) >= 1:
         it = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start)
-        source = f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}...)"
+        source = found_source or \
+            f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}...)"
         depth = int(iters["depth"].min()) + 1
         layers = ranges[(ranges["depth"] == depth)].sort_values("start_ns")
         lay = _containing(layers["start_ns"].to_numpy(), layers["end_ns"].to_numpy(), api_start)
@@ -218,13 +240,55 @@ def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFra
     return lk, n, source
 
 
-def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the NVTX ranges, the iteration ranges among them in start order); a range never
-    closed (the app exited inside it) runs to the end of the recording."""
+def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(the NVTX ranges, the iteration ranges in start order, how iterations were found when
+    not from NVTX ranges); a range never closed (the app exited inside it) runs to the end of
+    the recording. Without NVTX iteration ranges, the iterations found in the trace (the same
+    ones as the time budget's), with no layers inside."""
     nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
     ranges = nvtx[nvtx["kind"] != "mark"].copy()
     ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
-    return ranges, ranges[base_name_matches(ranges["name"], ITERATION)].sort_values("start_ns")
+    iters = ranges[base_name_matches(ranges["name"], ITERATION)].sort_values("start_ns")
+    if len(iters) or not report.has_rows("kernels"):
+        return ranges, iters, ""
+    found, source = budget.ranges(report)
+    found = found.assign(depth=FOUND_DEPTH)
+    return ranges, found, source
+
+
+def _trace_gaps(report: Report) -> list[dict]:
+    """Completeness findings that need the iterations: iterations without any GPU work."""
+    try:
+        it = recipes.run("budget", report)["iterations"]
+    except recipes.NoDataError:
+        return []
+    found = budget.empty_iterations(report, it)
+    return [found] if found else []
+
+
+def _steady_only(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """The launches, iteration ranges and count of the steady iterations only (the time
+    budget's phases: ``nsightlab.analysis.steady``), renumbered; unchanged when the budget has
+    no phases for these iterations."""
+    try:
+        it = recipes.run("budget", report)["iterations"]
+    except recipes.NoDataError:
+        return lk, iters, n
+    if not len(it) or "phase" not in it:
+        return lk, iters, n
+    it = it[it["device_id"] == it["device_id"].iloc[0]]
+    phase = it["phase"].to_numpy()
+    if len(phase) != n or len(iters) != n:
+        return lk, iters, n
+    keep = phase == steady.STEADY
+    if keep.all() or not keep.any():
+        return lk, iters, n
+    new = np.cumsum(keep) - 1
+    rows = keep[lk["iter"].to_numpy()]
+    lk = lk[rows].reset_index(drop=True)
+    lk["iter"] = new[lk["iter"].to_numpy()].astype(np.int32)
+    return lk, iters[keep].reset_index(drop=True), int(keep.sum())
 
 
 def _busy_per_iteration(lk: pd.DataFrame) -> np.ndarray:

@@ -8,12 +8,12 @@ Rendering (terminal text, HTML with charts) is ``nsightlab.renderers``' job.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import completeness
+from nsightlab.analysis import budget, completeness, steady
 from nsightlab.analysis.budget import busy_pct, iteration_ranges
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison.run_profile import RunProfile, profile
@@ -27,6 +27,9 @@ from nsightlab.read.report import Report
 SYNC_NOTE_PCT = 5.0
 #: kernel time outside the iterations worth a finding (share of all kernel time)
 WARMUP_NOTE_PCT = 10.0
+#: the budget summary's steady-state numbers carried into the run row
+STEADY_KEYS = ("steady_iterations", "warmup_iterations", "outlier_iterations", "wall_med_ns",
+               "wall_p95_ns", "wall_p99_ns", "wall_cov_pct")
 #: rows kept of the longer tables
 TOP_KERNELS = 15
 LONGEST_GAPS = 15
@@ -39,6 +42,9 @@ class RunReport(Result):
     - ``run``: label, iterations, iteration_source, iteration_ns (wall clock), kernel_ns,
       kernels, busy_pct, verdict (one row, per iteration);
     - ``warnings``: check, severity, message (trace completeness, said first);
+    - ``unsteady``: the warm-up and outlier iterations left out of every per-iteration number:
+      iteration, phase, wall_ns, excess_ns (over the steady median), why (the budget part that
+      grew most: host work, syncs, launch overhead, more GPU work);
     - ``findings``: finding (one sentence each, with its numbers);
     - ``budget``: the budget recipe's summary (per GPU: parts, shares, verdict, advice);
     - ``by_class`` / ``by_layer``: the profile's time per iteration by kernel class / layer;
@@ -61,6 +67,7 @@ class RunReport(Result):
     ranges: pd.DataFrame
     sync_idle: pd.DataFrame
     iteration_ranges: int = 0  # NVTX iteration ranges, said when no GPU work was traced
+    unsteady: pd.DataFrame = field(default_factory=pd.DataFrame)  # warm-up and outliers, why
 
     def run_row(self) -> dict:
         """The run's per-iteration summary as one dict (None where the report cannot say)."""
@@ -74,6 +81,8 @@ class RunReport(Result):
                 "iteration_ns": float(b["wall_ns"]) if b is not None else None,
                 "kernel_ns": p.kernel_ns if p else None, "kernels": p.kernels if p else None,
                 "busy_pct": busy_pct(b) if b is not None else None,
+                **{k: (float(b[k]) if k.endswith("_ns") or k.endswith("_pct") else int(b[k]))
+                   if b is not None and k in b else None for k in STEADY_KEYS},
                 "verdict": str(b["verdict"]) if b is not None and not self.partial else None}
 
     @property
@@ -88,7 +97,7 @@ class RunReport(Result):
                "budget": self.budget}
         if self.profile is not None:
             out.update(by_class=self.profile.by_class, by_layer=self.profile.by_layer)
-        out.update(top_kernels=self.top_kernels, launch=self.launch, syncs=self.syncs,
+        out.update(unsteady=self.unsteady, top_kernels=self.top_kernels, launch=self.launch, syncs=self.syncs,
                    gaps=self.gaps, tensor_core=self.tensor_core, api=self.api, ranges=self.ranges,
                    sync_idle=self.sync_idle)
         return out
@@ -135,9 +144,14 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     syncs = sg["by_api"] if sg is not None else empty
     gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
     warnings = completeness.check(r)
+    if b is not None and budget.empty_iterations(r, b["iterations"]):
+        warnings = [*warnings, budget.empty_iterations(r, b["iterations"])]
     rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
                    api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle,
                    0 if b is not None else len(iteration_ranges(r)))
+    if b is not None and len(b["iterations"]) and "phase" in b["iterations"]:
+        it = b["iterations"]
+        rr.unsteady = steady.explain(it[it["device_id"] == it["device_id"].iloc[0]])
     rr.findings = findings(rr, ks)
     outside = float(whole["total_ns"].sum() - ks["total_ns"].sum()) if len(whole) else 0.0
     if len(whole) and outside > WARMUP_NOTE_PCT / 100 * max(whole["total_ns"].sum(), 1) \

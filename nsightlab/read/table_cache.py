@@ -43,10 +43,15 @@ def code_fingerprint() -> str:
     global _FINGERPRINT
     if _FINGERPRINT is None:
         h = hashlib.sha1(str(TABLE_VERSION).encode())
-        for f in sorted(Path(__file__).parent.rglob("*.py")):
+        for f in code_files():
             h.update(f.read_bytes())
         _FINGERPRINT = h.hexdigest()[:16]
     return _FINGERPRINT
+
+
+def code_files() -> list[Path]:
+    """Every module of the nsightlab package (all its layers, not only this one's)."""
+    return sorted(Path(__file__).resolve().parent.parent.rglob("*.py"))
 
 
 _FINGERPRINT: str | None = None

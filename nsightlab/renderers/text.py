@@ -225,10 +225,21 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
             if run["kernel_ns"] is not None else ""
         lines.append(f"  iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock{kernel}, "
                      f"GPU busy {run['busy_pct']:.0f}%")
+        if (run.get("iterations") or 0) >= 4 and run.get("steady_iterations") is not None:
+            left = ", ".join(f"{run[k]} {w}" for k, w in (("warmup_iterations", "warm-up"),
+                                                          ("outlier_iterations", "outlier(s)"))
+                             if run[k])
+            lines.append(
+                f"  steady state: {run['steady_iterations']} of {run['iterations']} iterations"
+                + (f" ({left} left out)" if left else "")
+                + f"; median {run['wall_med_ns'] / 1e6:.2f} ms, p95 {run['wall_p95_ns'] / 1e6:.2f}"
+                f" ms, p99 {run['wall_p99_ns'] / 1e6:.2f} ms, CoV {run['wall_cov_pct']:.1f}%")
     shown = [w for w in rr.warnings if w["severity"] != "note"]
     if shown:
         lines += ["", "warnings:"] + [f"  - {w['severity'].upper()}: {w['message']}" for w in shown]
     lines += ["", "findings:"] + [f"  - {f}" for f in rr.findings]
+    if len(rr.unsteady):
+        lines += ["", "left out of the steady state:", ms_table(rr.unsteady.head(limit))]
     if len(rr.budget) and not rr.partial:
         lines += ["", "where an iteration's time goes (mean per iteration):", budget_text(rr.budget)]
     if rr.profile is not None:

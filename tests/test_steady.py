@@ -1,0 +1,155 @@
+"""Iterations found in runs without iteration ranges, and the steady state, checked against
+the workloads' own truth: CUDA events around every iteration (tests/data/steady, captured on
+an H100 with plain ``nsys profile``; the truth never comes from nsightlab)."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import nsightlab
+import nsightlab.recipe_runner as R
+from conftest import xz_fixtures
+from nsightlab.analysis import completeness, iterations, steady
+from nsightlab.cli import cli
+
+STEADY = Path(__file__).parent / "data" / "steady"
+WITH_TRUTH = sorted(p.name.removeprefix("h100-").removesuffix(".truth.json")
+                    for p in (STEADY / "truth").glob("*.truth.json"))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return xz_fixtures(tmp_path_factory, STEADY, prefix="h100-")
+
+
+def truth(name: str) -> dict:
+    t = json.loads((STEADY / "truth" / f"h100-{name}.truth.json").read_text())
+    starts = np.array([w["host_start_ns"] for w in t["windows"]], float)
+    # the loop's period: window start to window start (a loop iteration holds the sync and
+    # the host's own work between the timed calls, as nsightlab's wall-clock windows do)
+    t["period_ms"] = float(np.median(np.diff(starts))) / 1e6
+    return t
+
+
+def test_the_truth_set_covers_the_class():
+    """Decode, training, graph replay (graph- and node-level tracing), serving with pageable
+    copies, synchronized and asynchronous inference, torch.compile and autotuning."""
+    assert {"decode", "train", "graph", "graph-node", "serve", "infer_sync", "infer_async",
+            "compile", "autotune"} <= set(WITH_TRUTH)
+
+
+@pytest.mark.parametrize("name", WITH_TRUTH)
+def test_iterations_found_match_the_workloads_events(name, run, cache_dir):
+    """Within 10% of the events' count, and the median steady iteration within 10% of the
+    events' loop period."""
+    t = truth(name)
+    s = R.run("budget", run(name))["summary"].iloc[0]
+    assert "found in the trace" in s["iteration_source"]
+    assert abs(s["iterations"] - t["iterations"]) <= 0.1 * t["iterations"], s["iteration_source"]
+    assert s["wall_med_ns"] / 1e6 == pytest.approx(t["period_ms"], rel=0.1)
+    assert s["steady_iterations"] >= 0.5 * s["iterations"]
+
+
+@pytest.mark.parametrize("name,evidence", [
+    ("decode", "synchronizing call"), ("train", "synchronizing call"),
+    ("infer_sync", "synchronizing call"), ("infer_async", "asynchronous loop"),
+])
+def test_the_source_says_what_marked_the_iterations(name, evidence, run, cache_dir):
+    found = iterations.find(nsightlab.open(run(name)))
+    assert evidence in found.source and found.alike_pct >= 60
+
+
+def test_decode_steps_are_iterations_not_the_layers_inside_or_the_calls_around(run, cache_dir):
+    """A GPT-2-shaped decoder, 3 calls x 24 tokens: a token (one .item() sync each) is the
+    iteration; the first call is warm-up (cuBLAS and allocator start-up, 48-1844 ms a token
+    by its events); the verdict is about the GPU idle between launches (busy ~5%)."""
+    s = R.run("budget", run("decode"))["summary"].iloc[0]
+    assert 66 <= s["iterations"] <= 78 and s["warmup_iterations"] >= 20
+    assert s["verdict"] == "launch-bound"
+    assert s["kernels_pct"] < 10
+
+
+def test_graph_level_traces_are_gpu_work_and_not_partial(run, cache_dir):
+    """nsys's default --cuda-graph-trace=graph: the 30 replays are graph executions, which
+    count as GPU work; launches made inside the stream capture are not missing kernels."""
+    r = nsightlab.open(run("graph"))
+    assert r.row_count("graph_execs") == 30
+    assert not completeness.partial(completeness.check(r))
+    s = R.run("budget", r)["summary"].iloc[0]
+    assert s["kernels_pct"] > 20 and s["iterations"] == 30
+    node = R.run("budget", run("graph-node"))["summary"].iloc[0]
+    assert node["kernels_pct"] > 20 and node["iterations"] == 30
+
+
+def test_a_killed_run_gets_no_verdict(run, cache_dir):
+    """The infer_sync loop SIGKILLed in its 14th pass: nsys kept API calls, no kernel."""
+    res = CliRunner().invoke(cli, ["report", str(run("killed"))])
+    assert res.exit_code == 0, res.output
+    assert "PARTIAL" in res.output and "no performance verdict" in res.output
+
+
+def test_iterations_without_gpu_work_make_the_trace_partial(sqlite_of, cache_dir, tmp_path):
+    """Generated from a real GPU-metrics capture: the kernels of iterations 5-9 deleted (as
+    when the kernel trace stops): PARTIAL, and no verdict, where the counts alone pass."""
+    src = sqlite_of("h200-vit-fp16-gpumetrics")
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(src.read_bytes())
+    with sqlite3.connect(cut) as c:
+        lo, hi = c.execute("SELECT min(start), max([end]) FROM NVTX_EVENTS "
+                           "WHERE text IN ('iter5', 'iter9')").fetchone()
+        c.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start BETWEEN ? AND ?",
+                  (lo, hi + 5_000_000))
+    res = CliRunner().invoke(cli, ["report", str(cut)])
+    assert res.exit_code == 0, res.output
+    assert "iterations hold no kernel although" in res.output and "no performance verdict" in res.output
+
+
+def test_phases_set_warm_up_and_outliers_apart():
+    w = np.array([90.0, 40, 10, 10.2, 9.9, 10.1, 30, 10, 9.8, 10.1, 2.0])
+    ph = steady.phases(w)
+    assert list(ph[:2]) == ["warm-up", "warm-up"] and ph[6] == "outlier" and ph[-1] == "outlier"
+    assert (ph[2:6] == "steady").all()
+    st = steady.stats(w, ph)
+    assert st["steady_iterations"] == 7 and st["p50_ns"] == pytest.approx(10.0)
+    assert st["cov_pct"] < 2 and st["max_ns"] == 30.0  # the tails keep every post-warm-up one
+
+
+def test_steady_state_of_a_regular_loop_keeps_every_iteration():
+    w = 5.0 + 0.05 * np.sin(np.arange(30))
+    assert (steady.phases(w) == "steady").all()
+
+
+def test_the_budget_is_the_mean_of_the_steady_iterations(run, cache_dir):
+    """The parts add up to the steady mean, not to a mean the warm-up decides."""
+    out = R.run("budget", run("compile"))
+    s, it = out["summary"].iloc[0], out["iterations"]
+    st = it[it["phase"] == "steady"]
+    assert s["wall_ns"] == pytest.approx(st["wall_ns"].mean())
+    parts = sum(s[f"{p}_ns"] for p in ("kernels", "h2d_pageable", "h2d_pinned", "d2h_pageable",
+                                       "d2h_pinned", "d2d", "peer", "copy_other", "memset",
+                                       "idle_sync", "idle_launch", "idle_host",
+                                       "idle_unattributed"))
+    assert parts == pytest.approx(s["wall_ns"])
+    assert it["wall_ns"].max() > 100 * s["wall_med_ns"]  # the compiling call, left out
+
+
+def test_report_says_the_steady_state_and_what_was_left_out(run, cache_dir):
+    res = CliRunner().invoke(cli, ["report", str(run("compile"))])
+    assert res.exit_code == 0, res.output
+    assert "steady state:" in res.output and "left out of the steady state:" in res.output
+    assert "warm-up" in res.output
+
+
+def test_diff_of_runs_without_ranges_compares_their_steady_iterations(run, cache_dir):
+    """Synchronized vs asynchronous ViT-S loops: the same kernels per pass; the diff lines up
+    their found iterations."""
+    d = nsightlab.diff(run("infer_sync"), run("infer_async"))
+    h = d.headline
+    assert "found in the trace" in h["a_iteration_source"]
+    assert "found in the trace" in h["b_iteration_source"]
+    assert h["a_kernels"] == pytest.approx(h["b_kernels"], rel=0.05)
