@@ -41,6 +41,9 @@ from nsightlab.read.report import Report
 
 #: a level must repeat at least this often to be a loop
 MIN_REPEATS = 3
+#: a unit this short with no boundary evidence is not an iteration: nothing tells the loop's
+#: iteration from a pair of kernels inside it (an async loop of 1000 add/mul pairs)
+MIN_UNIT_OPS = 2
 #: share of a level's units that must be alike (the same operations as the most common unit)
 #: for the level to count
 MIN_ALIKE = 0.6
@@ -55,6 +58,8 @@ ANCHORS_PER_LEVEL = 4
 #: warm-up iterations are looked for at most this many regular units before the loop
 WARM_UP_SPREAD = 20
 WARM_UP_OPS = 5000
+#: most iterations added before and after the regular ones (warm-up, a changed tail)
+MAX_EXTEND = 64
 #: a GPU idle gap this long, with the next launch call starting after it, marks a host gap
 HOST_GAP_NS = 1_000_000
 #: tokens of operations that are not kernels (kernel tokens are name codes >= 0): copies and
@@ -163,6 +168,11 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
     else:  # a fully asynchronous loop: the outermost level that repeats
         alike = [lv for lv in levels if lv["alike"] >= 0.8] or levels
         best = min(alike, key=lambda lv: (lv["count"], -lv["alike"]))
+    if best["evidence"] < MIN_EVIDENCE and best["length"] <= MIN_UNIT_OPS:
+        return Found(_no_ranges(), f"a {best['length']}-operation sequence repeated "
+                     f"{best['count']:,} times with nothing marking iterations (no syncs, graph "
+                     "launches or host gaps between them): the whole span of GPU activity is "
+                     "one iteration", levels=[])
     outer = [lv for lv in evidenced if lv["count"] < best["count"]
              and best["count"] % lv["count"] == 0 and lv["alike"] >= 0.9]
     per_outer = best["count"] // max(lv["count"] for lv in outer) if outer else 0
@@ -225,8 +235,10 @@ def _levels(ops: dict, cut: np.ndarray) -> list[dict]:
          "busy": np.concatenate([[0.0], np.cumsum((ops["end_ns"] - ops["start_ns"])
                                                   .astype(np.float64))]),
          "cut": cut, "token": tok, "kernel": (tok >= 0) | (tok <= GRAPH_TOKEN)}
-    first = np.full(len(codes), n, np.int64)
-    np.minimum.at(first, inv, np.arange(n))
+    # every token's positions from one stable sort (not one pass over the run per anchor)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    first = order[bounds[:-1]]
     cuts = np.flatnonzero(cut)
     out = []
     # anchors: candidate counts by support (operations explained by tokens of exactly c)
@@ -237,7 +249,7 @@ def _levels(ops: dict, cut: np.ndarray) -> list[dict]:
         anchors = np.flatnonzero(counts == c)
         tried = []
         for a in anchors[np.argsort(first[anchors], kind="stable")][:ANCHORS_PER_LEVEL]:
-            got = _anchor_level(m, np.flatnonzero(inv == a), cuts, n)
+            got = _anchor_level(m, order[bounds[a]:bounds[a + 1]], cuts, n)
             if got:
                 tried.append(got)
         if tried:  # the anchor whose units hold the loop best
@@ -324,8 +336,10 @@ def _assess(m: dict, starts: np.ndarray, ends: np.ndarray) -> dict | None:
     evidence = float(m["cut"][starts[1:]].mean())
     if alike < MIN_ALIKE or coverage < MIN_COVERAGE:
         return None
+    distinct = len(np.unique(m["token"][a:b]))
     return {"count": c, "length": int(np.median(sizes)), "alike": alike, "coverage": coverage,
-            "evidence": evidence, "computes": computes, "starts": starts, "ends": ends}
+            "evidence": evidence, "computes": computes, "distinct": distinct,
+            "starts": starts, "ends": ends}
 
 
 def _warm_up(m: dict, start: int, size: int) -> np.ndarray:
@@ -339,7 +353,7 @@ def _warm_up(m: dict, start: int, size: int) -> np.ndarray:
     t, here, out = tok[start], start, []
     limit = max(WARM_UP_SPREAD * max(size, 1), WARM_UP_OPS)
     cuts = np.flatnonzero(cut[:start])
-    while here > 0:
+    while here > 0 and len(out) < MAX_EXTEND:
         lo = max(0, here - limit)
         seen = np.flatnonzero(tok[lo:here] == t)
         if not len(seen):
@@ -369,6 +383,8 @@ def _after(m: dict, end: int, first: int, size: int) -> np.ndarray:
     limit = max(WARM_UP_SPREAD * max(size, 1), WARM_UP_OPS)
     while True:
         here = out[-1]
+        if len(out) > MAX_EXTEND:
+            return np.array(out, np.int64)
         window = slice(here + 1, min(n, here + limit))
         begins = tok[window] == t
         if cut[first]:  # the loop's units begin at evidence: so do the later ones
@@ -388,13 +404,21 @@ def _ranges(ops: dict, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
     last (GPU times where a launch call is missing)."""
     s = np.where(np.isnan(ops["api_start_ns"]), ops["start_ns"], ops["api_start_ns"])
     e = np.where(np.isnan(ops["api_end_ns"]), ops["start_ns"], ops["api_end_ns"])
-    lo = np.array([s[a:b].min() for a, b in zip(starts, ends)], np.int64)
-    hi = np.array([e[a:b].max() for a, b in zip(starts, ends)], np.int64)
+    lo = _per_unit(np.minimum, s, starts, ends)
+    hi = _per_unit(np.maximum, e, starts, ends)
     hi = np.maximum(hi, lo)
     # ranges must not overlap (the budget tiles them): end each where the next starts
     hi[:-1] = np.minimum(hi[:-1], lo[1:])
     return pd.DataFrame({"name": [f"iter{i}" for i in range(len(lo))], "start_ns": lo,
                          "end_ns": hi})
+
+
+def _per_unit(f: np.ufunc, x: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``f.reduce(x[a:b])`` for units [starts[i], ends[i]) that follow each other
+    (``ends[i] == starts[i + 1]``), in one pass."""
+    out = f.reduceat(x, starts).astype(np.int64)
+    out[-1] = int(f.reduce(x[starts[-1]:ends[-1]]))
+    return out
 
 
 def _evidence_words(why: np.ndarray, starts: np.ndarray) -> str:
