@@ -19,7 +19,8 @@ from nsightlab.cli import cli
 
 STEADY = Path(__file__).parent / "data" / "steady"
 WITH_TRUTH = sorted(p.name.removeprefix("h100-").removesuffix(".truth.json")
-                    for p in (STEADY / "truth").glob("*.truth.json"))
+                    for p in (STEADY / "truth").glob("*.truth.json")
+                    if "nvtx" not in p.name)  # nvtx_warmup has iteration ranges
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +108,18 @@ def test_iterations_without_gpu_work_make_the_trace_partial(sqlite_of, cache_dir
     res = CliRunner().invoke(cli, ["report", str(cut)])
     assert res.exit_code == 0, res.output
     assert "iterations hold no kernel although" in res.output and "no performance verdict" in res.output
+
+
+def test_with_ranges_the_warm_up_does_not_decide_the_verdict(run, cache_dir):
+    """NVTX iterN ranges around a GEMM and a 32 MiB pinned D2H, synchronized: the first
+    iteration carries cuBLAS initialisation (181.5 ms by its events, then ~0.95 ms). The mean
+    of all 16 would be 12 ms and host-bound; the steady state is copy-bound."""
+    t = truth("nvtx_warmup")
+    s = R.run("budget", run("nvtx_warmup"))["summary"].iloc[0]
+    assert s["iterations"] == t["iterations"] == 16 and 1 <= s["warmup_iterations"] <= 2
+    assert s["verdict"] == "copy-bound (d2h pinned)"
+    assert s["wall_med_ns"] / 1e6 == pytest.approx(t["period_ms"], rel=0.1)
+    assert s["wall_ns"] < 1.1 * s["wall_med_ns"]
 
 
 def test_phases_set_warm_up_and_outliers_apart():
