@@ -166,3 +166,17 @@ def test_diff_of_runs_without_ranges_compares_their_steady_iterations(run, cache
     assert "found in the trace" in h["a_iteration_source"]
     assert "found in the trace" in h["b_iteration_source"]
     assert h["a_kernels"] == pytest.approx(h["b_kernels"], rel=0.05)
+
+
+def test_graph_rows_in_kernel_sum_and_per_kernel_comparisons_say_what_they_need(run, cache_dir):
+    """Graph executions appear as graph rows in kernel_sum, after the kernels and outside
+    their percentages; a diff against the node-level trace of the same program says that the
+    graph-level run needs --cuda-graph-trace=node for per-kernel answers."""
+    ks = R.run("kernel_sum", run("graph"))["kernel_sum"]
+    graphs = ks[ks["kernel_class"] == "cuda graph"]
+    assert len(graphs) == 1 and graphs["instances"].iloc[0] == 30
+    assert graphs["time_pct"].isna().all()
+    assert ks.loc[ks["kernel_class"] != "cuda graph", "time_pct"].sum() == pytest.approx(100)
+    d = nsightlab.diff(run("graph"), run("graph-node"))
+    assert any("--cuda-graph-trace=node" in w for w in d.headline["a_warnings"])
+    assert d.headline["a_iterations"] == d.headline["b_iterations"] == 30

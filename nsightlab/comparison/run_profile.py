@@ -107,6 +107,8 @@ def _compute(report: Report, label: str) -> RunProfile:
     lk = launches(report, op_columns=("start_ns", "end_ns", "name"),
                   api_columns=("start_ns", "end_ns"), where=inside if len(iters) else None
                   ).drop(columns="pid")
+    if report.has_rows("graph_execs"):  # a graph-level trace: each replay as one operation
+        lk = _with_graph_execs(report, lk, iters)
     if lk.empty:
         raise NsightlabError(f"{report.path}: no kernel launches to compare "
                              f"({report.missing_hint('kernels') or 'profile with --trace=cuda'})")
@@ -262,8 +264,38 @@ def _trace_gaps(report: Report) -> list[dict]:
         it = recipes.run("budget", report)["iterations"]
     except recipes.NoDataError:
         return []
-    found = budget.empty_iterations(report, it)
-    return [found] if found else []
+    out = [f for f in (budget.empty_iterations(report, it), _graph_level(report)) if f]
+    return out
+
+
+def _with_graph_execs(report: Report, lk: pd.DataFrame, iters: pd.DataFrame) -> pd.DataFrame:
+    """The launch table plus the whole-graph executions of a graph-level trace (named
+    "(CUDA graph N)", class "other" until classified), so that a run of graph replays is
+    compared by the time of its graphs when their kernels were not recorded."""
+    g = launches(report, "graph_execs", op_columns=("start_ns", "end_ns", "graph_id"),
+                 api_columns=("start_ns", "end_ns")).drop(columns="pid")
+    if len(iters):
+        g = g[_containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(),
+                          g["api_start_ns"].to_numpy()) >= 0]
+    g = g.assign(name="(CUDA graph " + g["graph_id"].astype(str) + ")").drop(columns="graph_id")
+    names = pd.Categorical(list(lk["name"].astype(str)) + list(g["name"]))
+    both = pd.concat([lk.assign(name=lk["name"].astype(str)), g], ignore_index=True)
+    both["name"] = names
+    return both.sort_values("api_start_ns", kind="stable").reset_index(drop=True)
+
+
+def _graph_level(report: Report) -> dict | None:
+    """A warning on a graph-level trace: the graph replays are GPU work in the budget, but
+    their kernels were not recorded, so per-kernel comparisons leave them out."""
+    n = report.row_count("graph_execs")
+    if not n:
+        return None
+    return {"check": "graph_level_trace", "severity": "warning",
+            "message": f"{n:,} CUDA graph executions were traced as whole graphs (nsys's "
+                       "default --cuda-graph-trace=graph): they count in the time budget, but "
+                       "their kernels were not recorded, so kernel classes, precisions, layers "
+                       "and kernel comparisons see each replay as one operation, '(CUDA graph "
+                       "N)'; profile with --cuda-graph-trace=node to compare their kernels"}
 
 
 def _steady_only(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int

@@ -4,6 +4,7 @@ budget's wall-clock iterations count (warm-up, compile and teardown left out). W
 tensor-pipe counters of an Nsight Compute report label kernels whose name says nothing.
 Big reports are summarized in DuckDB over the table cache (``nsightlab.analysis.engine``)."""
 import numpy as np
+import pandas as pd
 
 from nsightlab.recipe_api import annotate, budget, describe, engine, ncu, run_recipe
 
@@ -17,7 +18,31 @@ def run(report, params):
     out["time_pct"] = 100.0 * out["total_ns"] / max(out["total_ns"].sum(), 1)
     out = out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
     evidence = ncu.tensor_evidence(ncu.kernels(params["ncu"])) if params["ncu"] else None
-    return {"kernel_sum": annotate(out, explain=True, evidence=evidence)}
+    out = annotate(out, explain=True, evidence=evidence)
+    if report.has_rows("graph_execs"):
+        out = pd.concat([out, graph_rows(report, windows)], ignore_index=True)
+    return {"kernel_sum": out}
+
+
+def graph_rows(report, windows):
+    """One row per CUDA graph of a graph-level trace (nsys's default --cuda-graph-trace=graph):
+    its whole executions, whose kernels have no records of their own. Marked as graphs
+    (kernel_class "cuda graph"), after the kernels and outside their percentages, so the
+    kernel rows stay what nsys stats cuda_gpu_kern_sum prints."""
+    g = report.graph_execs(["graph_id", "start_ns", "duration_ns"])
+    if windows is not None:
+        ws, we = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
+        t = g["start_ns"].to_numpy()
+        i = np.searchsorted(ws, t, "right") - 1
+        g = g[(i >= 0) & (t < we[np.maximum(i, 0)])]
+    g = g.assign(name="(CUDA graph " + g["graph_id"].astype(str) + ": whole-graph executions)")
+    out = describe(g, ["name"], "duration_ns").rename(columns={"count": "instances"})
+    out["name"] = out["name"].astype(str)
+    return out.assign(time_pct=np.nan, kernel_class="cuda graph", precision="unknown",
+                      precision_confidence="none", tensor_core=False,
+                      rule="graph-level trace: the graph's kernels were not recorded one by one "
+                           "(profile with --cuda-graph-trace=node for them)",
+                      precision_detail="", output_precision="unknown")
 
 
 def iteration_windows(report):
