@@ -29,12 +29,7 @@ def graph_rows(report, windows):
     its whole executions, whose kernels have no records of their own. Marked as graphs
     (kernel_class "cuda graph"), after the kernels and outside their percentages, so the
     kernel rows stay what nsys stats cuda_gpu_kern_sum prints."""
-    g = report.graph_execs(["graph_id", "start_ns", "duration_ns"])
-    if windows is not None:
-        ws, we = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
-        t = g["start_ns"].to_numpy()
-        i = np.searchsorted(ws, t, "right") - 1
-        g = g[(i >= 0) & (t < we[np.maximum(i, 0)])]
+    g = in_windows(report.graph_execs(["graph_id", "start_ns", "duration_ns"]), windows)
     g = g.assign(name="(CUDA graph " + g["graph_id"].astype(str) + ": whole-graph executions)")
     out = describe(g, ["name"], "duration_ns").rename(columns={"count": "instances"})
     out["name"] = out["name"].astype(str)
@@ -54,14 +49,19 @@ def iteration_windows(report):
     return it.groupby("start_ns", as_index=False)["end_ns"].max().sort_values("start_ns")
 
 
+def in_windows(ops, windows):
+    """The rows of ``ops`` that start inside one of the ``windows`` (all without windows)."""
+    if windows is None:
+        return ops
+    ws, we = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
+    t = ops["start_ns"].to_numpy()
+    i = np.searchsorted(ws, t, "right") - 1
+    return ops[(i >= 0) & (t < we[np.maximum(i, 0)])]
+
+
 def summarize(report, windows):
     """The summary in memory (NumPy): groups in order of first appearance."""
-    k = report.kernels(["name", "start_ns", "duration_ns"])
-    if windows is not None:
-        ws, we = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
-        t = k["start_ns"].to_numpy()
-        i = np.searchsorted(ws, t, "right") - 1
-        k = k[(i >= 0) & (t < we[np.maximum(i, 0)])]
+    k = in_windows(report.kernels(["name", "start_ns", "duration_ns"]), windows)
     return describe(k, ["name"], "duration_ns").rename(columns={"count": "instances"})
 
 
