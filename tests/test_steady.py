@@ -180,3 +180,14 @@ def test_graph_rows_in_kernel_sum_and_per_kernel_comparisons_say_what_they_need(
     d = nsightlab.diff(run("graph"), run("graph-node"))
     assert any("--cuda-graph-trace=node" in w for w in d.headline["a_warnings"])
     assert d.headline["a_iterations"] == d.headline["b_iterations"] == 30
+
+
+def test_blocks_inside_found_iterations_are_layers(run, cache_dir):
+    """ViT-S has 12 transformer blocks a pass and no NVTX ranges: the repeated blocks inside
+    each found iteration are layers (block0..block11), so a diff lines runs up by them."""
+    found = iterations.find(nsightlab.open(run("infer_sync")))
+    assert set(found.layers["name"]) == {f"block{j}" for j in range(12)}
+    d = nsightlab.diff(run("infer_sync"), run("infer_async"))
+    mid = d.by_layer[d.by_layer["layer"].isin([f"block{j}" for j in range(2, 11)])]
+    assert len(mid) == 9 and (mid["status"] == "matched").all()
+    assert (mid["b_ns"] / mid["a_ns"]).between(0.9, 1.1).all()  # the same kernels per block

@@ -122,8 +122,9 @@ def ranges(report: Report, syncs: pd.DataFrame | None = None) -> tuple[pd.DataFr
     if len(iters):
         return iters, (f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}"
                        "...), wall-clock")
-    found = iterations.find(report, syncs=syncs)
-    return found.ranges, found.source
+    found = iterations.find(report)
+    return found.ranges, (found.source if len(found.ranges)
+                          else f"no NVTX iteration ranges, and {found.source}")
 
 
 def gpu_ops(report: Report) -> dict[str, np.ndarray]:

@@ -30,6 +30,7 @@ callers fall back to the whole span.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +83,9 @@ class Found:
     evidence: str = ""
     outer: int = 0
     levels: list = field(default_factory=list)  # every candidate level considered
+    #: the level inside an iteration, as ranges like NVTX layer ranges (name blockJ: the J-th
+    #: repeated block of its iteration), for lining up runs without NVTX layers
+    layers: pd.DataFrame = field(default_factory=lambda: _no_ranges())
 
 
 def sync_calls(report: Report) -> pd.DataFrame:
@@ -140,22 +144,29 @@ def operations(report: Report) -> dict[str, np.ndarray]:
     return {c: v[order] for c, v in out.items()}
 
 
+_FOUND: "weakref.WeakKeyDictionary[Report, Found]" = weakref.WeakKeyDictionary()
+
+
 def find(report: Report, ops: dict[str, np.ndarray] | None = None,
          syncs: pd.DataFrame | None = None) -> Found:
-    """The iterations of a run without iteration ranges (see the module docstring)."""
+    """The iterations of a run without iteration ranges (see the module docstring); found once
+    per open report (the budget and the run profile both ask)."""
+    if ops is None and syncs is None:
+        if report not in _FOUND:
+            _FOUND[report] = find(report, operations(report), sync_calls(report))
+        return _FOUND[report]
     ops = operations(report) if ops is None else ops
+    syncs = sync_calls(report) if syncs is None else syncs
     if len(ops["token"]) < 2 * MIN_REPEATS:
         return Found(_no_ranges(), "too few GPU operations to find a repeating sequence")
     devices, counts = np.unique(ops["device_id"], return_counts=True)
     dev = devices[np.argmax(counts)]  # the busiest GPU's sequence decides
     sel = ops["device_id"] == dev
     ops = {c: v[sel] for c, v in ops.items()}
-    syncs = sync_calls(report) if syncs is None else syncs
     cut, why = _boundaries(ops, syncs)
     levels = _levels(ops, cut)
     if not levels:
-        return Found(_no_ranges(), "no repeating sequence of GPU operations: the whole span "
-                     "of GPU activity is one iteration", levels=[])
+        return Found(_no_ranges(), "no repeating sequence of GPU operations", levels=[])
     # a level whose units launch no kernel is data movement (set-up copies of same-shaped
     # weights): the loop only where nothing else repeats
     levels = [lv for lv in levels if lv["computes"]] or levels
@@ -171,12 +182,12 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
     if best["evidence"] < MIN_EVIDENCE and best["length"] <= MIN_UNIT_OPS:
         return Found(_no_ranges(), f"a {best['length']}-operation sequence repeated "
                      f"{best['count']:,} times with nothing marking iterations (no syncs, graph "
-                     "launches or host gaps between them): the whole span of GPU activity is "
-                     "one iteration", levels=[])
+                     "launches or host gaps between them)", levels=[])
     outer = [lv for lv in evidenced if lv["count"] < best["count"]
              and best["count"] % lv["count"] == 0 and lv["alike"] >= 0.9]
     per_outer = best["count"] // max(lv["count"] for lv in outer) if outer else 0
     ranges = _ranges(ops, best["starts"], best["ends"])
+    layers = _layers(ops, best, levels)
     reasons = _evidence_words(why, best["starts"]) if best["evidence"] >= MIN_EVIDENCE else \
         "none (an asynchronous loop): the outermost level that repeats"
     shape = (f"{per_outer} iterations x {best['count'] // per_outer} outer units of "
@@ -186,6 +197,7 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
               f"{best['coverage']:.0%} of the GPU's busy time; boundaries: {reasons}")
     return Found(ranges, source, operations=best["length"], alike_pct=100 * best["alike"],
                  coverage_pct=100 * best["coverage"], evidence=reasons, outer=per_outer,
+                 layers=layers,
                  levels=[{k: v for k, v in lv.items() if k not in ("starts", "ends")}
                          for lv in levels])
 
@@ -399,6 +411,32 @@ def _after(m: dict, end: int, first: int, size: int) -> np.ndarray:
         return np.array(out, np.int64)
 
 
+def _layers(ops: dict, best: dict, levels: list[dict]) -> pd.DataFrame:
+    """The blocks inside each iteration: the outermost level whose count is a multiple (2x or
+    more) of the iterations' and whose units are mostly alike (12 transformer blocks a pass),
+    as CPU ranges named by their place in the iteration (block0, block1...)."""
+    n = best["count"]
+    def per_iteration(lv: dict) -> int:  # blocks per iteration, if the level nests (a few
+        # anchor occurrences in set-up or warm-up make 289 blocks of 24 x 12)
+        k = round(lv["count"] / n)
+        return k if k >= 2 and abs(lv["count"] - k * n) <= max(2, 0.05 * k * n) else 0
+
+    inner = [lv for lv in levels if per_iteration(lv) and lv["alike"] >= MIN_ALIKE
+             and lv["evidence"] < MIN_EVIDENCE]
+    if not inner:
+        return _no_ranges()
+    lv = min(inner, key=lambda x: (x["count"], -x["alike"]))
+    it = np.searchsorted(best["starts"], lv["starts"], "right") - 1
+    keep = (it >= 0) & (lv["starts"] < best["ends"][np.maximum(it, 0)])
+    starts, ends, it = lv["starts"][keep], lv["ends"][keep], it[keep]
+    if not len(starts):
+        return _no_ranges()
+    place = np.arange(len(it)) - np.searchsorted(it, it, "left")
+    out = _ranges(ops, starts, np.minimum(ends, best["ends"][it]))
+    out["name"] = [f"block{j}" for j in place]
+    return out
+
+
 def _ranges(ops: dict, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
     """Each unit as a CPU range: from the first launch call of its operations to the end of the
     last (GPU times where a launch call is missing)."""
@@ -414,11 +452,9 @@ def _ranges(ops: dict, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
 
 
 def _per_unit(f: np.ufunc, x: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``f.reduce(x[a:b])`` for units [starts[i], ends[i]) that follow each other
-    (``ends[i] == starts[i + 1]``), in one pass."""
-    out = f.reduceat(x, starts).astype(np.int64)
-    out[-1] = int(f.reduce(x[starts[-1]:ends[-1]]))
-    return out
+    """``f.reduce(x[a:b])`` for every unit [starts[i], ends[i]) (not empty), in one pass."""
+    idx = np.column_stack([starts, ends]).ravel()
+    return f.reduceat(np.append(x, x[-1]), idx)[::2].astype(np.int64)
 
 
 def _evidence_words(why: np.ndarray, starts: np.ndarray) -> str:

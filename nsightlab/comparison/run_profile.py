@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, gpu_metrics as gm, steady
+from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, steady
 from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches
@@ -29,7 +29,7 @@ from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
 OUTSIDE = "(outside layers)"
-#: depth given to iterations found in the trace: no NVTX range is one level inside them
+#: depth given to iterations found in the trace (the blocks found inside them: one deeper)
 FOUND_DEPTH = -10
 ITERATION_LAYER = "(iteration)"
 
@@ -254,8 +254,9 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     if len(iters) or not report.has_rows("kernels"):
         return ranges, iters, ""
     found, source = budget.ranges(report)
-    found = found.assign(depth=FOUND_DEPTH)
-    return ranges, found, source
+    blocks = iterations.find(report).layers if len(found) else found
+    ranges = blocks.assign(kind="range", depth=FOUND_DEPTH + 1)  # found layers, no NVTX ones
+    return ranges, found.assign(depth=FOUND_DEPTH), source
 
 
 def _trace_gaps(report: Report) -> list[dict]:
