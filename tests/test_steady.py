@@ -191,3 +191,17 @@ def test_blocks_inside_found_iterations_are_layers(run, cache_dir):
     mid = d.by_layer[d.by_layer["layer"].isin([f"block{j}" for j in range(2, 11)])]
     assert len(mid) == 9 and (mid["status"] == "matched").all()
     assert (mid["b_ns"] / mid["a_ns"]).between(0.9, 1.1).all()  # the same kernels per block
+
+
+def test_an_iteration_range_never_closed_around_work_is_partial(sqlite_of, cache_dir, tmp_path):
+    """Generated from a real export: the process 'died' inside its first iteration (the
+    iter0 range left open, the later iteration ranges gone): no verdict over what is left."""
+    cut = tmp_path / "died.sqlite"
+    cut.write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    with sqlite3.connect(cut) as c:
+        c.execute("UPDATE NVTX_EVENTS SET [end] = NULL WHERE text = 'iter0'")
+        c.execute("DELETE FROM NVTX_EVENTS WHERE text LIKE 'iter%' AND text != 'iter0'")
+    found = completeness.check(nsightlab.open(cut))
+    assert any(f["check"] == "iteration_open" and f["severity"] == "partial" for f in found)
+    res = CliRunner().invoke(cli, ["report", str(cut)])
+    assert "no performance verdict" in res.output

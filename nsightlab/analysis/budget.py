@@ -31,7 +31,6 @@ the budget as ``hidden_copy_ns``.
 """
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pandas as pd
@@ -51,38 +50,13 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     max_end_per_iteration,
 )
 from nsightlab.analysis import iterations, steady
+from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.completeness import LAUNCH_CALLS
 from nsightlab.analysis.launches import pairs
 from nsightlab.analysis.timeline import covered, union
 from nsightlab.read.frames import release_memory
 from nsightlab.read.report import Report
-
-# iteration ranges: iterN / iteration N / stepN / batchN (any domain), or TensorRT's own
-# per-inference range (ExecutionContext::enqueue/execute[V2/V3]) whose children are its layers
-ITERATION = re.compile(r"(?i)^((iter|iteration|step|batch)[ _-]?\d+|ExecutionContext::(enqueue|execute)\w*)$")
-
-
-_DOMAIN = re.compile(r"^[^:]*:(?!:)")
-
-
-def base_name(name: str) -> str:
-    """NVTX range name without its domain prefix, trimmed ('nsightlab:iter3' -> 'iter3');
-    a C++ name is not a domain ('ExecutionContext::enqueue' stays, 'TensorRT:Execution
-    Context::enqueue' loses 'TensorRT:')."""
-    s = str(name)
-    return _DOMAIN.sub("", s, count=1).strip() if not s.startswith(":") else s.strip()
-
-
-def base_name_matches(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
-    """Whether each name's ``base_name`` matches ``pattern``, decided once per distinct name
-    (a categorical column of 13M TensorRT layer ranges as strings took gigabytes)."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        hit = np.array([bool(pattern.match(base_name(c))) for c in names.cat.categories], bool)
-        codes = names.cat.codes.to_numpy()
-        return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
-    return np.array([bool(pattern.match(base_name(n))) for n in names], bool)
-
 
 OP_COLUMNS = ("device_id", "start_ns", "end_ns", "api_start_ns", "part")
 DTYPES = {"device_id": np.int32, "start_ns": np.int64, "end_ns": np.int64,

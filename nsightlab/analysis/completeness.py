@@ -16,6 +16,7 @@ import re
 import numpy as np
 
 from nsightlab.analysis import engine
+from nsightlab.analysis.iterations import ITERATION, base_name
 from nsightlab.read import tables
 from nsightlab.read.metadata import traced
 from nsightlab.read.report import Report
@@ -93,6 +94,12 @@ def _check(report: Report) -> list[dict]:
                           "crashed or was killed before nsys flushed it?); verdicts on GPU time "
                           "are withheld"))
     open_ranges = _open_ranges(report)
+    open_iterations = [r for r in open_ranges if ITERATION.match(base_name(r))]
+    if open_iterations and kernels:
+        out.append(_f("iteration_open", "partial",
+                      f"iteration range {open_iterations[-1]} never closed around its work: "
+                      "the application ended inside it (crashed or killed?), so the trace "
+                      "holds a cut iteration; verdicts are withheld"))
     if open_ranges:
         names = ", ".join(open_ranges[:3]) + (" ..." if len(open_ranges) > 3 else "")
         out.append(_f("ranges_open", "warning",

@@ -30,6 +30,7 @@ callers fall back to the whole span.
 """
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass, field
 
@@ -39,6 +40,31 @@ import pandas as pd
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.launches import pairs
 from nsightlab.read.report import Report
+
+# iteration ranges: iterN / iteration N / stepN / batchN (any domain), or TensorRT's own
+# per-inference range (ExecutionContext::enqueue/execute[V2/V3]) whose children are its layers
+ITERATION = re.compile(r"(?i)^((iter|iteration|step|batch)[ _-]?\d+|ExecutionContext::(enqueue|execute)\w*)$")
+
+
+_DOMAIN = re.compile(r"^[^:]*:(?!:)")
+
+
+def base_name(name: str) -> str:
+    """NVTX range name without its domain prefix, trimmed ('nsightlab:iter3' -> 'iter3');
+    a C++ name is not a domain ('ExecutionContext::enqueue' stays, 'TensorRT:Execution
+    Context::enqueue' loses 'TensorRT:')."""
+    s = str(name)
+    return _DOMAIN.sub("", s, count=1).strip() if not s.startswith(":") else s.strip()
+
+
+def base_name_matches(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+    """Whether each name's ``base_name`` matches ``pattern``, decided once per distinct name
+    (a categorical column of 13M TensorRT layer ranges as strings took gigabytes)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        hit = np.array([bool(pattern.match(base_name(c))) for c in names.cat.categories], bool)
+        codes = names.cat.codes.to_numpy()
+        return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
+    return np.array([bool(pattern.match(base_name(n))) for n in names], bool)
 
 #: a level must repeat at least this often to be a loop
 MIN_REPEATS = 3
