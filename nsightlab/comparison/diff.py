@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis import budget
+from nsightlab.analysis import budget, steady
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison import trt_layers
 from nsightlab.comparison.run_profile import ITERATION_LAYER, OUTSIDE, RunProfile, profile
@@ -359,6 +359,11 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
     else:
         word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
         parts.append(f"B is {word} per iteration ({_ms(pb.iteration_ns)} vs {_ms(pa.iteration_ns)})")
+    skewed = [p for p in (pa, pb) if p.mean_ns and p.iteration_ns
+              and abs(p.mean_ns - p.iteration_ns) > steady.MEAN_MEDIAN_PCT / 100 * p.iteration_ns]
+    if skewed:  # the headline's times are medians; the parts below add up to the means
+        parts[-1] += (f" (medians of the steady iterations; their means, to which the parts add "
+                      f"up: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)})")
     # the wall-clock change, part by part of the time budget: a launch-idle change is a cause
     # only in a run the budget calls launch-bound (else it is queue back-pressure)
     wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
