@@ -29,3 +29,9 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'nsightlab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public API with the lazy names in it, so ``help(nsightlab)`` and completion show
+    ``open``, ``diff``, ``compare``... (they are imported when first looked up)."""
+    return sorted(set(globals()) | set(__all__))

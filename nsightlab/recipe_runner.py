@@ -385,7 +385,7 @@ def report_labels(sources: list[str]) -> list[str]:
     return [lab if labels.count(lab) == 1 else s for lab, s in zip(labels, sources)]
 
 
-@dataclass
+@dataclass(repr=False)
 class RunResult(Result, Mapping):
     """A recipe run over one or many reports: its tables (also as a read-only mapping:
     ``result["gaps"]``, ``list(result)``), and per input its status."""
@@ -393,6 +393,11 @@ class RunResult(Result, Mapping):
     recipe: str
     results: dict[str, pd.DataFrame]
     info: dict
+
+    def brief(self) -> str:
+        n = len(self.info.get("inputs", []))
+        return f"recipe {self.recipe} on {n} report(s)" + (
+            f", {len(self.failed)} failed" if self.failed else "")
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return self.results

@@ -182,3 +182,25 @@ def test_every_result_object_saves_the_same_way(sqlite_of, cache_dir, tmp_path):
     # units in every column name of the overheads
     assert list(results_["diff"].overheads.columns) == ["overhead", "a_ns", "b_ns", "delta_ns",
                                                          "a_count", "b_count"]
+
+
+def test_results_show_themselves_in_a_notebook(sqlite_of, cache_dir):
+    """A short repr (the verdict and the table names) and an HTML view for every result, the
+    Report included; help(nsightlab) lists the entry points; counts are integers."""
+    import pydoc
+
+    import nsightlab
+    from nsightlab.comparison import run_report
+
+    path = sqlite_of("h200-vit-fp16")
+    d = nsightlab.diff(path, path)
+    objects = [d, R.run("kernel_sum", path), run_report.build(path),
+               nsightlab.compare([path, path], labels=["a", "b"])]
+    for obj in objects:
+        assert len(repr(obj)) < 400 and "tables:" in repr(obj)
+        assert obj._repr_html_().startswith("<div>") and "<table" in obj._repr_html_()
+    assert "same time" in repr(d)
+    assert "<table" in nsightlab.open(path)._repr_html_()
+    text = pydoc.render_doc(nsightlab, renderer=pydoc.plaintext)
+    assert all(f"{name}(" in text for name in ("open", "diff", "compare", "open_ncu"))
+    assert isinstance(d.headline["a_kernels"], int)

@@ -53,7 +53,7 @@ OVERHEADS = (("launch_overhead", "launch_overhead_ns", "launch_calls"),
              ("gpu_idle", "gpu_idle_ns", None), ("memcpy", "memcpy_ns", "memcpys"))
 
 
-@dataclass
+@dataclass(repr=False)
 class Diff(Result):
     """Run B against run A, per iteration. Sections (DataFrames, times in ns per iteration):
 
@@ -94,6 +94,9 @@ class Diff(Result):
 
     SECTIONS = ("by_class", "by_precision", "by_layer", "kernels", "conversion", "only_b",
                 "overheads", "tensor_core", "budget")
+
+    def brief(self) -> str:
+        return str(self.headline.get("verdict", ""))
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every section as a DataFrame (the headline as a one-row frame)."""

@@ -30,7 +30,7 @@ from nsightlab.read.report import Report
 LATENCY = ("mean", "p50", "p95", "p99", "min", "max")
 
 
-@dataclass
+@dataclass(repr=False)
 class Lineup(Result):
     """Runs side by side. Tables:
 
@@ -58,6 +58,9 @@ class Lineup(Result):
     diffs: list[Diff] = field(default_factory=list)
 
     SECTIONS = ("summary", "by_class", "by_precision", "latency", "pairs")
+
+    def brief(self) -> str:
+        return f"{len(self.runs)} runs against {self.runs[0]}" if self.runs else "no runs"
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {s: getattr(self, s) for s in self.SECTIONS}

@@ -37,7 +37,7 @@ EP_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
             "tensorrt": "TensorrtExecutionProvider"}
 
 
-@dataclass
+@dataclass(repr=False)
 class Placement(Result):
     """Placement of one ORT run. ``run``: what was requested and used (a dict); tables:
 

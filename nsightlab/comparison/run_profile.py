@@ -149,7 +149,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     return RunProfile(
         label=label, iterations=total, steady_iterations=n, iteration_source=source,
         iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns,
-        kernel_ns=float(dur.sum()) / n, kernels=len(lk) / n,
+        kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
         busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
         gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - inside_ns,
         warnings=warnings,
@@ -257,6 +257,11 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     blocks = iterations.find(report).layers if len(found) else found
     ranges = blocks.assign(kind="range", depth=FOUND_DEPTH + 1)  # found layers, no NVTX ones
     return ranges, found.assign(depth=FOUND_DEPTH), source
+
+
+def _count(x: float) -> int | float:
+    """A per-iteration count as an int when every iteration has the same (129, not 129.0)."""
+    return int(round(x)) if abs(x - round(x)) < 1e-9 else x
 
 
 def _trace_gaps(report: Report) -> list[dict]:

@@ -35,7 +35,7 @@ TOP_KERNELS = 15
 LONGEST_GAPS = 15
 
 
-@dataclass
+@dataclass(repr=False)
 class RunReport(Result):
     """One run on one page. Tables (times in ns):
 
@@ -68,6 +68,10 @@ class RunReport(Result):
     sync_idle: pd.DataFrame
     iteration_ranges: int = 0  # NVTX iteration ranges, said when no GPU work was traced
     unsteady: pd.DataFrame = field(default_factory=pd.DataFrame)  # warm-up and outliers, why
+
+    def brief(self) -> str:
+        run = self.run_row()
+        return f"{self.label}: {run['verdict'] or 'no verdict'}"
 
     def run_row(self) -> dict:
         """The run's per-iteration summary as one dict (None where the report cannot say)."""

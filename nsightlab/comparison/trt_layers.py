@@ -71,7 +71,7 @@ def _signature(row: pd.Series) -> tuple:
                          for t in tokens(row["name"])}))
 
 
-@dataclass
+@dataclass(repr=False)
 class LayerMatch(Result):
     """Two engines' layers side by side. Tables:
 

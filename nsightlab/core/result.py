@@ -8,7 +8,9 @@ A ``Result`` (a recipe run, a diff, a run report) is a set of named DataFrames p
 - ``save(dir)``: ``<dir>/<table>.parquet`` (+ ``.csv``/``.json`` on request) and
   ``manifest.json`` listing the outputs, written to a temporary folder and renamed into place.
 
-Rendering them for a terminal or a browser is ``nsightlab.renderers``' job, not theirs.
+Rendering them for a terminal or a browser is ``nsightlab.renderers``' job, not theirs; in a
+notebook each shows itself from its own data: a short ``repr`` (its ``brief()`` and table
+names) and ``_repr_html_`` (the summary, then each table's first rows, folded).
 """
 from __future__ import annotations
 
@@ -56,8 +58,40 @@ def json_records(df: pd.DataFrame) -> list[dict]:
     return [json_value(r) for r in df.to_dict("records")]
 
 
+#: rows of each table a notebook shows (``Result._repr_html_``); the rest is in ``tables()``
+HTML_ROWS = 10
+
+
 class Result:
-    """Base of every analysis result: subclasses provide ``tables()`` and ``manifest()``."""
+    """Base of every analysis result: subclasses provide ``tables()`` and ``manifest()``, and
+    ``brief()`` where they have a verdict to say first. Subclasses that are dataclasses are
+    declared with ``repr=False`` so that this short ``repr`` is theirs."""
+
+    def brief(self) -> str:
+        """One line: the verdict or what the result holds (empty where there is none)."""
+        return ""
+
+    def __repr__(self) -> str:
+        text = self.brief()
+        if len(text) > 160:
+            text = text[:157] + "..."
+        names = ", ".join(self.tables())
+        return f"<{type(self).__name__}{': ' + text if text else ''} | tables: {names}>"
+
+    def _repr_html_(self) -> str:
+        """The summary, then every non-empty table's first ``HTML_ROWS`` rows, each folded
+        under its name and size (Jupyter and VS Code call this)."""
+        import html
+
+        out = [f"<div><b>{html.escape(type(self).__name__)}</b>"]
+        if self.brief():
+            out.append(f"<p>{html.escape(self.brief())}</p>")
+        for name, df in self.tables().items():
+            if df is None or not len(df):
+                continue
+            out.append(f"<details><summary>{html.escape(name)} ({len(df):,} rows)</summary>"
+                       f"{df.head(HTML_ROWS).to_html(index=False, na_rep='')}</details>")
+        return "".join(out) + "</div>"
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every output table by name."""

@@ -53,6 +53,20 @@ class Report:
         return (f"<Report {self.path.name}: nsys {self.nsys_version}, schema "
                 f"{self.schema_version}, {len(self.gpus)} GPU(s)>")
 
+    def _repr_html_(self) -> str:
+        """What the export holds, for a notebook: versions, GPUs, span, rows per table."""
+        import html
+
+        info = self.info()
+        span = f"{info['span_ns'] / 1e9:.3f} s" if info["span_ns"] is not None else "-"
+        rows = "".join(f"<tr><td>{html.escape(t)}</td><td style='text-align:right'>{n:,}</td></tr>"
+                       for t, n in info["tables"].items() if n)
+        gpus = ", ".join(str(g.get("name", g.get("device_id"))) for g in info["gpus"]) or "-"
+        return (f"<div><b>Report</b> {html.escape(str(self.source))}<br>nsys "
+                f"{html.escape(str(info['nsys_version']))}, schema "
+                f"{html.escape(str(info['schema_version']))}; GPUs: {html.escape(gpus)}; span "
+                f"{span}<table><tr><th>table</th><th>rows</th></tr>{rows}</table></div>")
+
     @property
     def cache(self) -> TableCache | None:
         """The Parquet table cache (None when off, or after its folder proved unwritable)."""
