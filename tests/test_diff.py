@@ -258,14 +258,31 @@ def test_lm_head_outside_the_layers_is_named(model, cache_dir):
 
 def test_different_models_get_the_workload_warning(model, sqlite_of, cache_dir):
     d = nsightlab.diff(model("h100-resnet50-fp16"), model("h100-gpt-fp16"))
-    assert any("kernel-class mix differs" in w for w in d.headline["workload_warnings"])
+    assert any("their math kernels differ" in w and "conv: A" in w
+               for w in d.headline["workload_warnings"])
     # ViT-B/16 and a GPT-2-small-shaped decoder share block names and class mix (both are 12
     # transformer blocks of width 768): the iteration counts still differ, and it says so
     d = nsightlab.diff(sqlite_of("h200-vit-fp16"), model("h100-gpt-fp16"))
     assert "A has 20 iterations, B 10: times are per iteration" in d.headline["workload_warnings"]
     text = CliRunner().invoke(cli, ["diff", str(model("h100-resnet50-fp16")),
                                     str(model("h100-gpt-fp16"))]).stdout
-    assert text.startswith("WARNING (workload): their kernel-class mix differs")
+    assert "WARNING (workload): their math kernels differ" in text
+
+
+def test_a_precision_change_is_not_a_different_workload(sqlite_of, model, cache_dir):
+    """FP16 vs dynamic FP8 ViT-B/16 and ResNet-50 FP32 vs FP16: time moves between kernel
+    classes (conversions, casts) and the kernel count grows, which is the point of the
+    comparison, not a sign of another model."""
+    for a, b in ((sqlite_of("h200-vit-fp16"), sqlite_of("h200-vit-fp8")),
+                 (model("h100-resnet50-fp32"), model("h100-resnet50-fp16"))):
+        d = nsightlab.diff(a, b)
+        assert not any("math kernels" in w or "mix" in w for w in d.headline["workload_warnings"])
+
+
+def test_runs_on_different_gpus_are_said_first(sqlite_of, model, cache_dir):
+    d = nsightlab.diff(sqlite_of("h200-vit-fp16"), model("h100-gpt-fp16"))
+    assert d.headline["workload_warnings"][0].startswith("they ran on different GPUs")
+    assert "H200" in d.headline["workload_warnings"][0]
 
 
 @pytest.mark.parametrize("stem", ["h200-vit-fp16", "h200-launchbound", "h200-vit-fp16-cudagraph"])

@@ -428,15 +428,15 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
     }
 
 
-def _class_shares(p: RunProfile) -> pd.Series:
-    t = p.by_class.set_index("kernel_class")["time_ns"]
-    return t / t.sum() if t.sum() else t
-
-
 def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
-    """Signs that A and B are not the same workload: different NVTX layers, iteration counts,
-    whole-run pseudo-iterations of different lengths, a different kernel-class mix."""
+    """Signs that A and B are not the same workload, real differences first: other GPUs,
+    different layers, iteration counts, whole-run pseudo-iterations of different lengths,
+    different math kernels per iteration. A different kernel-class mix is not one: moving time
+    between classes is what a precision change does."""
     out = []
+    if pa.gpus and pb.gpus and sorted(pa.gpus) != sorted(pb.gpus):
+        out.append(f"they ran on different GPUs (A: {', '.join(pa.gpus)}; B: "
+                   f"{', '.join(pb.gpus)}): times compare the GPUs as well as the runs")
     la = set(pa.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
     lb = set(pb.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
     if la and lb and len(la & lb) < 0.5 * min(len(la), len(lb)):
@@ -450,14 +450,22 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
                    + (f", and they differ {ratio:.1f}x in length" if ratio > 1.5 else ""))
     elif pa.iterations != pb.iterations:
         out.append(f"A has {pa.iterations} iterations, B {pb.iterations}: times are per iteration")
-    sa, sb = _class_shares(pa), _class_shares(pb)
-    tvd = 0.5 * (sa.reindex(sa.index.union(sb.index), fill_value=0)
-                 - sb.reindex(sa.index.union(sb.index), fill_value=0)).abs().sum()
-    if tvd > 0.5:
-        ta, tb = sa.idxmax(), sb.idxmax()
-        out.append(f"their kernel-class mix differs ({100 * tvd:.0f}% of kernel time moved "
-                   f"class; A {100 * sa[ta]:.0f}% {ta}, B {100 * sb[tb]:.0f}% {tb})")
+    math = _math_counts(pa).to_frame("a").join(_math_counts(pb).to_frame("b"), how="outer")
+    math = math.fillna(0)
+    differs = math[(math.max(axis=1) > 1) & (math.max(axis=1) > 1.25 * math.min(axis=1))]
+    if len(differs):
+        out.append("their math kernels differ (" + ", ".join(
+            f"{c}: A {r.a:.0f}, B {r.b:.0f} per iteration" for c, r in differs.iterrows())
+            + "): are they the same model? (a precision change replaces math kernels, it "
+            "does not add or remove them)")
     return out
+
+
+def _math_counts(p: RunProfile) -> pd.Series:
+    """Math kernels (GEMM, conv, attention) per steady iteration, by class: what a precision
+    change keeps (it adds conversion kernels and moves time between classes instead)."""
+    t = p.by_class.set_index("kernel_class")["count"]
+    return t[t.index.isin(MATH_CLASSES)].astype(float)
 
 
 def _run_verdict(p: RunProfile) -> str:

@@ -62,6 +62,7 @@ class RunProfile:
     budget: dict = field(default_factory=dict)  # the budget summary of the first GPU
     steady_iterations: int = 0   # the iterations every per-iteration number is taken over
     mean_ns: float = 0.0         # mean steady wall-clock iteration (the budget's parts add to it)
+    gpus: list = field(default_factory=list)  # names of the GPUs the run used
     latency: dict = field(default_factory=dict)  # wall-clock iteration: mean/p50/p95/p99/min/max_ns
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
 
@@ -148,7 +149,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     wall = summary.get("wall_med_ns") or summary.get("wall_ns") or span_ns
     return RunProfile(
         label=label, iterations=total, steady_iterations=n, iteration_source=source,
-        iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns,
+        iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns, gpus=_gpu_names(report),
         kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
         busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
         gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - inside_ns,
@@ -257,6 +258,16 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     blocks = iterations.find(report).layers if len(found) else found
     ranges = blocks.assign(kind="range", depth=FOUND_DEPTH + 1)  # found layers, no NVTX ones
     return ranges, found.assign(depth=FOUND_DEPTH), source
+
+
+def _gpu_names(report: Report) -> list[str]:
+    """The names of the GPUs that ran the run's kernels (of the report's GPU table)."""
+    g = report.gpus
+    if g.empty or "name" not in g:
+        return []
+    used = set(report.kernels(["device_id"])["device_id"].unique()) if report.has_rows(
+        "kernels") else set(g["device_id"])
+    return sorted(str(n) for d, n in zip(g["device_id"], g["name"]) if d in used)
 
 
 def _count(x: float) -> int | float:
