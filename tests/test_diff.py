@@ -309,3 +309,22 @@ def test_launches_outside_iterations_left_out_but_counted(stem, sqlite_of, cache
     else:
         assert 0 < steady < float(dur[inside].sum())
     assert len(iters) and (~inside).any()  # the case exercised: some launches are outside
+
+
+@pytest.mark.parametrize("pair", [("h100-resnet50-fp32", "h100-resnet50-fp16"),
+                                  ("h100-resnet50-fp16", "h100-resnet50-bf16"),
+                                  ("h100-gpt-fp16", "h100-gpt-fp8")])
+def test_the_headline_accounts_for_the_change(pair, model, cache_dir):
+    """The budget's parts add up to the change of the steady mean, and every part that moves
+    by 10% of that change or more is named in the headline, whatever either run's verdict."""
+    from nsightlab.comparison.diff import _WALL_PARTS
+
+    d = nsightlab.diff(model(pair[0]), model(pair[1]))
+    h = d.headline
+    change = h["b_mean_ns"] - h["a_mean_ns"]
+    assert d.budget["delta_ns"].sum() == pytest.approx(change, abs=1e3)
+    b = d.budget.set_index("part")["delta_ns"]
+    for name, parts in _WALL_PARTS:
+        moved = float(b.reindex(list(parts)).fillna(0).sum())
+        if abs(moved) >= 0.1 * abs(change) and abs(moved) >= 0.02 * h["a_mean_ns"]:
+            assert name in h["verdict"], (name, moved, h["verdict"])

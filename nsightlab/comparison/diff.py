@@ -314,6 +314,19 @@ def slot_labels(kernels: pd.DataFrame, width: int = 72) -> list[str]:
             for a, b in zip(kernels["a_name"], kernels["b_name"])]
 
 
+def pair_labels(kernels: pd.DataFrame, width: int = 72) -> list[str]:
+    """Each row's kernel as the headline names it: both names where a matched slot changed
+    kernel ("A's -> B's": A's time is never shown under B's name), else the one it has."""
+    out = []
+    for a, b in zip(kernels["a_name"], kernels["b_name"]):
+        a, b = (x if isinstance(x, str) else None for x in (a, b))
+        if a and b and a != b:
+            out.append(f"{kernel_label(a, width)} -> {kernel_label(b, width)}")
+        else:
+            out.append(kernel_label(b or a or "", width))
+    return out
+
+
 def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.DataFrame,
                    target: float) -> str:
     """Which kernels, layers or classes make up >= 80% of a kernel-time change ``target``
@@ -321,7 +334,7 @@ def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.D
     largest of each."""
     where = {OUTSIDE: " (outside layers)", ITERATION_LAYER: ""}
     k = kernels.assign(key=[f"{label}{where.get(lay, f' ({lay})')}" for label, lay in
-                            zip(slot_labels(kernels, 56), kernels["layer"])])
+                            zip(pair_labels(kernels, 56), kernels["layer"])])
     grains = [(k.groupby("key", sort=False)[["a_ns", "b_ns", "delta_ns"]].sum(), "kernel"),
               (by_layer.set_index("layer")[["a_ns", "b_ns", "delta_ns"]], "layer"),
               (by_class.set_index("kernel_class")[["a_ns", "b_ns", "delta_ns"]], "class")]
@@ -371,11 +384,17 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
     # only in a run the budget calls launch-bound (else it is queue back-pressure)
     wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
     bound = {r for r, p in (("A", pa), ("B", pb)) if str(p.budget.get("verdict", "")).startswith("launch")}
-    if "GPU idle waiting for launches" in wall and not bound:
+    # launch idle is a cause in a launch-bound run, or where it moves with the kernel count
+    # (4x the kernels, 4x the launches); otherwise it is queue back-pressure
+    more_kernels = abs(pb.kernels - pa.kernels) > 0.1 * max(pa.kernels, 1)
+    if "GPU idle waiting for launches" in wall and not bound and not more_kernels:
         wall.pop("GPU idle waiting for launches")
     deltas = pd.Series({n: b - a for n, (a, b) in wall.items()})
-    named = explaining(deltas, delta) if abs(delta) >= 0.02 * base else None
-    if len(deltas) and (named is None or deltas.abs().sum() > 2 * abs(delta)) \
+    # the parts add up to the change of the steady mean: they explain that one, to 90%
+    mean_delta = (pb.mean_ns - pa.mean_ns) if pa.mean_ns and pb.mean_ns else delta
+    named = explaining(deltas, mean_delta, share=0.9, most=4) if abs(delta) >= 0.02 * base \
+        else None
+    if len(deltas) and (named is None or deltas.abs().sum() > 2 * abs(mean_delta)) \
             and deltas.abs().max() >= 0.02 * base:
         # gains and losses cancel (or the change is small): the largest of each way
         named = sorted({deltas.idxmin(), deltas.idxmax()}, key=lambda n: -deltas[n] * np.sign(delta or 1))
@@ -388,8 +407,12 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         if n == "GPU idle waiting for launches":
             r = "B" if b > a else "A"
             p = pb if r == "B" else pa
-            text += (f" ({r} is launch-bound: {p.kernels:.0f} kernels per iteration, "
-                     f"{_ms(p.overheads.get('api_ns', 0.0))} in CUDA API calls)")
+            if r in bound:
+                text += (f" ({r} is launch-bound: {p.kernels:.0f} kernels per iteration, "
+                         f"{_ms(p.overheads.get('api_ns', 0.0))} in CUDA API calls)")
+            else:
+                text += (f" (B launches {pb.kernels:.0f} kernels per iteration, A "
+                         f"{pa.kernels:.0f})")
         parts.append(text)
     if abs(kernel_delta) >= 0.05 * base or (named and "GPU work" in named):
         reason = _kernel_reason(kernels, by_layer, by_class, kernel_delta)
