@@ -37,6 +37,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result
 from nsightlab.errors import NoDataError, NsightlabError, RecipeError  # noqa: F401  (recipe errors)
 from nsightlab.read.locate import expand_inputs
@@ -49,7 +50,6 @@ if TYPE_CHECKING:  # pandas and the report are imported where used: cached answe
 
 TYPES = {"int": int, "float": float, "str": str, "path": str,
          "bool": lambda v: str(v).lower() in ("1", "true", "yes", "on")}
-REPORT_SUFFIXES = (".sqlite.xz", ".sqlite", ".nsys-rep", ".qdrep")
 #: seconds to wait for a Dask scheduler before saying it cannot be reached
 CONNECT_TIMEOUT_S = 10
 
@@ -375,14 +375,8 @@ def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> 
 
 
 def report_labels(sources: list[str]) -> list[str]:
-    """Short, distinct labels for reports: file names without their report suffix
-    (``a/fp16.sqlite`` -> ``fp16``), the whole input where two would collide."""
-    def short(s: str) -> str:
-        name = Path(s).name
-        return next((name[: -len(x)] for x in REPORT_SUFFIXES if name.endswith(x)), name)
-
-    labels = [short(s) for s in sources]
-    return [lab if labels.count(lab) == 1 else s for lab, s in zip(labels, sources)]
+    """Short, distinct labels for reports (``core.labels.run_labels``)."""
+    return run_labels(sources)
 
 
 @dataclass(repr=False)

@@ -104,7 +104,7 @@ def test_crashed_run_is_partial_and_gets_no_verdict(scenario, cache_dir):
     assert "--trace=cuda" not in r.missing_hint("kernels")  # it was on
     res = CliRunner().invoke(cli, ["report", str(path)])
     assert res.exit_code == 0, res.output
-    assert res.stdout.startswith(f"{path}: 12 iteration(s) (12 NVTX iteration ranges, no GPU "
+    assert res.stdout.startswith(f"{path.stem}: 12 iteration(s) (12 NVTX iteration ranges, no GPU "
                                  "work traced)")
     assert res.stdout.index("PARTIAL:") < res.stdout.index("findings:")
     assert "no performance verdict" in res.stdout and "bound" not in res.stdout

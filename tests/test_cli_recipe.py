@@ -165,10 +165,11 @@ def test_kernel_sum_over_the_whole_shared_fixture_folder(cache_dir, tmp_path):
 
 def test_reports_are_labelled_apart():
     """Rows of different reports never share a label (resnet.fp16 and resnet.fp8 are not both
-    'resnet'); two files of one name keep their whole paths."""
+    'resnet'); two files of one name get their folders in front, only as many as needed."""
     assert R.report_labels(["a/resnet.fp16.sqlite", "b/resnet.fp8.nsys-rep", "c.sqlite.xz"]) == \
         ["resnet.fp16", "resnet.fp8", "c"]
-    assert R.report_labels(["a/x.sqlite", "b/x.sqlite"]) == ["a/x.sqlite", "b/x.sqlite"]
+    assert R.report_labels(["a/x.sqlite", "b/x.sqlite"]) == ["a/x", "b/x"]
+    assert R.report_labels(["r/a/x.sqlite", "s/a/x.sqlite", "t.sqlite"]) == ["r/a/x", "s/a/x", "t"]
 
 
 def test_many_reports_on_a_dask_local_cluster_equal_the_process_pool(sqlite_of, cache_dir, tmp_path):

@@ -81,7 +81,7 @@ def test_compare_outputs_and_batch_from_the_capture_manifest(sqlite_of, cache_di
     assert html.index("Verdict") < html.index("Charts") < html.index("By kernel class")
     j = json.loads(CliRunner().invoke(cli, ["compare", str(cap), b, "--json", "--batch", "32"]).stdout)
     assert [r["batch"] for r in j["summary"]] == [32, 32]
-    assert j["diffs"][0]["b"] == b
+    assert j["diffs"][0]["b"] == "h200-vit-fp8" and j["diffs"][0]["b_path"] == b
 
 
 @pytest.mark.parametrize("text,metric,op,value,relative", [

@@ -24,6 +24,7 @@ from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison import trt_layers
 from nsightlab.comparison.run_profile import ITERATION_LAYER, OUTSIDE, RunProfile, profile
 from nsightlab.core.result import Result, json_records, json_value
+from nsightlab.core.labels import run_labels
 from nsightlab.core.units import fmt_ms as _ms, kernel_label
 from nsightlab.read.opener import as_report
 from nsightlab.read.report import Report
@@ -115,11 +116,16 @@ class Diff(Result):
 
 def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike, **open_options) -> Diff:
     """Compare run B against run A: Reports, or anything ``nsightlab.open`` takes (opened
-    with ``open_options``: cache, cache_dir, nsys, progress). Runs are labelled as given."""
+    with ``open_options``: cache, cache_dir, nsys, progress). Runs are labelled by their
+    capture name or file stem (``core.labels``); the headline keeps their paths."""
     ra, rb = as_report(a, **open_options), as_report(b, **open_options)
-    pa_ = profile(ra, None if isinstance(a, Report) else str(a))
-    pb_ = profile(rb, None if isinstance(b, Report) else str(b))
-    return compare(pa_, pb_)
+    la, lb = run_labels([str(r.source) if isinstance(r, Report) else str(r) for r in (a, b)])
+    if la == lb and str(a) != str(b):
+        la, lb = str(a), str(b)
+    pa_, pb_ = profile(ra, la), profile(rb, lb)
+    d = compare(pa_, pb_)
+    d.headline["a_path"], d.headline["b_path"] = str(ra.source), str(rb.source)
+    return d
 
 
 def compare(pa: RunProfile, pb: RunProfile) -> Diff:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab.analysis import budget, completeness, steady
+from nsightlab.core.labels import run_labels
 from nsightlab.analysis.budget import iteration_ranges
 from nsightlab.comparison.diff import Diff, compare as diff_profiles
 from nsightlab.comparison.run_profile import RunProfile, iteration_walls, latency_stats, profile
@@ -89,11 +90,15 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     if len(runs) < 2:
         raise ValueError("compare needs at least two runs (the first is the baseline)")
     reports = [as_report(r, **open_options) for r in runs]
-    labels = labels or [str(r) if not isinstance(r, Report) else r.source.name for r in runs]
+    labels = labels or run_labels([str(r) if not isinstance(r, Report) else str(r.source)
+                                   for r in runs])
     labels = _unique(labels)
     profiles = [_profile(r, lab) for r, lab in zip(reports, labels)]
-    diffs = [diff_profiles(profiles[0], p) for p in profiles[1:]
-             if profiles[0].kernels and p.kernels]
+    diffs = []
+    for r, p in zip(reports[1:], profiles[1:]):
+        if profiles[0].kernels and p.kernels:
+            diffs.append(diff_profiles(profiles[0], p))  # labels short, paths in the JSON
+            diffs[-1].headline.update(a_path=str(reports[0].source), b_path=str(r.source))
     batches = [batch or batch_of(r) for r in reports]
     base = profiles[0].latency.get("mean_ns") or profiles[0].iteration_ns
     rows, classes, precisions, walls = [], [], [], []

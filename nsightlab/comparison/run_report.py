@@ -17,6 +17,7 @@ from nsightlab.analysis import budget, completeness, steady
 from nsightlab.analysis.budget import busy_pct, iteration_ranges
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison.run_profile import RunProfile, profile
+from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.core.units import fmt_ms as _ms
 from nsightlab.errors import NsightlabError
@@ -124,7 +125,7 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     ``open_options``); the run is labelled as given. A report without kernels (NVTX and API
     calls only) gets what it has: API time, ranges and the completeness findings."""
     r = as_report(report, **open_options)
-    label = str(r.source.name if isinstance(report, Report) else report)
+    label = run_labels([str(r.source if isinstance(report, Report) else report)])[0]
     has_kernels = r.has_rows("kernels")
     p = None
     if has_kernels:
