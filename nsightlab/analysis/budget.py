@@ -432,6 +432,23 @@ def steady_words(st: dict) -> str:
     return out
 
 
+def parts_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """A ``summarize`` table as rows of parts (those of at least 0.1% of the iteration): gpu
+    (with several GPUs), part, time_ns and share_pct per iteration, then the copy time hidden
+    under kernels: how a person reads a budget, where the summary is one wide row."""
+    rows = []
+    many = len(summary) > 1
+    for _, b in summary.iterrows():
+        gpu = {"gpu": int(b["device_id"])} if many else {}
+        rows += [{**gpu, "part": part, "time_ns": float(b[f"{part}_ns"]),
+                  "share_pct": float(b[f"{part}_pct"])}
+                 for part in PARTS if b[f"{part}_pct"] >= 0.1]
+        if b["hidden_copy_ns"] > 0:
+            rows.append({**gpu, "part": "(copies hidden under kernels)",
+                         "time_ns": float(b["hidden_copy_ns"]), "share_pct": float("nan")})
+    return pd.DataFrame(rows)
+
+
 def busy_pct(row) -> float:
     """Share of the iteration with GPU work (everything but the idle parts) of a summary row."""
     return 100.0 - sum(float(row[f"{p}_pct"]) for p in IDLE_PARTS)

@@ -24,6 +24,7 @@ from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches
 from nsightlab.analysis.timeline import busy_time
+from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
 from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
@@ -138,6 +139,9 @@ def _compute(report: Report, label: str) -> RunProfile:
     by_layer = (lk.groupby("layer", observed=True)["dur"].agg(["sum", "size"])
                 .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
     by_layer["layer"] = by_layer["layer"].astype(str)
+    by_layer = by_layer.iloc[sorted(range(len(by_layer)),  # block2 before block10
+                                    key=lambda i: natural_key(by_layer["layer"].iat[i]))
+                             ].reset_index(drop=True)
     # the precision a layer computes in: that of its GEMM / conv / attention kernels
     math = lk[lk["kernel_class"].isin(MATH)]
     gp = math.groupby("layer", observed=True)["precision"].agg(

@@ -78,3 +78,10 @@ def kernel_label(name: str, width: int = 72) -> str:
 
 def _cut(s: str, width: int) -> str:
     return s if len(s) <= width else s[:width - 1] + "…"
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders numbers inside names by value: block2 before block10."""
+    import re
+
+    return tuple(int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", str(text)))

@@ -13,12 +13,21 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from nsightlab.analysis.classify import CLASSES
 from nsightlab.comparison.diff import Diff
 from nsightlab.comparison.lineup import Lineup
 from nsightlab.comparison.run_report import RunReport
 
 alt.data_transformers.disable_max_rows()
 WIDTH = 560
+#: one colour per kernel class on every chart of every page (Tableau 20, class order), and the
+#: graph rows of a graph-level trace in grey
+CLASS_COLOURS = dict(zip((*CLASSES, "cuda graph"), (
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac", "#86bcb6", "#d37295", "#79706e")))
+CLASS_COLOUR = alt.Color("kernel_class:N", title="class",
+                         scale=alt.Scale(domain=list(CLASS_COLOURS),
+                                         range=list(CLASS_COLOURS.values())))
 
 
 def class_chart(d: Diff) -> alt.Chart:
@@ -29,7 +38,7 @@ def class_chart(d: Diff) -> alt.Chart:
                  {"run": f"B: {d.headline['b']}", "kernel_class": r["kernel_class"], "ms": r["b_ns"] / 1e6}]
     return alt.Chart(pd.DataFrame(rows), title="GPU time per iteration by kernel class").mark_bar().encode(
         x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("run:N", title=None),
-        color=alt.Color("kernel_class:N", title="class"),
+        color=CLASS_COLOUR,
         tooltip=["run", "kernel_class", alt.Tooltip("ms:Q", format=".3f")],
     ).properties(width=WIDTH)
 
@@ -58,7 +67,7 @@ def kernel_scatter(d: Diff) -> alt.Chart:
     points = alt.Chart(m, title="Matched kernels: A vs B (µs per iteration)").mark_circle(size=60).encode(
         x=alt.X("a_us:Q", scale=alt.Scale(type="log"), title="A (µs)"),
         y=alt.Y("b_us:Q", scale=alt.Scale(type="log"), title="B (µs)"),
-        color=alt.Color("kernel_class:N", title="class"),
+        color=CLASS_COLOUR,
         tooltip=["layer", "kernel_class", "a_name", "b_name", "a_precision", "b_precision",
                  alt.Tooltip("a_us:Q", format=".1f"), alt.Tooltip("b_us:Q", format=".1f")],
     )
@@ -79,7 +88,7 @@ def report_charts(rr: RunReport) -> dict[str, alt.Chart]:
     by_class = p.by_class.assign(ms=p.by_class["time_ns"] / 1e6)
     classes = alt.Chart(by_class, title="GPU time per iteration by kernel class").mark_bar().encode(
         x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("kernel_class:N", sort="-x", title=None),
-        color="kernel_class:N", tooltip=["kernel_class", alt.Tooltip("ms:Q", format=".3f"), "count"],
+        color=CLASS_COLOUR, tooltip=["kernel_class", alt.Tooltip("ms:Q", format=".3f"), "count"],
     ).properties(width=WIDTH)
     layers = p.by_layer.assign(ms=p.by_layer["time_ns"] / 1e6)
     layer = alt.Chart(layers, title="GPU time per iteration by layer").mark_bar().encode(
@@ -101,7 +110,7 @@ def lineup_charts(l: Lineup) -> dict[str, alt.Chart]:
     cls = l.by_class.assign(ms=l.by_class["time_ns"] / 1e6)
     classes = alt.Chart(cls, title="GPU time per iteration by kernel class").mark_bar().encode(
         x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("run:N", sort=order, title=None),
-        color=alt.Color("kernel_class:N", title="class"),
+        color=CLASS_COLOUR,
         tooltip=["run", "kernel_class", alt.Tooltip("ms:Q", format=".3f")]).properties(width=WIDTH)
     layers = pd.concat([d.by_layer.assign(run=d.b.label, delta_ms=d.by_layer["delta_ns"] / 1e6)
                         for d in l.diffs], ignore_index=True)

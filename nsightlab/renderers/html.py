@@ -10,6 +10,7 @@ from functools import singledispatch
 import numpy as np
 import pandas as pd
 
+from nsightlab.analysis.budget import parts_table
 from nsightlab.comparison.diff import Diff, slot_labels
 from nsightlab.comparison.lineup import Lineup
 from nsightlab.comparison.run_report import RunReport
@@ -21,7 +22,7 @@ from nsightlab.renderers import charts
 STYLE = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
          "table{border-collapse:collapse;font-size:13px;margin:0.5em 0}"
          "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
-         "th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}"
+         "th{background:#f4f4f4}td:first-child,th:first-child,td.t{text-align:left}"
          ".verdict{font-size:1.15em;background:#fff8e1;padding:0.8em;border-left:4px solid #f0a000}"
          "</style>")
 
@@ -71,10 +72,13 @@ def _td(v) -> str:
         text = "" if pd.isna(v) else (f"{v:.0f}" if v == int(v) or abs(v) >= 1000
                                       else f"{v:.1f}" if abs(v) >= 100 else f"{v:.3f}")
         return f"<td>{text}</td>"
+    if isinstance(v, (int, np.integer)):
+        return f"<td>{v}</td>"
     s = "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
-    if len(s) > 90:
-        return f"<td title='{html.escape(s, quote=True)}'>{html.escape(s[:89])}…</td>"
-    return f"<td>{html.escape(s)}</td>"
+    if len(s) > 90:  # text reads left-aligned; numbers stay right-aligned (the style's default)
+        return (f"<td class='t' title='{html.escape(s, quote=True)}'>{html.escape(s[:89])}…"
+                "</td>")
+    return f"<td class='t'>{html.escape(s)}</td>"
 
 
 @singledispatch
@@ -161,7 +165,8 @@ def _(rr: RunReport) -> str:
     sections = [("Findings", f"<p>{head}</p>" + (f"<ul class='verdict'>{warn}</ul>" if warn else "")
                  + f"<ul>{items}</ul>")]
     if len(rr.budget):
-        sections.append(("Where an iteration's time goes", table_html(rr.budget)))
+        sections.append(("Where an iteration's time goes (mean per steady iteration)",
+                         table_html(parts_table(rr.budget))))
     sections += [("Top kernels", table_html(rr.top_kernels)),
                  ("Launch vs compute", table_html(rr.launch)),
                  ("Host syncs", table_html(rr.syncs)), ("Longest GPU gaps", table_html(rr.gaps)),

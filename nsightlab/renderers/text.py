@@ -13,6 +13,7 @@ from functools import singledispatch
 
 import pandas as pd
 
+from nsightlab.analysis.budget import parts_table
 from nsightlab.comparison.diff import Diff, slot_labels
 from nsightlab.comparison.lineup import Lineup
 from nsightlab.comparison.ort_placement import Placement
@@ -262,20 +263,8 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
 
 
 def budget_text(summary: pd.DataFrame) -> str:
-    """The budget's parts (those of at least 0.1%) as rows: part, ms per iteration, share."""
-    from nsightlab.analysis.budget import PARTS
-
-    rows = []
-    for _, b in summary.iterrows():
-        for part in PARTS:
-            if b[f"{part}_pct"] >= 0.1:
-                rows.append({**({"gpu": b["device_id"]} if len(summary) > 1 else {}),
-                             "part": part, "time_ns": b[f"{part}_ns"], "share_pct": b[f"{part}_pct"]})
-        if b["hidden_copy_ns"] > 0:
-            rows.append({**({"gpu": b["device_id"]} if len(summary) > 1 else {}),
-                         "part": "(copies hidden under kernels)", "time_ns": b["hidden_copy_ns"],
-                         "share_pct": float("nan")})
-    return ms_table(pd.DataFrame(rows))
+    """The budget's parts as rows (``budget.parts_table``): part, ms per iteration, share."""
+    return ms_table(parts_table(summary))
 
 
 @render.register
