@@ -20,7 +20,7 @@ from nsightlab.comparison.ort_placement import Placement
 from nsightlab.comparison.run_profile import OUTSIDE
 from nsightlab.comparison.run_report import RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
-from nsightlab.core.units import ms_columns
+from nsightlab.core.units import kernel_label, ms_columns
 from nsightlab.read.metadata import ReportInfos
 from nsightlab.recipe_runner import RunResult
 
@@ -29,10 +29,13 @@ _NUMBER = re.compile(r"^-?\d+(\.\d+)?$|^$")
 MAX_CELL = 60
 
 
-def cell(v, max_width: int = MAX_CELL) -> str:
-    """One value as table text: whole numbers without decimals, times and shares to 0.1
-    from 100 up and to 0.001 below; missing values blank; long text cut at the end."""
+def cell(v, max_width: int = MAX_CELL, column: str = "") -> str:
+    """One value as table text, by its unit: shares (``*_pct``, ``*%``) to 0.1; other whole
+    numbers without decimals; times to 0.1 from 100 up and to 0.001 below; missing values
+    blank; long text cut at the end."""
     if isinstance(v, float) and not pd.isna(v):
+        if column.endswith(("_pct", "%")):
+            return f"{v:.1f}"
         return f"{v:.0f}" if v == int(v) else (f"{v:.1f}" if abs(v) >= 100 else f"{v:.3f}")
     s = "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
     return s if len(s) <= max_width else s[: max_width - 1] + "…"
@@ -43,7 +46,8 @@ def table_text(df: pd.DataFrame, max_width: int = MAX_CELL) -> str:
     if df.empty:
         return "(no rows)\n" if len(df.columns) == 0 else "  ".join(map(str, df.columns)) + "\n(no rows)\n"
     cols = [str(c) for c in df.columns]
-    rows = [[cell(v, max_width) for v in r] for r in df.itertuples(index=False, name=None)]
+    rows = [[cell(v, max_width, c) for v, c in zip(r, cols)]
+            for r in df.itertuples(index=False, name=None)]
     numeric = [(pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]))
                or all(_NUMBER.match(r[i]) for r in rows) for i, c in enumerate(df.columns)]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
@@ -250,6 +254,7 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
     if len(rr.top_kernels):
         top = rr.top_kernels[["name", "instances", "total_ns", "time_pct", "kernel_class",
                               "precision"]]
+        top = top.assign(name=[kernel_label(n, MAX_CELL) for n in top["name"]])  # as diff
         lines += ["top kernels:", ms_table(top.head(limit))]
     if len(rr.syncs):
         lines += ["host syncs:", ms_table(rr.syncs)]
