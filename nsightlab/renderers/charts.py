@@ -25,9 +25,12 @@ WIDTH = 560
 CLASS_COLOURS = dict(zip((*CLASSES, "cuda graph"), (
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
     "#9c755f", "#bab0ac", "#86bcb6", "#d37295", "#79706e")))
-CLASS_COLOUR = alt.Color("kernel_class:N", title="class",
-                         scale=alt.Scale(domain=list(CLASS_COLOURS),
-                                         range=list(CLASS_COLOURS.values())))
+def class_colour(data: pd.DataFrame) -> alt.Color:
+    """Colour by kernel class on the one fixed scale (``CLASS_COLOURS``), the legend listing
+    only the classes ``data`` holds."""
+    present = [c for c in CLASS_COLOURS if c in set(data["kernel_class"].astype(str))]
+    return alt.Color("kernel_class:N", title="class", legend=alt.Legend(values=present),
+                     scale=alt.Scale(domain=list(CLASS_COLOURS), range=list(CLASS_COLOURS.values())))
 
 
 def class_chart(d: Diff) -> alt.Chart:
@@ -36,9 +39,10 @@ def class_chart(d: Diff) -> alt.Chart:
     for _, r in d.by_class.iterrows():
         rows += [{"run": f"A: {d.headline['a']}", "kernel_class": r["kernel_class"], "ms": r["a_ns"] / 1e6},
                  {"run": f"B: {d.headline['b']}", "kernel_class": r["kernel_class"], "ms": r["b_ns"] / 1e6}]
-    return alt.Chart(pd.DataFrame(rows), title="GPU time per iteration by kernel class").mark_bar().encode(
+    data = pd.DataFrame(rows)
+    return alt.Chart(data, title="GPU time per iteration by kernel class").mark_bar().encode(
         x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("run:N", title=None),
-        color=CLASS_COLOUR,
+        color=class_colour(data),
         tooltip=["run", "kernel_class", alt.Tooltip("ms:Q", format=".3f")],
     ).properties(width=WIDTH)
 
@@ -67,7 +71,7 @@ def kernel_scatter(d: Diff) -> alt.Chart:
     points = alt.Chart(m, title="Matched kernels: A vs B (µs per iteration)").mark_circle(size=60).encode(
         x=alt.X("a_us:Q", scale=alt.Scale(type="log"), title="A (µs)"),
         y=alt.Y("b_us:Q", scale=alt.Scale(type="log"), title="B (µs)"),
-        color=CLASS_COLOUR,
+        color=class_colour(m),
         tooltip=["layer", "kernel_class", "a_name", "b_name", "a_precision", "b_precision",
                  alt.Tooltip("a_us:Q", format=".1f"), alt.Tooltip("b_us:Q", format=".1f")],
     )
@@ -88,7 +92,8 @@ def report_charts(rr: RunReport) -> dict[str, alt.Chart]:
     by_class = p.by_class.assign(ms=p.by_class["time_ns"] / 1e6)
     classes = alt.Chart(by_class, title="GPU time per iteration by kernel class").mark_bar().encode(
         x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("kernel_class:N", sort="-x", title=None),
-        color=CLASS_COLOUR, tooltip=["kernel_class", alt.Tooltip("ms:Q", format=".3f"), "count"],
+        color=class_colour(by_class),
+        tooltip=["kernel_class", alt.Tooltip("ms:Q", format=".3f"), "count"],
     ).properties(width=WIDTH)
     layers = p.by_layer.assign(ms=p.by_layer["time_ns"] / 1e6)
     layer = alt.Chart(layers, title="GPU time per iteration by layer").mark_bar().encode(
@@ -110,7 +115,7 @@ def lineup_charts(l: Lineup) -> dict[str, alt.Chart]:
     cls = l.by_class.assign(ms=l.by_class["time_ns"] / 1e6)
     classes = alt.Chart(cls, title="GPU time per iteration by kernel class").mark_bar().encode(
         x=alt.X("ms:Q", title="ms per iteration"), y=alt.Y("run:N", sort=order, title=None),
-        color=CLASS_COLOUR,
+        color=class_colour(cls),
         tooltip=["run", "kernel_class", alt.Tooltip("ms:Q", format=".3f")]).properties(width=WIDTH)
     layers = pd.concat([d.by_layer.assign(run=d.b.label, delta_ms=d.by_layer["delta_ns"] / 1e6)
                         for d in l.diffs], ignore_index=True)

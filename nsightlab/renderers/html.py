@@ -15,7 +15,7 @@ from nsightlab.comparison.diff import Diff, slot_labels
 from nsightlab.comparison.lineup import Lineup
 from nsightlab.comparison.run_report import RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
-from nsightlab.core.units import ms_columns
+from nsightlab.core.units import kernel_label, ms_columns
 from nsightlab.recipe_runner import RunResult
 from nsightlab.renderers import charts
 
@@ -52,9 +52,10 @@ def table_html(df: pd.DataFrame, max_rows: int = 15) -> str:
     booleans as yes/no, long names cut at the end with the full name in the cell's title);
     rows past ``max_rows`` behind a fold (all of them are in the Parquet output)."""
     show = ms_columns(df)
+    cols = [str(c) for c in show.columns]
 
     def rows(frame):
-        return "".join("<tr>" + "".join(_td(v) for v in r) + "</tr>"
+        return "".join("<tr>" + "".join(_td(v, c) for v, c in zip(r, cols)) + "</tr>"
                        for r in frame.itertuples(index=False, name=None))
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in show.columns)
     out = f"<table><thead><tr>{head}</tr></thead><tbody>{rows(show.head(max_rows))}</tbody></table>"
@@ -65,9 +66,12 @@ def table_html(df: pd.DataFrame, max_rows: int = 15) -> str:
     return out
 
 
-def _td(v) -> str:
+def _td(v, column: str = "") -> str:
+    """One cell, formatted by its unit as the terminal text does (shares to 0.1)."""
     if isinstance(v, (bool, np.bool_)):
-        return f"<td>{'yes' if v else 'no'}</td>"
+        return f"<td class='t'>{'yes' if v else 'no'}</td>"
+    if isinstance(v, float) and column.endswith(("_pct", "%")) and not pd.isna(v):
+        return f"<td>{v:.1f}</td>"
     if isinstance(v, float):
         text = "" if pd.isna(v) else (f"{v:.0f}" if v == int(v) or abs(v) >= 1000
                                       else f"{v:.1f}" if abs(v) >= 100 else f"{v:.3f}")
@@ -167,7 +171,10 @@ def _(rr: RunReport) -> str:
     if len(rr.budget):
         sections.append(("Where an iteration's time goes (mean per steady iteration)",
                          table_html(parts_table(rr.budget))))
-    sections += [("Top kernels", table_html(rr.top_kernels)),
+    top = rr.top_kernels
+    if len(top):  # labelled as diff labels kernels
+        top = top.assign(name=[kernel_label(n, 90) for n in top["name"]])
+    sections += [("Top kernels", table_html(top)),
                  ("Launch vs compute", table_html(rr.launch)),
                  ("Host syncs", table_html(rr.syncs)), ("Longest GPU gaps", table_html(rr.gaps)),
                  ("Tensor Core activity", table_html(rr.tensor_core)),
