@@ -133,12 +133,14 @@ def _compute(report: Report, label: str) -> RunProfile:
     by_class = (lk.groupby("kernel_class", observed=True)["dur"].agg(["sum", "size"])
                 .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
     by_class["kernel_class"] = by_class["kernel_class"].astype(str)
+    by_class["count"] = _counts(by_class["count"])
     by_prec = (lk.groupby(["precision", "kernel_class"], observed=True)["dur"].sum() / n
                ).rename("time_ns").reset_index()
     by_prec[["precision", "kernel_class"]] = by_prec[["precision", "kernel_class"]].astype(str)
     by_layer = (lk.groupby("layer", observed=True)["dur"].agg(["sum", "size"])
                 .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
     by_layer["layer"] = by_layer["layer"].astype(str)
+    by_layer["count"] = _counts(by_layer["count"])
     by_layer = by_layer.iloc[sorted(range(len(by_layer)),  # block2 before block10
                                     key=lambda i: natural_key(by_layer["layer"].iat[i]))
                              ].reset_index(drop=True)
@@ -272,6 +274,12 @@ def _gpu_names(report: Report) -> list[str]:
     used = set(report.kernels(["device_id"])["device_id"].unique()) if report.has_rows(
         "kernels") else set(g["device_id"])
     return sorted(str(n) for d, n in zip(g["device_id"], g["name"]) if d in used)
+
+
+def _counts(x: pd.Series) -> pd.Series:
+    """Per-iteration counts as integers when every iteration has the same ones."""
+    r = x.round()
+    return r.astype(np.int64) if ((x - r).abs() < 1e-9).all() else x
 
 
 def _count(x: float) -> int | float:
