@@ -328,3 +328,16 @@ def test_the_headline_accounts_for_the_change(pair, model, cache_dir):
         moved = float(b.reindex(list(parts)).fillna(0).sum())
         if abs(moved) >= 0.1 * abs(change) and abs(moved) >= 0.02 * h["a_mean_ns"]:
             assert name in h["verdict"], (name, moved, h["verdict"])
+
+
+def test_overlapping_kernel_times_are_said():
+    """Kernel times of kernels on several streams at once add up to more than the GPU's busy
+    time: the headline says so rather than let per-kernel figures pass for wall time."""
+    from types import SimpleNamespace
+
+    from nsightlab.comparison.diff import _overlap_note
+
+    serial = SimpleNamespace(kernel_ns=5e6, budget={"kernels_ns": 5e6})
+    streams = SimpleNamespace(kernel_ns=9e6, budget={"kernels_ns": 6e6})
+    assert _overlap_note(serial, serial) == ""
+    assert "overlap across streams in B" in _overlap_note(serial, streams)

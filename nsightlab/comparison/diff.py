@@ -366,6 +366,17 @@ def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.D
             f"{_ms(table.loc[up, 'b_ns'])}")
 
 
+def _overlap_note(pa: RunProfile, pb: RunProfile) -> str:
+    """Said when a run's kernel times add up to more than its GPU busy time (kernels on
+    several streams at once): per-kernel figures then overlap, the budget's do not."""
+    over = [r for r, p in (("A", pa), ("B", pb)) if p.budget.get("kernels_ns")
+            and p.kernel_ns > 1.05 * p.budget["kernels_ns"]]
+    if not over:
+        return ""
+    return (f" (kernel times overlap across streams in {' and '.join(over)}: they add up to "
+            "more than the GPU work above)")
+
+
 def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> dict:
     speedup = pa.iteration_ns / pb.iteration_ns if pb.iteration_ns else float("nan")
     delta = pb.iteration_ns - pa.iteration_ns
@@ -422,7 +433,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         parts.append(text)
     if abs(kernel_delta) >= 0.05 * base or (named and "GPU work" in named):
         reason = _kernel_reason(kernels, by_layer, by_class, kernel_delta)
-        parts.append("kernel time: " + reason)
+        parts.append("kernel time: " + reason + _overlap_note(pa, pb))
         if gemm_a and abs(gemm_change) >= 5 and "gemm" not in reason:  # what a precision is for
             parts.append(f"its GEMMs take {abs(gemm_change):.0f}% "
                          f"{'less' if gemm_change < 0 else 'more'} time ({_ms(gemm_a)} -> {_ms(gemm_b)})")
