@@ -154,3 +154,21 @@ def test_eager_against_torch_compile(model, cache_dir):
     assert 1.5 < d.headline["speedup"] < 1.8
     assert "triton_tem_fused_add_mm_native_layer_norm_t_view_14" in v
     assert d.headline["workload_warnings"] == []
+
+
+def test_different_batches_in_the_capture_manifests_are_said(sqlite_of, cache_dir, tmp_path):
+    """Two captures whose manifests give different batches: times per iteration are not
+    comparable per item, and the diff says so first."""
+    import shutil as sh
+
+    runs = []
+    for name, batch in (("b32", 32), ("b64", 64)):
+        cap = tmp_path / name
+        cap.mkdir()
+        sh.copyfile(sqlite_of("h200-vit-fp16"), cap / "report.sqlite")
+        (cap / "manifest.json").write_text(json.dumps({
+            "name": name, "sqlite": "report.sqlite", "status": "ok",
+            "preset": {"name": "trtexec", "batch": batch}}))
+        runs.append(cap)
+    d = nsightlab.diff(*runs)
+    assert any("different batches (A 32, B 64)" in w for w in d.headline["workload_warnings"])

@@ -477,6 +477,9 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
     if pa.gpus and pb.gpus and sorted(pa.gpus) != sorted(pb.gpus):
         out.append(f"they ran on different GPUs (A: {', '.join(pa.gpus)}; B: "
                    f"{', '.join(pb.gpus)}): times compare the GPUs as well as the runs")
+    if pa.batch and pb.batch and pa.batch != pb.batch:
+        out.append(f"their capture manifests give different batches (A {pa.batch}, B "
+                   f"{pb.batch}): times are per iteration, not per item")
     la = set(pa.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
     lb = set(pb.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
     if la and lb and len(la & lb) < 0.5 * min(len(la), len(lb)):

@@ -9,9 +9,7 @@ baseline as a ``Diff`` (``nsightlab.comparison.diff``). Times are ns per iterati
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +20,8 @@ from nsightlab.analysis import budget, completeness, steady
 from nsightlab.core.labels import run_labels
 from nsightlab.analysis.budget import iteration_ranges
 from nsightlab.comparison.diff import Diff, compare as diff_profiles
-from nsightlab.comparison.run_profile import RunProfile, iteration_walls, latency_stats, profile
+from nsightlab.comparison.run_profile import (RunProfile, batch_of, iteration_walls,
+                                               latency_stats, profile)
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.errors import NsightlabError
 from nsightlab.read.opener import as_report
@@ -219,20 +218,3 @@ def _placement(report: Report) -> dict:
     eps = ", ".join(f"{r.provider} {r.time_pct:.0f}%" for r in p.by_provider.itertuples())
     return {"execution_providers": eps, "ort_fallback_pct": p.run.get("fallback_time_pct", 0.0),
             "ort_memcpy_pct": float(p.memcpy["time_pct"].sum()) if len(p.memcpy) else 0.0}
-
-
-def batch_of(report: Report) -> int | None:
-    """Items per iteration from the capture manifest of ``report`` (its trtexec ``batch``, or
-    the first dimension of its first ``shapes`` entry); None when it does not say."""
-    src = Path(report.source)
-    manifest = src / "manifest.json" if src.is_dir() else src.parent / "manifest.json"
-    try:
-        preset = json.loads(manifest.read_text()).get("preset") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(preset, dict):
-        return None
-    if preset.get("batch"):
-        return int(preset["batch"])
-    m = re.search(r":(\d+)x", str(preset.get("shapes") or ""))
-    return int(m.group(1)) if m else None

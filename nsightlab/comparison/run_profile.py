@@ -12,8 +12,10 @@ Without iteration ranges the whole span of GPU activity counts as one iteration,
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -64,6 +66,7 @@ class RunProfile:
     steady_iterations: int = 0   # the iterations every per-iteration number is taken over
     mean_ns: float = 0.0         # mean steady wall-clock iteration (the budget's parts add to it)
     gpus: list = field(default_factory=list)  # names of the GPUs the run used
+    batch: int | None = None     # items per iteration, where the capture manifest says
     latency: dict = field(default_factory=dict)  # wall-clock iteration: mean/p50/p95/p99/min/max_ns
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
 
@@ -156,6 +159,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     return RunProfile(
         label=label, iterations=total, steady_iterations=n, iteration_source=source,
         iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns, gpus=_gpu_names(report),
+        batch=batch_of(report),
         kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
         busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
         gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - inside_ns,
@@ -503,3 +507,20 @@ def _tensor_core(report: Report, lk: pd.DataFrame, spans: pd.DataFrame) -> dict:
             out.update(source="gpu_metrics",
                        tensor_active_pct=float(np.nansum(vals * counts) / counts.sum()))
     return out
+
+
+def batch_of(report: Report) -> int | None:
+    """Items per iteration from the capture manifest of ``report`` (its trtexec ``batch``, or
+    the first dimension of its first ``shapes`` entry); None when it does not say."""
+    src = Path(report.source)
+    manifest = src / "manifest.json" if src.is_dir() else src.parent / "manifest.json"
+    try:
+        preset = json.loads(manifest.read_text()).get("preset") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(preset, dict):
+        return None
+    if preset.get("batch"):
+        return int(preset["batch"])
+    m = re.search(r":(\d+)x", str(preset.get("shapes") or ""))
+    return int(m.group(1)) if m else None
