@@ -341,3 +341,22 @@ def test_overlapping_kernel_times_are_said():
     streams = SimpleNamespace(kernel_ns=9e6, budget={"kernels_ns": 6e6})
     assert _overlap_note(serial, serial) == ""
     assert "overlap across streams in B" in _overlap_note(serial, streams)
+
+
+def test_different_drivers_are_said(sqlite_of, cache_dir, tmp_path):
+    """The NVIDIA driver recorded in TARGET_INFO_SYSTEM_ENV: a copy of a real export with
+    another driver gets the workload warning; old exports without the table get none."""
+    import sqlite3
+
+    b = tmp_path / "b.sqlite"
+    b.write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    with sqlite3.connect(b) as c:
+        c.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = '570.86.10' "
+                  "WHERE name = 'NvDriverVersion'")
+    assert nsightlab.open(sqlite_of("h200-vit-fp16")).drivers == {"driver": "580.159.04",
+                                                                   "cuda": "13.0"}
+    d = nsightlab.diff(sqlite_of("h200-vit-fp16"), b)
+    assert any("different NVIDIA drivers (A 580.159.04, B 570.86.10)" in w
+               for w in d.headline["workload_warnings"])
+    old = nsightlab.open(sqlite_of("pub-pipit-saxpy-a100")).drivers  # nsys 2022.2, schema 2.9.1
+    assert set(old) <= {"driver", "cuda"}

@@ -477,6 +477,11 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
     if pa.gpus and pb.gpus and sorted(pa.gpus) != sorted(pb.gpus):
         out.append(f"they ran on different GPUs (A: {', '.join(pa.gpus)}; B: "
                    f"{', '.join(pb.gpus)}): times compare the GPUs as well as the runs")
+    for key, what in (("driver", "NVIDIA drivers"), ("cuda", "CUDA versions")):
+        va, vb = pa.drivers.get(key), pb.drivers.get(key)
+        if va and vb and va != vb:
+            out.append(f"they ran on different {what} (A {va}, B {vb}): kernels and their "
+                       "selection may differ for that reason alone")
     if pa.batch and pb.batch and pa.batch != pb.batch:
         out.append(f"their capture manifests give different batches (A {pa.batch}, B "
                    f"{pb.batch}): times are per iteration, not per item")

@@ -67,6 +67,7 @@ class RunProfile:
     mean_ns: float = 0.0         # mean steady wall-clock iteration (the budget's parts add to it)
     gpus: list = field(default_factory=list)  # names of the GPUs the run used
     batch: int | None = None     # items per iteration, where the capture manifest says
+    drivers: dict = field(default_factory=dict)  # NVIDIA driver and CUDA versions, if recorded
     latency: dict = field(default_factory=dict)  # wall-clock iteration: mean/p50/p95/p99/min/max_ns
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
 
@@ -159,7 +160,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     return RunProfile(
         label=label, iterations=total, steady_iterations=n, iteration_source=source,
         iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns, gpus=_gpu_names(report),
-        batch=batch_of(report),
+        batch=batch_of(report), drivers=report.drivers,
         kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
         busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
         gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - inside_ns,

@@ -47,6 +47,22 @@ def capture_options(db: ExportDB) -> dict[str, str]:
     return {str(k): str(v) for k, v in db.query("SELECT name, value FROM META_DATA_CAPTURE")}
 
 
+def drivers(db: ExportDB) -> dict[str, str]:
+    """The NVIDIA driver and the CUDA version it supports, where the export records them
+    (TARGET_INFO_SYSTEM_ENV: ``driver`` '580.159.04', ``cuda`` '13.0'); empty otherwise."""
+    if not {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
+        return {}
+    rows = dict(db.query("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
+                         "('NvDriverVersion', 'CudaDriverVersion')"))
+    out = {}
+    if rows.get("NvDriverVersion"):
+        out["driver"] = str(rows["NvDriverVersion"])
+    cuda = str(rows.get("CudaDriverVersion") or "")
+    if cuda.isdigit():  # 13000 -> 13.0
+        out["cuda"] = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
+    return out
+
+
 def traced(options: dict[str, str], what: str) -> bool | None:
     """Whether ``what`` (CUDA, NVTX) was traced for any process: True, False, or None when
     the report does not say (older nsys)."""

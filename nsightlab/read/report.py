@@ -119,6 +119,12 @@ class Report:
         return self.spec(table).present(self.db)
 
     @cached_property
+    def drivers(self) -> dict[str, str]:
+        """NVIDIA driver and CUDA versions where the export records them (``driver``,
+        ``cuda``); empty otherwise."""
+        return metadata.drivers(self.db)
+
+    @cached_property
     def capture_options(self) -> dict[str, str]:
         """The options nsys recorded the report with (META_DATA_CAPTURE; empty before 2023)."""
         return metadata.capture_options(self.db)
