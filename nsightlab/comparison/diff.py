@@ -444,6 +444,9 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
                     else f", {100 * conversion_ns / delta:.0f}% of the regression")
         parts.append(f"precision-conversion kernels only in B (casts, scaling, amax) add "
                      f"{_ms(conversion_ns)}{tail}")
+    said = any("kernels per iteration" in t for t in parts)
+    if more_kernels and not said and len(parts) > 1:  # kernels added or removed: how many
+        parts.append(f"B launches {pb.kernels:.0f} kernels per iteration, A {pa.kernels:.0f}")
     if len(parts) == 1:
         parts.append("no part of the iteration changes by more than 2% of it")
     verdict = parts[0] + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "") + "."
