@@ -19,7 +19,7 @@ from nsightlab.cli import cli
 
 STEADY = Path(__file__).parent / "data" / "steady"
 WITH_TRUTH = sorted(p.name.removeprefix("h100-").removesuffix(".truth.json")
-                    for p in (STEADY / "truth").glob("*.truth.json")
+                    for p in (STEADY / "truth").glob("h100-*.truth.json")
                     if "nvtx" not in p.name)  # nvtx_warmup has iteration ranges
 
 
@@ -205,3 +205,21 @@ def test_an_iteration_range_never_closed_around_work_is_partial(sqlite_of, cache
     assert any(f["check"] == "iteration_open" and f["severity"] == "partial" for f in found)
     res = CliRunner().invoke(cli, ["report", str(cut)])
     assert "no performance verdict" in res.output
+
+
+def test_an_int8_pair_without_ranges_is_explained(tmp_path_factory, cache_dir):
+    """FP16 vs dynamic-int8 MLP (H200, no NVTX): the same 6 GEMMs a pass, so no workload
+    warning; B is slower, and the headline names the conversion work, the launch idle that
+    grew with 78 kernels a pass instead of 12, and the GEMM change; no per-layer rows when
+    only one run has blocks."""
+    h200 = xz_fixtures(tmp_path_factory, STEADY, prefix="h200-")
+    d = nsightlab.diff(h200("mlp_fp16"), h200("mlp_int8"))
+    h = d.headline
+    assert h["a_iterations"] == h["b_iterations"] and abs(h["a_iterations"] - 20) <= 2
+    assert h["workload_warnings"] == []
+    assert "precision-conversion kernels only in B" in h["verdict"]
+    assert "GPU idle waiting for launches rose" in h["verdict"] and "78 kernels" in h["verdict"]
+    assert "its GEMMs take" in h["verdict"]
+    assert list(d.by_layer["layer"]) == ["(outside layers)"]
+    prec = d.by_precision.set_index(["precision", "kernel_class"])
+    assert prec.loc[("int8", "gemm"), "b_ns"] > 0 and prec.loc[("fp16", "gemm"), "a_ns"] > 0

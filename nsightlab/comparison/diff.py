@@ -141,8 +141,10 @@ def compare(pa: RunProfile, pb: RunProfile) -> Diff:
     real = (by_layer["status"] == "matched") & (by_layer["layer"] != OUTSIDE)
     if real.any():
         kernels = _match_slots(pa.slots, pb.slots)
-    else:  # no layers in common (e.g. a CUDA graph replay has no per-layer ranges): per iteration
+    else:  # no layers in common (e.g. a CUDA graph replay has no per-layer ranges, or blocks
+        # were found in one run only): per iteration, and no per-layer change to show
         kernels = _match_slots(pa.flat_slots, pb.flat_slots)
+        by_layer = _layers(_one_layer(pa), _one_layer(pb))
     changed = set(by_layer.loc[by_layer["math_precision_changed"], "layer"])
     ma, mb = _math_precisions(pa), _math_precisions(pb)
     if ma and mb and ma != mb:  # kernels outside layers, or runs without layers
@@ -158,6 +160,17 @@ def compare(pa: RunProfile, pb: RunProfile) -> Diff:
                          warnings)
     return Diff(pa, pb, headline, by_class.reset_index(drop=True), by_precision, by_layer,
                 kernels, conversion, only_b, overheads, tensor_core, budget_parts)
+
+
+def _one_layer(p: RunProfile) -> RunProfile:
+    """``p`` with all its layers as one, ``OUTSIDE``: for a diff whose runs share no layer."""
+    bl = p.by_layer
+    precisions = sorted({x for m in bl["math_precision"] for x in str(m).split(",") if x})
+    row = {"layer": OUTSIDE, "time_ns": float(bl["time_ns"].sum()),
+           "count": bl["count"].sum(), "math_precision": ",".join(precisions)}
+    if "b_layer" in bl:
+        row["b_layer"] = OUTSIDE
+    return replace(p, by_layer=pd.DataFrame([row]))
 
 
 def _align_layers(pa: RunProfile, pb: RunProfile) -> RunProfile:

@@ -20,6 +20,10 @@ lining the windows up with the trace) and its GPU time (``Event.elapsed_time``).
   killed        the infer_sync loop, SIGKILLed by itself in its 14th pass
   nvtx_warmup   NVTX ``iterN`` ranges around a D2H-heavy loop whose first iterations are slow
                 (cuBLAS initialisation, allocation): ranges exist, the mean misleads
+  vit_b32       infer_sync at batch 32 (a batch pair for diff)
+  mlp_fp16      a 6-layer MLP (4096 wide, 1024 tokens) in fp16, synchronized per pass
+  mlp_int8      the same with per-tensor dynamic int8 activations and int8 weights through
+                torch._int_mm (int32 out), dequantized to fp16: a precision pair for diff
 """
 import json
 import os
@@ -129,8 +133,8 @@ elif mode == "serve":
                 logits = model(xb).float().cpu()  # D2H: a sync
     save("request")
 
-elif mode in ("infer_sync", "infer_async", "killed"):
-    model, x = vit(16)
+elif mode in ("infer_sync", "infer_async", "killed", "vit_b32"):
+    model, x = vit(32 if mode == "vit_b32" else 16)
     with torch.no_grad():
         for i in range(24):
             if mode == "killed" and i == 13:
@@ -179,6 +183,31 @@ elif mode == "nvtx_warmup":
             torch.cuda.synchronize()
         torch.cuda.nvtx.range_pop()
     save("iteration")
+
+elif mode in ("mlp_fp16", "mlp_int8"):
+    ws = [torch.randn(4096, 4096, device=dev, dtype=torch.half) * 0.02 for _ in range(6)]
+    x0 = torch.randn(1024, 4096, device=dev, dtype=torch.half)
+    if mode == "mlp_int8":  # weights quantized once, per tensor
+        wq = [(w / (w.abs().max() / 127)).round().clamp(-127, 127).to(torch.int8).t().contiguous().t()
+              for w in ws]
+        wscale = [w.abs().max() / 127 for w in ws]
+
+    def layer(x, i):
+        if mode == "mlp_fp16":
+            return torch.relu(x @ ws[i])
+        s_x = x.abs().amax() / 127  # dynamic per-tensor activation scale
+        xq = (x / s_x).round().clamp(-127, 127).to(torch.int8)
+        acc = torch._int_mm(xq, wq[i])
+        return torch.relu((acc.float() * (s_x * wscale[i])).half())
+
+    with torch.no_grad():
+        for _ in range(20):
+            with Timed():
+                x = x0
+                for i in range(6):
+                    x = layer(x, i)
+                torch.cuda.synchronize()
+    save("pass")
 
 else:
     sys.exit(f"unknown mode {mode}")
