@@ -163,3 +163,21 @@ def test_a_read_only_capture_keeps_its_cache_elsewhere(tmp_path, cache_dir, monk
     r = nsightlab.open(cap, cache_dir=cache_dir)
     assert len(r.kernels(["start_ns"])) > 1000
     assert sorted(p.relative_to(cap) for p in cap.rglob("*")) == before
+
+
+def test_kernels_without_an_api_trace_are_no_traceback(sqlite_of, tmp_path, cache_dir):
+    """An export with kernels but no CUPTI_ACTIVITY_KIND_RUNTIME (issue 27's IndexError):
+    report works and warns why its windows are the NVTX ranges alone; diff says, in one line,
+    that there are no launches to compare and why."""
+    import sqlite3
+
+    path = tmp_path / "noapi.sqlite"
+    path.write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    with sqlite3.connect(path) as c:
+        c.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    res = CliRunner().invoke(cli, ["report", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "no CUDA API call is recorded" in res.output
+    res = CliRunner().invoke(cli, ["diff", str(path), str(sqlite_of("h200-vit-fp16"))])
+    assert res.exit_code == 1 and res.output.count("\n") == 1
+    assert "no CUPTI_ACTIVITY_KIND_RUNTIME table" in res.output

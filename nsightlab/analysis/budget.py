@@ -329,7 +329,10 @@ def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
         # host time since the previous launch call: short stretches are the framework issuing work
         at = np.nan_to_num(launch_at).astype(np.int64)
         j = np.searchsorted(launches_at, at, "left") - 1
-        quick = (j >= 0) & (at - launches_at[np.maximum(j, 0)] <= LAUNCH_STRETCH_NS)
+        if len(launches_at):
+            quick = (j >= 0) & (at - launches_at[np.maximum(j, 0)] <= LAUNCH_STRETCH_NS)
+        else:  # no API trace (an export without CUPTI_ACTIVITY_KIND_RUNTIME): no launch known
+            quick = np.zeros(len(at), bool)
         return idle_pieces(cs, ce, launch_at, quick, ctx)
 
     done = in_gap_chunks(len(gs), work)

@@ -76,6 +76,12 @@ def _check(report: Report) -> list[dict]:
         out.append(_f("kernels_partial", "partial",
                       f"{kernels:,} kernels for {launches - graph_launches:,} launch calls: part "
                       "of the kernel trace is missing; GPU time is undercounted"))
+    if kernels and not report.has_rows("cuda_api"):
+        out.append(_f("api_trace_missing", "warning",
+                      f"{kernels:,} kernels but no CUDA API call is recorded: kernels cannot be "
+                      "tied to the calls that launched them, so iteration windows are the NVTX "
+                      "ranges alone and launch overhead is unknown "
+                      f"({report.missing_hint('cuda_api') or 'the API trace was lost'})"))
     diagnostics = _diagnostics(report)
     lost = [t for t in diagnostics if LOST.search(t)]
     if kernels == 0:

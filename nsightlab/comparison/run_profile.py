@@ -116,8 +116,10 @@ def _compute(report: Report, label: str) -> RunProfile:
     if report.has_rows("graph_execs"):  # a graph-level trace: each replay as one operation
         lk = _with_graph_execs(report, lk, iters)
     if lk.empty:
+        why = report.missing_hint("kernels") or (
+            report.missing_hint("cuda_api") if report.has_rows("kernels") else None)
         raise NsightlabError(f"{report.path}: no kernel launches to compare "
-                             f"({report.missing_hint('kernels') or 'profile with --trace=cuda'})")
+                             f"({why or 'profile with --trace=cuda'})")
     all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0]
     lk, n, source = _assign_iterations(lk, ranges, iters, found_source)
     total = n
