@@ -181,3 +181,29 @@ def test_kernels_without_an_api_trace_are_no_traceback(sqlite_of, tmp_path, cach
     res = CliRunner().invoke(cli, ["diff", str(path), str(sqlite_of("h200-vit-fp16"))])
     assert res.exit_code == 1 and res.output.count("\n") == 1
     assert "no CUPTI_ACTIVITY_KIND_RUNTIME table" in res.output
+
+
+@pytest.mark.parametrize("engine", ["numpy", "duckdb"])
+def test_sync_gaps_does_not_depend_on_row_order(engine, sqlite_of, tmp_path, monkeypatch):
+    """nsys 2025.6 exports rows out of time order: the API table of a real export shuffled
+    gives the same gaps, each following the same call (the previous call on its thread by
+    time, not by row)."""
+    import sqlite3
+
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", engine)
+    monkeypatch.setenv("NSIGHTLAB_CACHE_DIR", str(tmp_path / "cache"))
+    src = sqlite_of("h200-vit-fp16-syncy")
+    shuffled = tmp_path / "shuffled.sqlite"
+    shuffled.write_bytes(src.read_bytes())
+    with sqlite3.connect(shuffled) as c:
+        t = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        c.execute(f"CREATE TABLE s AS SELECT * FROM {t} ORDER BY (rowid * 7919) % 10007")
+        c.execute(f"DROP TABLE {t}")
+        c.execute(f"ALTER TABLE s RENAME TO {t}")
+    a = R.run("sync_gaps", src)["gaps"]
+    b = R.run("sync_gaps", shuffled)["gaps"]
+    key = ["start_ns", "end_ns"]
+    a, b = a.sort_values(key).reset_index(drop=True), b.sort_values(key).reset_index(drop=True)
+    assert len(a) and len(a) == len(b)
+    for col in ("follows", "follows_end_ns", "cause", "next_api"):
+        assert (a[col].astype(str) == b[col].astype(str)).all(), col

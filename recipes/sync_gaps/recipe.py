@@ -116,9 +116,15 @@ PREVIOUS_CHUNK = 1 << 14
 
 
 def _previous_sql(report, ai, max_back=256):
-    """``previous_on_thread`` reading only the ``max_back`` API rows before each of ``ai``,
+    """``previous_on_thread`` reading only the ``max_back`` API rows before each of ``ai``
+    (rows in time order; otherwise by time over the whole table),
     ``PREVIOUS_CHUNK`` calls at a time in row order (all at once, 1.5M gaps held GBs of row numbers;
     a chunk reads only the cache parts its rows lie in)."""
+    starts = report.cuda_api(["start_ns"])["start_ns"].to_numpy()
+    if len(starts) > 1 and not np.all(starts[1:] >= starts[:-1]):  # rows out of time order
+        return previous_on_thread(report.cuda_api(["tid"])["tid"].to_numpy(), ai,
+                                  starts=starts)
+    del starts
     out = np.full(len(ai), -1, np.int64)
     order = np.argsort(ai, kind="stable")
     for lo in range(0, len(ai), PREVIOUS_CHUNK):
@@ -238,9 +244,11 @@ def reported_gaps(report, ops, raw_gaps, syncs, min_gap_ns):
         api = report.cuda_api(["pid", "correlation_id"])
         gi, ai = match(*join_keys(ending, api))
         del api
-        tids = report.cuda_api(["tid"])["tid"].to_numpy()
-        prev = previous_on_thread(tids, ai)  # host activity: the thread's previous CUDA call
-        del tids
+        calls = report.cuda_api(["tid", "start_ns"])
+        # host activity: the thread's previous CUDA call (by time: rows may be out of order)
+        prev = previous_on_thread(calls["tid"].to_numpy(), ai,
+                                  starts=calls["start_ns"].to_numpy())
+        del calls
     return _finish(report, syncs, gaps, gi, ai, prev)
 
 
@@ -314,9 +322,18 @@ def ending_ops(ops, gaps):
     return pd.DataFrame({"pid": pid, "correlation_id": corr})
 
 
-def previous_on_thread(tids, rows, max_back=256):
-    """Index of the previous API row on the same thread as each of ``rows`` (-1 if none within
-    ``max_back`` rows): API rows are in time order, so this is the host's preceding call."""
+def previous_on_thread(tids, rows, max_back=256, starts=None):
+    """Index of the previous API row on the same thread as each of ``rows`` (-1 if none): the
+    host's preceding call. With ``starts`` (every call's start) and rows out of time order
+    (exports of nsys 2025.6 and later), by time; else the nearest earlier row of the thread
+    within ``max_back`` rows."""
+    if starts is not None and len(starts) > 1 and not np.all(starts[1:] >= starts[:-1]):
+        order = np.lexsort((starts, tids))  # by thread, then time
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        at = rank[rows] - 1
+        cand = order[np.maximum(at, 0)]
+        return np.where((at >= 0) & (tids[cand] == tids[rows]), cand, -1)
     prev = np.full(len(rows), -1, np.int64)
     todo = np.arange(len(rows))
     for back in range(1, max_back + 1):
