@@ -132,3 +132,22 @@ def test_unwritable_output_is_one_line(sqlite_of, tmp_path, cache_dir):
     res = CliRunner().invoke(cli, ["table", "kernels", str(sqlite_of("h200-vit-fp16")), "--format",
                                    "csv", "-o", str(blocker / "out.csv")])
     assert_one_line_error(res, "out.csv", "check the path")
+
+
+def test_a_bad_sqlite_xz_is_named_as_given(sqlite_of, tmp_path, cache_dir):
+    """A .sqlite.xz is decompressed into the cache first: an error about its content names the
+    user's file, not the decompressed copy."""
+    import lzma
+
+    from click.testing import CliRunner
+
+    from nsightlab.cli import cli
+
+    cut = tmp_path / "cut.sqlite.xz"
+    cut.write_bytes(lzma.compress(sqlite_of("h200-vit-fp16").read_bytes()[:1_000_000]))
+    junk = tmp_path / "junk.sqlite.xz"
+    junk.write_bytes(lzma.compress(b"not sqlite at all" * 1000))
+    for path, words in ((cut, "truncated SQLite file"), (junk, "not an SQLite file")):
+        res = CliRunner().invoke(cli, ["report", str(path)])
+        assert res.exit_code == 1 and words in res.output
+        assert str(path) in res.output and str(cache_dir) not in res.output

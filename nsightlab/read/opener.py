@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,9 +40,16 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
     # reader processes start while pandas and pyarrow are imported below (big, uncached)
     part_workers.prestart(loc.sqlite, loc.cache_root)
+    from nsightlab.errors import NsightlabError
     from nsightlab.read.report import Report
 
-    return Report(loc.sqlite, cache_root=loc.cache_root, source=loc.source, progress=progress)
+    try:
+        return Report(loc.sqlite, cache_root=loc.cache_root, source=loc.source, progress=progress)
+    except NsightlabError as e:
+        if Path(loc.sqlite) == Path(loc.source) or str(loc.sqlite) not in str(e):
+            raise
+        # a .sqlite.xz decompressed into the cache: the message names the user's file
+        raise type(e)(str(e).replace(str(loc.sqlite), str(loc.source))) from None
 
 
 def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":
