@@ -86,3 +86,16 @@ def test_every_table_has_the_contract_columns_and_dtypes(stem, sqlite_of, cache_
             assert (df["duration_ns"] == df["end_ns"] - df["start_ns"]).all()
             assert (df["duration_ns"] >= 0).all()
         assert len(df) == r.row_counts[name], name
+
+
+def test_api_names_follow_the_nsys_stats_suffix_rule():
+    """4-digit version suffixes are dropped, 5-digit ones kept: as nsys stats prints them
+    (docs/tables.md says so)."""
+    import pyarrow as pa
+
+    from nsightlab.read.tables import strip_version
+
+    got = strip_version(pa.array(["cudaLaunchKernel_v7000", "cudaGraphLaunch_v10000",
+                                  "cuLaunchKernel", "cudaMemcpyAsync_v3020"])).to_pylist()
+    assert got == ["cudaLaunchKernel", "cudaGraphLaunch_v10000", "cuLaunchKernel",
+                   "cudaMemcpyAsync"]

@@ -245,7 +245,9 @@ def labels(ids: pa.Array, table: dict[int, str]) -> pa.DictionaryArray:
 
 
 def strip_version(names: pa.Array) -> pa.Array:
-    """Drop the ``_vNNNN`` suffix of CUDA API names the way ``nsys stats`` prints them."""
+    """CUDA API names as ``nsys stats`` prints them: a 4-digit version suffix is dropped
+    (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``), a 5-digit one is kept
+    (``cudaGraphLaunch_v10000``, ``cudaGetDeviceProperties_v12000``)."""
     cut = pc.utf8_slice_codeunits(names, 0, -6)
     versioned = pc.equal(pc.utf8_slice_codeunits(names, -6, -4), "_v")
     return pc.if_else(versioned, cut, names)
@@ -489,7 +491,9 @@ CUDA_API = TableSpec(
         Column("duration_ns", I64, "end_ns - start_ns"),
         Column("pid", I32, "process id"), Column("tid", I32, "thread id"),
         Column("correlation_id", U32, "links to kernels/memcpy/memset/syncs it caused"),
-        Column("name", DICT, "API name without the _vNNNN suffix, as `nsys stats` prints it"),
+        Column("name", DICT, "API name as `nsys stats` prints it: a 4-digit version suffix "
+               "dropped (cudaLaunchKernel_v7000 -> cudaLaunchKernel), a 5-digit one kept "
+               "(cudaGraphLaunch_v10000)"),
         Column("api_kind", DICT, "CUDA runtime, CUDA driver, CUDA backtrace, ..."),
         Column("return_value", I32, "CUresult / cudaError_t", True),
         Column("callchain_id", I32, "CUDA_CALLCHAINS id when backtraces were recorded", True),
