@@ -207,3 +207,31 @@ def test_sync_gaps_does_not_depend_on_row_order(engine, sqlite_of, tmp_path, mon
     assert len(a) and len(a) == len(b)
     for col in ("follows", "follows_end_ns", "cause", "next_api"):
         assert (a[col].astype(str) == b[col].astype(str)).all(), col
+
+
+def test_gpu_metrics_are_read_in_their_units_and_impossible_samples_left_out(sqlite_of,
+                                                                            tmp_path, cache_dir):
+    """nsys 2025.3 records clocks labelled [MHz] in Hz: they are read in MHz. The H200 fixture
+    holds 44 samples stamped before the session: left out and said. A share above 100% put
+    into a copy is left out and counted too."""
+    import sqlite3
+
+    from nsightlab.analysis import completeness
+
+    src = sqlite_of("h200-vit-fp16-gpumetrics")
+    g = nsightlab.open(src).gpu_metrics()
+    clocks = g[g["metric"].astype(str).str.contains(r"\[MHz\]")]["value"]
+    assert clocks.between(300, 3000).all() and (g["timestamp_ns"] >= 0).all()
+    said = [w for w in completeness.check(nsightlab.open(src))
+            if w["check"] == "gpu_metrics_impossible"]
+    assert len(said) == 1 and "44 GPU-metrics samples" in said[0]["message"]
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(src.read_bytes())
+    with sqlite3.connect(bad) as c:
+        c.execute("UPDATE GPU_METRICS SET value = 250 WHERE rowid IN (SELECT g.rowid FROM "
+                  "GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS m ON g.typeId = m.typeId AND "
+                  "g.metricId = m.metricId WHERE m.metricName LIKE 'SMs Active%' "
+                  "AND g.timestamp > 0 LIMIT 10)")
+    r = nsightlab.open(bad)
+    assert len(r.gpu_metrics()) == len(g) - 10
+    assert any("54 GPU-metrics samples" in w["message"] for w in completeness.check(r))

@@ -121,6 +121,12 @@ def _check(report: Report) -> list[dict]:
                       + " with a missing or impossible start/end (NULL, end before start, GPU "
                       "work before the first CUDA call or long after the last): the export is "
                       "damaged there"))
+    impossible = _impossible_metrics(report)
+    if impossible:
+        out.append(_f("gpu_metrics_impossible", "warning",
+                      f"left out of every number: {impossible:,} GPU-metrics samples that cannot "
+                      "be (a share outside 0-100%, a clock outside 0-10 GHz, a time before the "
+                      "session starts)"))
     unknown = _unknown_devices(report)
     if unknown:
         out.append(_f("unknown_gpus", "warning",
@@ -226,6 +232,14 @@ def _graph_node_kernels(report: Report) -> bool:
     if not report.has_rows("kernels"):
         return False
     return bool(report.kernels(["graph_node_id"])["graph_node_id"].notna().any())
+
+
+def _impossible_metrics(report: Report) -> int:
+    """GPU-metrics samples every read leaves out (``tables.GPU_METRICS_IMPOSSIBLE``): one
+    count in SQLite, only where the report has GPU metrics."""
+    if not report.db.has(tables.GM) or not report.db.has(tables.GMI):
+        return 0
+    return int(report.db.query(tables.gpu_metrics_impossible_sql())[0][0])
 
 
 def _sm_active(report: Report) -> float | None:

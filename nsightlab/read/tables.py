@@ -678,6 +678,23 @@ NVTX = TableSpec(
 
 # ---- GPU metrics, graphs, threads ------------------------------------------------------------
 GM, GMI = "GPU_METRICS", "TARGET_INFO_GPU_METRICS"
+#: GPU-metrics clocks labelled [MHz] that nsys (2025.3) records in Hz (1980009500 for a
+#: 1980 MHz boost clock) are read in MHz, as labelled
+GPU_METRICS_VALUE = ("CASE WHEN m.metricName LIKE '%[MHz]%' AND g.value > 100000 "
+                     "THEN CAST(ROUND(g.value / 1e6) AS INTEGER) ELSE g.value END")
+#: a GPU-metrics sample that cannot be: a share outside 0-100%, a clock outside 0-10 GHz, a
+#: time before the session (SQL over GPU_METRICS g joined to TARGET_INFO_GPU_METRICS m)
+GPU_METRICS_IMPOSSIBLE = (f"g.timestamp < 0 OR (m.metricName LIKE '%\\%]%' ESCAPE '\\' AND "
+                          f"(g.value < 0 OR g.value > 100)) OR (m.metricName LIKE '%[MHz]%' "
+                          f"AND (({GPU_METRICS_VALUE}) < 0 OR ({GPU_METRICS_VALUE}) > 10000))")
+
+
+def gpu_metrics_impossible_sql() -> str:
+    """SQL counting the GPU-metrics samples every read leaves out (``GPU_METRICS_IMPOSSIBLE``)."""
+    return (f"SELECT count(*) FROM {GM} g JOIN {GMI} m ON g.typeId = m.typeId "
+            f"AND g.metricId = m.metricId WHERE {GPU_METRICS_IMPOSSIBLE}")
+
+
 GPU_METRICS = TableSpec(
     name="gpu_metrics", source=GM, trace="--gpu-metrics-devices=all",
     doc="GPU metrics samples in long form (Tensor Active, SMs Active, DRAM bandwidth, ...).",
@@ -685,11 +702,14 @@ GPU_METRICS = TableSpec(
         Column("timestamp_ns", I64, "sample time, ns"),
         Column("gpu", I32, "GPU index (typeId & 0xFF)"),
         Column("metric", DICT, "metric name as recorded, e.g. 'Tensor Active [Throughput %]'"),
-        Column("value", I64, "sample value (percent for throughput metrics)"),
+        Column("value", I64, "sample value (percent for throughput metrics, MHz for clocks)"),
     ),
-    # metricId is only unique per typeId: join on both
-    sql=lambda db: f"SELECT g.timestamp, g.typeId, m.metricName, g.value FROM {GM} g "
-                   f"JOIN {GMI} m ON g.typeId = m.typeId AND g.metricId = m.metricId",
+    # metricId is only unique per typeId: join on both; physically impossible samples are
+    # left out (counted by ``gpu_metrics_impossible_sql``, said by the completeness check)
+    sql=lambda db: f"SELECT g.timestamp, g.typeId, m.metricName, {GPU_METRICS_VALUE} AS value "
+                   f"FROM {GM} g "
+                   f"JOIN {GMI} m ON g.typeId = m.typeId AND g.metricId = m.metricId "
+                   f"WHERE NOT ({GPU_METRICS_IMPOSSIBLE})",
     convert=lambda db, b: {
         "timestamp_ns": b.column("timestamp"),
         "gpu": pc.bit_wise_and(b.column("typeId").cast(I64), 0xFF),
