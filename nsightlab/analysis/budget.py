@@ -89,7 +89,7 @@ def iteration_ranges(report: Report) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
-def ranges(report: Report, syncs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
+def ranges(report: Report) -> tuple[pd.DataFrame, str]:
     """The iteration ranges and how they were found: NVTX iteration ranges where the run has
     them, else iterations found in the trace (``iterations.find``); empty when neither."""
     iters = iteration_ranges(report)
@@ -226,7 +226,7 @@ class MemoryOps:
 
 def _compute(report: Report, ops) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     syncs = ops.syncs()
-    iters, source = ranges(report, syncs) if ops.count else (iteration_ranges(report), "")
+    iters, source = ranges(report) if ops.count else (iteration_ranges(report), "")
     if len(iters) and ops.count:
         start, end = windows(iters, ops.gpu_end(iters))
         names = iters["name"].map(base_name).to_numpy()

@@ -275,14 +275,21 @@ def _diagnostics(report: Report) -> list[str]:
     return [str(t).strip() for (t,) in rows if t and not BENIGN.search(str(t))]
 
 
-def _unknown_devices(report: Report) -> list[int]:
-    if not report.has_rows("kernels") or report.gpus.empty:
+def kernel_devices(report: Report) -> list[int]:
+    """The devices the kernels ran on (distinct ``device_id``; in DuckDB on big reports)."""
+    if not report.has_rows("kernels"):
         return []
     seen = engine.analyse(
         report, lambda db: db.arrays(f"SELECT DISTINCT device_id FROM {db.view('kernels')}")[
             "device_id"], lambda: np.unique(report.kernels(["device_id"])["device_id"].to_numpy()))
+    return sorted(int(d) for d in seen)
+
+
+def _unknown_devices(report: Report) -> list[int]:
+    if report.gpus.empty:
+        return []
     known = set(report.gpus["device_id"].astype(int))
-    return [int(d) for d in seen if int(d) not in known]
+    return [d for d in kernel_devices(report) if d not in known]
 
 
 def partial(findings: list[dict]) -> bool:

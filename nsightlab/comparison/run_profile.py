@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from nsightlab import recipe_runner as recipes
 from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, steady
@@ -278,9 +279,10 @@ def _gpu_names(report: Report) -> list[str]:
     g = report.gpus
     if g.empty or "name" not in g:
         return []
-    used = set(report.kernels(["device_id"])["device_id"].unique()) if report.has_rows(
-        "kernels") else set(g["device_id"])
-    return sorted(str(n) for d, n in zip(g["device_id"], g["name"]) if d in used)
+    if len(g) == 1:
+        return [str(g["name"].iloc[0])]
+    used = set(completeness.kernel_devices(report)) or set(g["device_id"].astype(int))
+    return sorted(str(n) for d, n in zip(g["device_id"], g["name"]) if int(d) in used)
 
 
 def _counts(x: pd.Series) -> pd.Series:
@@ -313,9 +315,13 @@ def _with_graph_execs(report: Report, lk: pd.DataFrame, iters: pd.DataFrame) -> 
     if len(iters):
         g = g[_containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(),
                           g["api_start_ns"].to_numpy()) >= 0]
-    g = g.assign(name="(CUDA graph " + g["graph_id"].astype(str) + ")").drop(columns="graph_id")
-    names = pd.Categorical(list(lk["name"].astype(str)) + list(g["name"]))
-    both = pd.concat([lk.assign(name=lk["name"].astype(str)), g], ignore_index=True)
+    def text_categories(c: pd.Categorical) -> pd.Categorical:  # one category dtype for both
+        return pd.Categorical.from_codes(c.codes, pd.Index(c.categories.astype(str), dtype=object))
+
+    graphs = pd.Categorical(("(CUDA graph " + g["graph_id"].astype(str) + ")").to_numpy(object))
+    kernels = pd.Categorical(lk["name"])  # a categorical stays one: no string per launch
+    names = union_categoricals([text_categories(kernels), text_categories(graphs)])
+    both = pd.concat([lk.drop(columns="name"), g.drop(columns="graph_id")], ignore_index=True)
     both["name"] = names
     return both.sort_values("api_start_ns", kind="stable").reset_index(drop=True)
 

@@ -149,8 +149,9 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     syncs = sg["by_api"] if sg is not None else empty
     gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
     warnings = completeness.check(r)
-    if b is not None and budget.empty_iterations(r, b["iterations"]):
-        warnings = [*warnings, budget.empty_iterations(r, b["iterations"])]
+    empty = budget.empty_iterations(r, b["iterations"]) if b is not None else None
+    if empty:
+        warnings = [*warnings, empty]
     rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
                    api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle,
                    0 if b is not None else len(iteration_ranges(r)))
