@@ -55,8 +55,11 @@ def drivers(db: ExportDB) -> dict[str, str]:
     rows = dict(db.query("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
                          "('NvDriverVersion', 'CudaDriverVersion')"))
     out = {}
-    if rows.get("NvDriverVersion"):
-        out["driver"] = str(rows["NvDriverVersion"])
+    driver = str(rows.get("NvDriverVersion") or "")
+    if driver.isdigit() and len(driver) >= 7:  # older exports: 52510517 for 525.105.17
+        driver = f"{driver[:-5]}.{driver[-5:-2]}.{driver[-2:]}"
+    if driver:
+        out["driver"] = driver
     cuda = str(rows.get("CudaDriverVersion") or "")
     if cuda.isdigit():  # 13000 -> 13.0
         out["cuda"] = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
