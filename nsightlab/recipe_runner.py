@@ -344,11 +344,14 @@ def _info(recipe: Recipe, values: dict, entries: list[dict], t0: float) -> dict:
 
 # ---- many reports ----------------------------------------------------------------------------
 def _about(report: Report) -> dict:
-    """What a manifest says of each input report: versions and completeness warnings."""
+    """What a manifest says of each input report: versions, completeness warnings (and
+    partial findings) and notes."""
     from nsightlab.analysis import completeness
 
+    found = completeness.check(report)
     return {"nsys_version": report.nsys_version, "schema_version": report.schema_version,
-            "warnings": [w["message"] for w in completeness.check(report)]}
+            "warnings": [w["message"] for w in found if w["severity"] != "note"],
+            "notes": [w["message"] for w in found if w["severity"] == "note"]}
 
 
 def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> dict:

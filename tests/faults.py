@@ -4,14 +4,24 @@
 
 Each case is (name, path, kind) where kind says what a correct run does with it:
 ``error`` (a one-line error naming the file, exit 1), ``warn:<table>:<rows left out>`` (a result,
-with those rows left out and a data-quality warning), or ``ok`` (a normal result). Nothing here
-is checked in: the cases are generated from the real fixture each time.
+with those rows left out and a data-quality warning on stderr), ``partial`` (a result and a
+warning that part of the trace is lost), ``ok`` (a result, no warning; the
+answer may differ from the intact fixture's) or ``missing`` (a table nsightlab reads dropped: a
+result or a clean error). Nothing here is checked in: the cases are generated from the real
+fixture each time.
+
+Every run is classified (``outcome``): a clean error, a result, a result with its warning, or
+BAD: a traceback, a hang (``HANG_S``), an error that does not name the user's file, a result
+from an input that cannot give one, or a silent change (the answer differs from the intact
+fixture's and stderr holds no warning).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import sys
 from pathlib import Path
@@ -45,8 +55,9 @@ def _bytes(src: Path, out: Path, name: str, edit) -> Path:
     return p
 
 
-def cases(src: Path, out: Path) -> list[tuple[str, Path, str]]:
-    """Every case (see the module docstring), written under ``out``."""
+def cases(src: Path, out: Path, missing: bool = False) -> list[tuple[str, Path, str]]:
+    """Every case (see the module docstring), written under ``out``; ``missing``: with the
+    cases of missing tables (one and two at a time: ~250 copies of the fixture)."""
     out.mkdir(parents=True, exist_ok=True)
     size = src.stat().st_size
     rows = sqlite3.connect(src).execute(f"SELECT count(*) FROM {K}").fetchone()[0]
@@ -70,7 +81,7 @@ def cases(src: Path, out: Path) -> list[tuple[str, Path, str]]:
     add("not-sqlite-png", _bytes(src, out, "not-sqlite-png", lambda d: b"\x89PNG\r\n\x1a\n" + d[8:2000]),
         "error")
     # schema damage
-    add("no-kernel-table", _sql(src, out, "no-kernel-table", f"DROP TABLE {K}"), "ok")
+    add("no-kernel-table", _sql(src, out, "no-kernel-table", f"DROP TABLE {K}"), "partial")
     add("kernel-column-renamed", _sql(src, out, "kernel-column-renamed",
                                       f"ALTER TABLE {K} RENAME COLUMN start TO start_x"), "error")
     add("kernel-table-is-view", _sql(src, out, "kernel-table-is-view",
@@ -90,8 +101,20 @@ def cases(src: Path, out: Path) -> list[tuple[str, Path, str]]:
     add("end-at-2^63", _sql(src, out, "end-at-2^63", *UNCONSTRAIN,
                             f'UPDATE {K} SET "end" = 9223372036854775807 WHERE rowid = 7'),
         "warn:kernels:1")
-    add("start-at-0", _sql(src, out, "start-at-0", *UNCONSTRAIN, f"UPDATE {K} SET start = 0 WHERE rowid = 9"),
+    add("longer-than-trace", _sql(src, out, "longer-than-trace", *UNCONSTRAIN,
+                                  f"UPDATE {K} SET start = start - 100000000000 WHERE rowid = 9"),
         "warn:kernels:1")
+    add("duplicated-kernels", _sql(src, out, "duplicated-kernels",
+                                   f"INSERT INTO {K} SELECT * FROM {K} WHERE rowid % 31 = 0"),
+        f"warn:kernels:{rows // 31}")
+    # real data that looks odd: no warning, every row counted
+    api = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    add("duplicated-api-calls", _sql(src, out, "duplicated-api-calls",
+                                     f"INSERT INTO {api} SELECT * FROM {api} WHERE rowid % 2 = 0"), "ok")
+    add("sliced-after-launches", _sql(  # kernels in flight when the slice opens: real work
+        src, out, "sliced-after-launches",
+        f"DELETE FROM {api} WHERE start < (SELECT start FROM {K} ORDER BY start LIMIT 1 OFFSET 20)"),
+        "ok")
     add("text-in-start", _sql(src, out, "text-in-start", *UNCONSTRAIN,
                               f"UPDATE {K} SET start = 'abc' WHERE rowid = 11"), "warn:kernels:1")
     add("non-utf8-name", _sql(src, out, "non-utf8-name",
@@ -124,7 +147,36 @@ def cases(src: Path, out: Path) -> list[tuple[str, Path, str]]:
     empty_dir.mkdir()
     add("empty-dir", empty_dir, "error")
     add("missing", out / "missing.sqlite", "error")
+    # each table nsightlab reads missing in turn, and each pair (``PAIR_COMMANDS`` only)
+    have = {r[0] for r in sqlite3.connect(src).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    read = sorted(t for t in read_tables() if t in have) if missing else []
+    for t in read:  # written when run (``without``): one copy at a time on disk
+        add(f"without-{t}", out / f"without-{t}.sqlite", "missing")
+    for t1, t2 in itertools.combinations(read, 2):
+        add(f"without-{t1}+{t2}", out / f"without-{t1}+{t2}.sqlite", "missing-pair")
     return c
+
+
+def without(src: Path, path: Path) -> None:
+    """Write the case ``path`` (``without-A[+B].sqlite``): the fixture without those tables."""
+    drops = path.name[len("without-"):-len(".sqlite")].split("+")
+    _sql(src, path.parent, path.stem, *(f'DROP TABLE "{t}"' for t in drops))
+
+
+def read_tables() -> set[str]:
+    """Every SQLite table nsightlab's code names: the tables it reads."""
+    import re
+
+    import nsightlab
+
+    names: set[str] = set()
+    for f in Path(nsightlab.__file__).parent.rglob("*.py"):
+        names |= set(re.findall(
+            r"\b(?:TARGET_INFO_[A-Z_]+|ENUM_[A-Z_]+|META_DATA_[A-Z_]+|CUPTI_ACTIVITY_KIND_[A-Z_]+|"
+            r"NVTX_EVENTS|ANALYSIS_DETAILS|StringIds|ThreadNames|PROCESSES|DIAGNOSTIC_EVENT|"
+            r"GPU_METRICS|CUDA_GPU_MEMORY_USAGE_EVENTS|CUDA_GRAPH_NODE_EVENTS)\b", f.read_text()))
+    return names
 
 
 #: the commands every case goes through ({case} is the case's path, {good} the intact fixture)
@@ -132,12 +184,23 @@ COMMANDS = (("info", "{case}"), ("table", "kernels", "{case}"),
             ("recipe", "run", "kernel_sum", "{case}"), ("recipe", "run", "sync_gaps", "{case}"),
             ("recipe", "run", "launch_compute", "{case}"), ("report", "{case}"),
             ("diff", "{good}", "{case}"))
+#: the commands a case without two tables goes through (the report reads every table it uses)
+PAIR_COMMANDS = (("report", "{case}"),)
+#: a run longer than this is a hang
+HANG_S = 120
 
 
-def outcome(kind: str, case: Path, args: list[str], res) -> tuple[str, str]:
+class Hang(Exception):
+    pass
+
+
+def outcome(kind: str, case: Path, args: list[str], res, good: str | None) -> tuple[str, str]:
     """(outcome, problem) of one command on one case, from a click CliRunner result: outcome is
     "error" (a clean one-line error naming the file, exit 1), "result", "warning" (a result with
-    the data-quality warning) or "BAD"; problem says what was wrong for BAD."""
+    the data-quality warning on stderr) or "BAD"; problem says what was wrong for BAD. ``good``
+    is the command's stdout on the intact fixture (the case's path written as the fixture's)."""
+    if isinstance(res.exception, Hang):
+        return "BAD", f"hang: no answer in {HANG_S} s"
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         return "BAD", f"traceback: {type(res.exception).__name__}: {res.exception}"
     out = res.output
@@ -154,39 +217,71 @@ def outcome(kind: str, case: Path, args: list[str], res) -> tuple[str, str]:
         return "BAD", f"exit {res.exit_code}: {out[-300:]!r}"
     if kind == "error":
         return "BAD", f"a damaged input gave a result (exit 0): {out[:200]!r}"
-    if kind.startswith("warn") and args[0] == "info":
+    warned = [line for line in res.stderr.splitlines() if "WARNING" in line]
+    if kind.startswith("warn"):
         n = int(kind.split(":")[2])
-        if f"{n:,} kernels with a missing or impossible" not in out:
-            return "BAD", f"no data-quality warning for {n} kernels: {out[:400]!r}"
+        if not any(f"{n:,} {kind.split(':')[1]}" in line for line in warned):
+            changed = good is not None and res.stdout.replace(str(case), "{}") != good
+            return "BAD", (f"{'silent change: ' if changed else ''}no warning on stderr "
+                           f"for {n} {kind.split(':')[1]}: {res.stderr[-300:]!r}")
         return "warning", ""
+    if kind == "partial":  # a trace that lost a part: a result, and a warning saying so
+        said = warned or args[0] == "table" and "note:" in res.stderr  # the table's own note
+        return ("warning", "") if said else ("BAD", "a partial trace with no warning")
+    if kind == "ok" and warned:
+        return "BAD", f"real data called damage: {warned[0][:300]}"
     return "result", ""
 
 
 def summary_line(tally: dict[str, int], n_cases: int) -> str:
     total = sum(tally.values())
-    return (f"fault suite: {n_cases} cases x {len(COMMANDS)} commands = {total} runs: "
-            f"{tally.get('error', 0)} clean errors, {tally.get('result', 0)} results, "
-            f"{tally.get('warning', 0)} results with a data-quality warning, "
-            f"{tally.get('BAD', 0)} bad (traceback, hang, unnamed file, silent wrong result)")
+    bad = tally.get("BAD", 0)
+    return (f"fault suite: {n_cases} cases, {total} runs: {tally.get('error', 0)} clean errors, "
+            f"{tally.get('result', 0)} results, {tally.get('warning', 0)} results with their "
+            f"data-quality warning on stderr; {tally.get('traceback', 0)} tracebacks, "
+            f"{tally.get('hang', 0)} hangs, {tally.get('silent', 0)} silent changes, "
+            f"{bad} bad in all")
 
 
-def run_all(src: Path, out: Path) -> tuple[dict[str, int], list[str], int]:
-    """Every command on every case, in-process: (tally of outcomes, problems, cases)."""
+def _invoke(args: list[str]):
+    """The CLI run in this process, stopped as a hang after ``HANG_S`` seconds."""
     from click.testing import CliRunner
 
     from nsightlab.cli import cli
 
-    all_cases = cases(src, out)
+    def alarm(*_):
+        raise Hang()
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(HANG_S)
+    try:
+        return CliRunner().invoke(cli, args)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_all(src: Path, out: Path) -> tuple[dict[str, int], list[str], int]:
+    """Every command on every case, in-process: (tally of outcomes, problems, cases)."""
+    all_cases = cases(src, out, missing=True)
+    good = {cmd: _invoke([a.format(case=src, good=src) for a in cmd]).stdout.replace(str(src), "{}")
+            for cmd in COMMANDS}
     tally: dict[str, int] = {}
     problems = []
     for name, path, kind in all_cases:
-        for cmd in COMMANDS:
+        if kind.startswith("missing"):
+            without(src, path)
+        for cmd in PAIR_COMMANDS if kind == "missing-pair" else COMMANDS:
             args = [a.format(case=path, good=src) for a in cmd]
-            res = CliRunner().invoke(cli, args)
-            o, why = outcome(kind, path, args, res)
+            o, why = outcome(kind, path, args, _invoke(args), good[cmd])
             tally[o] = tally.get(o, 0) + 1
+            for word, key in (("traceback", "traceback"), ("hang", "hang"),
+                              ("silent change", "silent")):
+                if why.startswith(word):
+                    tally[key] = tally.get(key, 0) + 1
             if why:
                 problems.append(f"{name} / {' '.join(cmd[:3])}: {why}")
+        if kind.startswith("missing"):
+            path.unlink()  # ~250 copies of the fixture: one at a time on disk
     return tally, problems, len(all_cases)
 
 

@@ -114,13 +114,8 @@ def _check(report: Report) -> list[dict]:
     for text in diagnostics:
         out.append(_f("nsys_diagnostic", "warning" if LOST.search(text) else "note",
                       f"nsys says: {text}"))
-    bad = _invalid_rows(report)
-    if bad:
-        out.append(_f("invalid_timestamps", "warning",
-                      "left out of every number: " + ", ".join(f"{n:,} {t}" for t, n in bad.items())
-                      + " with a missing or impossible start/end (NULL, end before start, GPU "
-                      "work before the first CUDA call or long after the last): the export is "
-                      "damaged there"))
+    out += quality(report, tables.CHECKED)
+    out += [_f("capture_edges", "note", m) for m in _edge_work(report)]
     impossible = _impossible_metrics(report)
     if impossible:
         out.append(_f("gpu_metrics_impossible", "warning",
@@ -135,19 +130,75 @@ def _check(report: Report) -> list[dict]:
     return out
 
 
-def _invalid_rows(report: Report) -> dict[str, int]:
+def quality(report: Report, names) -> list[dict]:
+    """Findings on the rows of tables ``names`` that every read leaves out: impossible times
+    (``tables.invalid_sql``) and exact duplicates (``tables.duplicate_positions``). Counted
+    while the tables were cached, else by one SQL count each: ``nsightlab table`` says them
+    for the table it prints without the other checks."""
+    out = []
+    bad = _invalid_rows(report, names)
+    if bad:
+        out.append(_f("invalid_timestamps", "warning",
+                      "left out of every number: " + _listed(bad) + " with a start/end that "
+                      "cannot be (NULL or not an integer, end before start, or lasting longer "
+                      "than the whole trace): the export is damaged there; export the report "
+                      "again (nsys export --type sqlite) or ask for the .nsys-rep"))
+    twice = {t: n for t in names if t in tables.DEDUPED and report.spec(t).present(report.db)
+             and (n := report.duplicate_rows(t))}
+    if twice:
+        out.append(_f("duplicate_rows", "warning",
+                      f"left out of every number: {_listed(twice)} recorded twice (the same "
+                      "correlation id, device, stream, start and end): each is counted once; "
+                      "the export was merged or written twice: export the report again"))
+    return out
+
+
+def _invalid_rows(report: Report, names) -> dict[str, int]:
     """Activity rows every read leaves out (``tables.invalid_sql``), per table with any."""
     out = {}
-    for name in tables.CHECKED:
+    for name in [n for n in names if n in tables.CHECKED]:
         spec = report.spec(name)
         if spec.present(report.db) and {"start", "end"} <= set(report.db.columns(spec.source)):
             n = report.dropped_rows(name)  # counted while the table was cached: free
             if n is None:
-                bounds = tables.session_bounds(report.db, name)
                 n = report.db.query(f'SELECT count(*) FROM "{spec.source}" '
-                                    f"WHERE {tables.invalid_sql(bounds)}")[0][0]
+                                    f"WHERE {tables.invalid_sql(tables.duration_limit(report.db))}")[0][0]
             if n:
                 out[name] = int(n)
+    return out
+
+
+def _listed(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n:,} {t}" for t, n in counts.items())
+
+
+def _edge_work(report: Report) -> list[str]:
+    """Notes on GPU work in flight at the trace's edges: begun before its first recorded CUDA
+    call (a capture started with --delay, a capture range, cudaProfilerStart, or a slice of a
+    longer export) or ending after its last. Their launches are not in the trace, but the
+    work is real: every number counts it, as ``nsys stats`` does. Extents come from cache
+    statistics or one SQL aggregate each; rows are counted only past an edge."""
+    api = report.extent("cuda_api") if report.has_rows("cuda_api") else None
+    if api is None:
+        return []
+    before, after = {}, {}
+    for name in ("kernels", "memcpy", "memset"):
+        ext = report.extent(name)
+        if ext is not None and ext[0] < api[0]:
+            before[name] = report.count_where(name, f"start < {api[0]}")
+        if ext is not None and ext[1] > api[1]:
+            after[name] = report.count_where(name, f'"end" > {api[1]}')
+    out = []
+    if any(before.values()):
+        out.append(f"{_listed({t: n for t, n in before.items() if n})} already running when the "
+                   "trace begins (a delayed capture, a capture range or a slice of a longer "
+                   "one): their launches are not in it; they are counted, as nsys stats counts "
+                   "them")
+    if any(after.values()):
+        out.append(f"{_listed({t: n for t, n in after.items() if n})} still running after the "
+                   "last recorded CUDA call (the capture or slice closed while they ran, or the "
+                   "application exited without waiting for them); they are counted, as nsys "
+                   "stats counts them")
     return out
 
 

@@ -64,6 +64,9 @@ def cli() -> None:
       nsightlab info captures/examples/*/
       nsightlab table kernels report.sqlite --columns name,duration_ns --limit 10
     """
+    from nsightlab.read import answer_cache
+
+    answer_cache.new_command()  # each command says its warnings once (a process may run many)
 
 
 for _module in (capture, compare, info, recipe, table):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from nsightlab.cli.options import output_options, report_options, wrote
+from nsightlab.cli.options import output_options, report_options, say_warnings, wrote
 
 FORMATS = ("table", "json", "csv", "parquet")
 
@@ -91,6 +91,7 @@ def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
     _parse_rules(fail_if)
     d = nsightlab.diff(a, b, **open_options)
     wrote(emit(d, fmt, output), output)
+    say_warnings(d)
     _charts_out(d, html_file, png_dir)
     _gate(fail_if, [(d.a, d.b, d.headline["conversion_overhead_ns"])])
 
@@ -129,6 +130,7 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
     _parse_rules(fail_if)
     lineup = nsightlab.compare(list(runs), batch=batch, **open_options)
     wrote(emit(lineup, fmt, output), output)
+    say_warnings(lineup)
     _charts_out(lineup, html_file, png_dir)
     _gate(fail_if, [(d.a, d.b, d.headline["conversion_overhead_ns"]) for d in lineup.diffs])
 
@@ -229,6 +231,7 @@ def report(path: str, fmt: str, output: str | None, html_file: str | None,
 
     rr = summary.build(path, **open_options)
     wrote(emit(rr, fmt, output), output)
+    say_warnings(rr)
     _charts_out(rr, html_file, png_dir)
 
 

@@ -5,7 +5,7 @@ import contextlib
 
 import click
 
-from nsightlab.cli.options import output_options, report_options
+from nsightlab.cli.options import output_options, report_options, say_warnings
 
 
 @click.command()
@@ -42,6 +42,7 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
             with nsightlab.open(p, **open_options) as report:
                 infos.append({**report.info(), "warnings": completeness.check(report)})
         emit(ReportInfos(infos), fmt, output)
+        say_warnings(ReportInfos(infos))
 
 
 #: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)

@@ -51,6 +51,17 @@ def progress(msg: str) -> None:
 _METER = [False]
 
 
+def say_warnings(result) -> None:
+    """Each data-quality warning ``result`` carries (``renderers.data_warnings``), once per
+    command on stderr, whatever the format: stdout holds the answer, stderr what to doubt
+    in it. A served answer (``read.answer_cache``) says them again when it is replayed."""
+    from nsightlab.read import answer_cache
+    from nsightlab.renderers import data_warnings
+
+    for source, message in data_warnings(result):
+        answer_cache.said(f"nsightlab: WARNING: {source}: {message}")
+
+
 def report_options(f: Callable) -> Callable:
     """--no-cache / --cache-dir / --nsys, passed on as ``open_options`` (a dict)."""
 

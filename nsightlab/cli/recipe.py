@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from nsightlab.cli.options import output_options, progress, report_options, wrote
+from nsightlab.cli.options import output_options, progress, report_options, say_warnings, wrote
 
 
 @click.group()
@@ -137,6 +137,7 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
                 raise click.ClickException(e["message"])
             progress(f"{e['input']}: no data: {e['message']}")
         wrote(emit(result, fmt, output, limit=limit), output)
+        say_warnings(result)
     if strict and result.failed:
         sys.exit(1)
 

@@ -47,15 +47,20 @@ class TableCommand(click.Command):
 def table(name: str, path: str, columns: str | None, limit: int | None, fmt: str,
           output: str | None, open_options: dict) -> None:
     import nsightlab
+    from nsightlab.analysis import completeness
+    from nsightlab.read import answer_cache
     from nsightlab.renderers import emit
 
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     with nsightlab.open(path, **open_options) as report:
         hint = report.missing_hint(name)
         df = report.table(name, cols)
+        found = completeness.quality(report, [name]) if not hint else []
     if hint:
         click.echo(f"note: {hint}", err=True)
     emit(df, fmt, output, limit=limit)
+    for w in found:
+        answer_cache.said(f"nsightlab: WARNING: {path}: {w['message']}")
 
 
 #: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)

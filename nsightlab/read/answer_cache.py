@@ -3,8 +3,9 @@
 Recomputing nothing is not enough for an instant repeat: importing pandas and pyarrow alone
 takes longer than the whole answer should. So when a command prints a result for one report
 with the cache on, the text it wrote to stdout is kept beside the report's derived results
-(``<cache>/results/served-<key>.json``, with its SHA-256), and the same command next time
-prints that text after importing only the standard library. The key covers everything the
+(``<cache>/results/served-<key>.json``, with its SHA-256), with the data-quality warnings
+it said on stderr (``said``), and the same command next time prints both after importing
+only the standard library. The key covers everything the
 text depends on: the command and its options, nsightlab's code (and a recipe's own files),
 and the identity (path, size, mtime) of the export and of every other input file, so an
 edited report, an upgrade or other options give a new key, never a stale answer. A damaged
@@ -29,6 +30,25 @@ from nsightlab.read.table_cache import build_dir, code_fingerprint, identity
 MAX_CHARS = 8 << 20
 
 
+#: stderr lines of data-quality warnings said by this command, each once (``said``); a kept
+#: answer keeps them, and its replay says them again
+_SAID: list[str] = []
+
+
+def new_command() -> None:
+    """Forget the warnings said so far: a new command starts (in one process, as tests run)."""
+    _SAID.clear()
+
+
+def said(line: str) -> None:
+    """Print ``line`` (a warning) on stderr once per command, and remember it for the
+    answer being recorded."""
+    if line not in _SAID:
+        _SAID.append(line)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
 class Spot:
     """Where one command's printed answer is kept."""
 
@@ -42,8 +62,8 @@ class Spot:
         """Print the kept answer; False (and the entry removed if damaged) when there is none."""
         try:
             entry = json.loads(self.path.read_text())
-            text = entry["stdout"]
-            if entry["sha256"] != _digest(text):
+            text, warnings = entry["stdout"], entry.get("stderr", [])
+            if entry["sha256"] != _digest(text + "".join(warnings)):
                 raise ValueError("changed since it was written")
         except FileNotFoundError:
             return False
@@ -52,6 +72,8 @@ class Spot:
             return False
         sys.stdout.write(text)
         sys.stdout.flush()
+        for line in warnings:
+            said(line)
         try:
             os.utime(self.path)  # recently used: pruned last (ResultStore.prune)
         except OSError:
@@ -63,20 +85,22 @@ class Spot:
         """Run the block with stdout copied; keep the copy when the block succeeds."""
         tee = _Tee(sys.stdout)
         sys.stdout = tee
+        first = len(_SAID)
         try:
             yield
         finally:
             sys.stdout = tee.inner
         if self.keep and not tee.overflow:
-            self._keep("".join(tee.parts))
+            self._keep("".join(tee.parts), _SAID[first:])
 
-    def _keep(self, text: str) -> None:
+    def _keep(self, text: str, warnings: list[str]) -> None:
         tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = build_dir(self.path.parent, self.path.name)
             staged = tmp / self.path.name
-            staged.write_text(json.dumps({"stdout": text, "sha256": _digest(text)}))
+            staged.write_text(json.dumps({"stdout": text, "stderr": warnings,
+                                          "sha256": _digest(text + "".join(warnings))}))
             os.replace(staged, self.path)
         except OSError:
             pass  # a read-only or full cache: the next run is just not instant

@@ -20,6 +20,26 @@ RANGES_PER_WORKER = 4
 RANGE_ROWS = 500_000
 MAX_RANGES = 256
 
+#: no timestamp lies beyond +-2^62 ns (146 years): a larger one is damage (2^63 reads as a float)
+MAX_NS = 1 << 62
+#: the SQL of the trace's length (session duration, or its start-to-stop span: the longer)
+DURATION_SQL = "SELECT max(max(duration), max(stopTime) - min(startTime)) FROM ANALYSIS_DETAILS"
+
+
+def duration_limit(query) -> int:
+    """The longest any activity of a trace can last: the trace itself. ``query(sql)`` answers
+    the first row of ``DURATION_SQL`` (None, or an error, without ANALYSIS_DETAILS: then only
+    ``MAX_NS`` bounds it). Work already running when a capture or slice opened can have begun
+    before the session's start, so no start bound is placed; its duration still cannot exceed
+    the session's. Standard library only: ``workers.prestart`` uses it before pyarrow loads."""
+    try:
+        row = query(DURATION_SQL)
+    except Exception:  # no such table or column in an old or partial export
+        return MAX_NS
+    value = row[0] if row else None
+    return int(value) if isinstance(value, int) and 0 < value < MAX_NS else MAX_NS
+
+
 def readers(rows: int | None = None) -> int:
     """Readers (threads or worker processes) for a table of ``rows``: one per core available
     to this process (``os.sched_getaffinity``), capped by ``NSIGHTLAB_READERS`` and

@@ -33,13 +33,15 @@ from nsightlab.errors import CorruptReportError
 from nsightlab.read import frames
 from nsightlab.read.db import BATCH_ROWS, ExportDB
 from nsightlab.read.parallel import range_count, readers
-from nsightlab.read.table_cache import READ, TableCache, extent as cache_extent
+from nsightlab.read.table_cache import READ, TableCache
 from nsightlab.read.tables import (
     CHECKED,
-    TABLES,
+    DEDUPED,
+    DUPLICATE_KEY,
     TableSpec,
     contract_batches,
-    session_bounds,
+    duplicate_positions,
+    duration_limit,
     to_pandas,
 )
 from nsightlab.read.workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, WorkerDied
@@ -48,10 +50,15 @@ T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
 
 
-def _within(extent: tuple[int, int] | None, bounds: tuple[int, int] | None) -> bool:
-    """Whether a part's (least start, greatest end) lies in ``bounds`` (None: no rows, or
-    not checked): then ``drop_invalid`` with those bounds would leave out none of its rows."""
-    return extent is None or bounds is None or bounds[0] <= extent[0] and extent[1] <= bounds[1]
+def _without(value: T, rows: np.ndarray) -> T:
+    """``value`` (a DataFrame, an Arrow table, or None) without the rows at positions ``rows``."""
+    if value is None or not len(rows):
+        return value
+    keep = np.ones(len(value), bool)
+    keep[rows] = False
+    if isinstance(value, pd.DataFrame):
+        return value[keep].reset_index(drop=True)
+    return value.filter(pa.array(keep))
 
 
 def _worker_error(answer: dict) -> Exception:
@@ -75,8 +82,10 @@ class TableReader:
         self.dropped: dict[str, int] = {}
         #: rows handed out so far (progress over many reports)
         self.rows_read = 0
-        #: the bounds the last SQLite read of each table checked rows against (``_bounds``)
-        self.bounds: dict[str, tuple[int, int] | None] = {}
+        #: the duration limit the last SQLite read of each table checked rows against
+        self.limits: dict[str, int | None] = {}
+        #: row positions of exact duplicates left out of each table (``_dedupe``)
+        self.duplicates: dict[str, np.ndarray] = {}
 
     # ---- the three ways to read ----------------------------------------------------------
     def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
@@ -179,9 +188,12 @@ class TableReader:
         def from_sqlite(open_part: OpenPart | None) -> tuple[int, pd.DataFrame]:
             n, whole = self._frame_from_sqlite(spec, keep, open_part) \
                 if compact and spec.finish is None else self._collect_frame(spec, open_part, keep)
+            whole = _without(whole, self._uncached_duplicates(spec))
             return n, whole.iloc[wanted].reset_index(drop=True)
 
-        df = self._cached(spec, from_parts, from_sqlite)
+        if (spec.base or spec).name in DEDUPED:
+            self.ensure_cached(spec)  # rows are picked from the table its duplicates left out
+        df = self._cached(spec, from_parts, from_sqlite, picked=True)
         if order is not None:
             df = df.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
         return df
@@ -196,15 +208,18 @@ class TableReader:
 
     # ---- the cache policy ------------------------------------------------------------------
     def _cached(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
-                from_sqlite: Callable[[OpenPart | None], tuple[int, T]]) -> T:
-        """Read through the cache (see the module docstring for the policy)."""
-        out = self._cached_read(spec, from_parts, from_sqlite)
+                from_sqlite: Callable[[OpenPart | None], tuple[int, T]],
+                picked: bool = False) -> T:
+        """Read through the cache (see the module docstring for the policy). ``picked``:
+        ``from_sqlite`` hands back chosen rows of the table, its duplicates left out already."""
+        out = self._cached_read(spec, from_parts, from_sqlite, picked)
         if out is not None:
             self.rows_read += len(out)
         return out
 
     def _cached_read(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
-                     from_sqlite: Callable[[OpenPart | None], tuple[int, T]]) -> T:
+                     from_sqlite: Callable[[OpenPart | None], tuple[int, T]],
+                     picked: bool) -> T:
         if self.cache is not None:
             files = self.cache.files(spec.name)
             # entries built in worker processes, and tables with a whole-table pass (NVTX
@@ -214,9 +229,8 @@ class TableReader:
                     if self._in_processes(spec):
                         self._build_in_processes(spec)
                     else:
-                        self._from_sqlite(spec, lambda: self.cache.build(
-                            spec.name, lambda parts: (self._fill(spec, parts), None),
-                            spec.schema, lambda: self._facts(spec)))
+                        self._from_sqlite(spec, lambda: self._build(
+                            spec, lambda parts: (self._fill(spec, parts), None)))
                     files = self.cache.files(spec.name)
                 except OSError as e:
                     self._cache_unusable(e)
@@ -227,21 +241,74 @@ class TableReader:
                 except (OSError, pa.ArrowException):
                     self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
             try:
-                built = self._from_sqlite(spec, lambda: self.cache.build(
-                    spec.name, from_sqlite, spec.schema,
-                    lambda: self._facts(spec)))
+                built = self._from_sqlite(spec, lambda: self._build(spec, from_sqlite))
                 frames.release_memory()  # the reader threads' arenas: 8M kernels kept ~550 MB
                 return built
             except OSError as e:
                 self._cache_unusable(e)
-        return self._from_sqlite(spec, lambda: from_sqlite(None)[1])
+        value = self._from_sqlite(spec, lambda: from_sqlite(None)[1])
+        return value if picked else _without(value, self._uncached_duplicates(spec))
 
     def _facts(self, spec: TableSpec) -> dict:
-        """What an entry's meta.json records of its read: rows left out, and the bounds
-        rows were checked against (the later columns' read keeps the same rows)."""
-        bounds = self.bounds.get(spec.name)
-        return {"dropped": self.dropped.get(spec.name, 0),
-                "bounds": None if bounds is None else [int(x) for x in bounds]}
+        """What an entry's meta.json records of its read: rows left out as impossible, the
+        duration limit rows were checked against, and the positions of the exact duplicates
+        left out (the later columns' read keeps the same rows)."""
+        dups = self.duplicates.get(spec.name, np.empty(0, np.int64))
+        return {"dropped": self.dropped.get(spec.name, 0), "limit": self.limits.get(spec.name),
+                "duplicates": len(dups), "duplicate_rows": [int(x) for x in dups]}
+
+    # ---- exact duplicate rows --------------------------------------------------------------
+    def _build(self, spec: TableSpec, fill: Callable[[object], tuple[int, T]]) -> T:
+        """``cache.build`` of ``spec``, with the exact duplicate rows of a ``DEDUPED`` table
+        left out of its parts and of what ``fill`` hands back."""
+        def filled(parts) -> tuple[int, T]:
+            n, value = fill(parts)
+            parts.close()
+            rows = self._dedupe(spec, parts.folder)
+            return n - len(rows), _without(value, rows)
+        return self.cache.build(spec.name, filled, spec.schema, lambda: self._facts(spec))
+
+    def _dedupe(self, spec: TableSpec, folder: Path) -> np.ndarray:
+        """Leave the exact duplicate rows (``tables.duplicate_positions``) out of the finished
+        parts in ``folder``; the later columns' entry leaves out the rows its first read did.
+        Returns their positions (recorded in meta.json by ``_facts``)."""
+        if (spec.base or spec).name not in DEDUPED:
+            return np.empty(0, np.int64)
+        files = sorted(folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
+        if spec.base is not None:
+            meta = self.cache.meta(spec.base.name) or {}
+            rows = np.asarray(meta.get("duplicate_rows", []), np.int64)
+        else:
+            rows = duplicate_positions(pq.read_table(files, columns=list(DUPLICATE_KEY),
+                                                     schema=spec.schema, **READ))
+        if len(rows):
+            from nsightlab.read.table_cache import part_writer
+
+            at = 0
+            for f in files:
+                part = pq.read_table(f, schema=spec.schema, **READ)
+                mine = rows[(rows >= at) & (rows < at + part.num_rows)] - at
+                at += part.num_rows
+                if len(mine):
+                    ident = self.cache.ident if self.cache is not None else {}
+                    tmp = f.with_name(f".{f.name}.tmp")
+                    writer = part_writer(tmp, spec.schema, ident)
+                    writer.write_table(_without(part, mine))
+                    writer.close()
+                    os.replace(tmp, f)
+        self.duplicates[spec.name] = rows
+        return rows
+
+    def _uncached_duplicates(self, spec: TableSpec) -> np.ndarray:
+        """Positions of the exact duplicate rows of a ``DEDUPED`` table read without a cache
+        (its key columns read once per export)."""
+        whole = spec.base or spec
+        if whole.name not in DEDUPED:
+            return np.empty(0, np.int64)
+        rows = self.db.once(f"duplicates:{whole.name}", lambda: duplicate_positions(
+            self._collect(whole, None, list(DUPLICATE_KEY))[1]))
+        self.duplicates[spec.name] = rows
+        return rows
 
     def _from_sqlite(self, spec: TableSpec, read: Callable[[], T]) -> T:
         """``read()``, with values the column contract cannot hold (text in a timestamp
@@ -288,15 +355,14 @@ class TableReader:
         workers = readers(span)
         ranges = self.db.rowid_ranges(spec.source, range_count(span, workers))
         self._checked_sql(spec)
-        bounds = self._bounds(spec)
+        limit = self._limit(spec)
         self._announce(spec, span, True)
         meter = self._meter(spec, ranges)
 
         def fill(parts) -> tuple[int, None]:
             jobs = [{"db_path": str(self.db.path), "table": spec.name,
                      "sql": spec.range_sql(self.db, a, b),
-                     "out": str(parts.path(i)), "ident": parts.ident,
-                     "bounds": None if bounds is None else [int(x) for x in bounds]}
+                     "out": str(parts.path(i)), "ident": parts.ident, "limit": limit}
                     for i, (a, b) in enumerate(ranges)]
             counts = [0, 0]
 
@@ -314,8 +380,7 @@ class TableReader:
                 self._finish_parts(spec, parts)
             return counts[0], None
 
-        self._from_sqlite(spec, lambda: self.cache.build(
-            spec.name, fill, spec.schema, lambda: self._facts(spec)))
+        self._from_sqlite(spec, lambda: self._build(spec, fill))
 
     def _run_jobs(self, spec: TableSpec, jobs: list[dict], done: Callable[[int, dict], None],
                   workers: int) -> None:
@@ -346,14 +411,13 @@ class TableReader:
 
     def _finish_started(self, spec: TableSpec, started) -> None:
         """Take over the read of ``spec`` that ``nsightlab.open`` started
-        (``part_workers.Started``): wait for it (the meter moving), read again the parts
-        that hold rows outside the session's bounds (it started before they were known: the
-        kernels' bounds come from the finished calls), and commit the entry."""
+        (``part_workers.Started``): wait for it (the meter moving), leave out its exact
+        duplicates and commit the entry."""
         import shutil
 
         try:
             self._checked_sql(spec)
-            bounds = self._bounds(spec)  # the kernels': the calls' read is finished first
+            self.limits[spec.name] = self._limit(spec)  # what the started jobs checked against
             ranges = [tuple(job["rows"]) for job in started.jobs]
             self._announce(spec, sum(b - a for a, b in ranges), True)
             meter, seen = self._meter(spec, ranges), 0
@@ -371,17 +435,11 @@ class TableReader:
             for answer in started.answers:
                 if "error" in answer:
                     raise _worker_error(answer)
-            redo = [i for i, job in enumerate(started.jobs)
-                    if not _within(cache_extent([Path(job["out"])]), bounds)]
-            if redo:
-                jobs = [{**started.jobs[i], "bounds": [int(x) for x in bounds]} for i in redo]
-
-                def done(k: int, answer: dict) -> None:
-                    started.answers[redo[k]] = answer
-                self._run_jobs(spec, jobs, done, readers(sum(b - a for a, b in ranges)))
             self.dropped[spec.name] = sum(a["dropped"] for a in started.answers)
+            duplicates = self._dedupe(spec, started.folder)
             self.cache.commit(spec.name, started.folder,
-                              sum(a["rows"] for a in started.answers), self._facts(spec))
+                              sum(a["rows"] for a in started.answers) - len(duplicates),
+                              self._facts(spec))
         except BaseException:
             shutil.rmtree(started.folder, ignore_errors=True)
             raise
@@ -528,14 +586,14 @@ class TableReader:
         ``open_part`` is given, and handing it to ``sink(part, batch)``."""
         sql = self._checked_sql(spec)
         queries = [sql if r is None else spec.range_sql(self.db, *r) for r in ranges]
-        bounds = self._bounds(spec)
+        limit = self._limit(spec)
         dropped = [0] * len(queries)
         meter = self._meter(spec, ranges)
 
         def job(i: int) -> Callable[[], None]:
             def run() -> None:
                 writer = open_part(i) if open_part is not None else None
-                for b, read, left_out in contract_batches(spec, self.db, queries[i], bounds):
+                for b, read, left_out in contract_batches(spec, self.db, queries[i], limit):
                     meter(read)
                     dropped[i] += left_out  # rows with impossible timestamps: reported
                     if writer is not None:
@@ -551,28 +609,18 @@ class TableReader:
             meter(0, done=True)
         self.dropped[spec.name] = sum(dropped)
 
-    def _bounds(self, spec: TableSpec) -> tuple[int, int] | None:
-        """``session_bounds`` of a checked table (None: not checked). They need the extent of
-        the CUDA API calls; when that table is big and a cache is kept, it is cached first
-        and the extent read off its parts' statistics (``cache.extent``): on 16 cores at 16M
-        calls that saves a 1.1 s scan of SQLite, and every recipe reads the calls anyway
-        (the completeness check)."""
+    def _limit(self, spec: TableSpec) -> int | None:
+        """The duration limit (``tables.duration_limit``) a checked table's rows are read
+        against (None: not checked); the later columns' read uses its first read's."""
+        name, limit = spec.name, None
         if spec.base is not None:  # later columns: the rows the first read kept
             meta = self.cache.meta(spec.base.name) if self.cache is not None else None
-            if meta is not None and "bounds" in meta:
-                return None if meta["bounds"] is None else tuple(meta["bounds"])
+            limit = meta.get("limit") if meta is not None else None
             spec = spec.base
-        if spec.name not in CHECKED:
-            return None
-        api = TABLES["cuda_api"]
-        if (spec.name != "cuda_api" and self.cache is not None and not self.db.knows("api_extent")
-                and api.present(self.db) and self._in_processes(api)):
-            self.ensure_cached(api)
-            files = self.cache.files(api.name) if self.cache is not None else None
-            if files is not None:
-                self.db.once("api_extent", lambda: cache_extent(files))
-        self.bounds[spec.name] = bounds = session_bounds(self.db, spec.name)
-        return bounds
+        if limit is None and spec.name in CHECKED:
+            limit = duration_limit(self.db)
+        self.limits[name] = limit
+        return limit
 
     def _checked_sql(self, spec: TableSpec) -> str:
         """The SELECT of ``spec``; a table whose timestamps nsightlab checks must have them."""
@@ -612,3 +660,16 @@ class TableReader:
         None when there is no entry (count them in SQLite then)."""
         meta = self.cache.meta(spec.name) if self.cache is not None else None
         return None if meta is None or "dropped" not in meta else int(meta["dropped"])
+
+    def duplicate_count(self, spec: TableSpec) -> int:
+        """Exact duplicate rows of ``spec`` every read leaves out (``_dedupe``): from its cache
+        entry (built now if missing: every command that reports on activity reads it), or
+        counted once without a cache."""
+        if spec.name not in DEDUPED:
+            return 0
+        if self.cache is not None:
+            self.ensure_cached(spec)
+            meta = self.cache.meta(spec.name) if self.cache is not None else None
+            if meta is not None:
+                return int(meta.get("duplicates", 0))
+        return len(self._uncached_duplicates(spec))

@@ -22,8 +22,16 @@ from nsightlab.read import frames, metadata
 from nsightlab.read.db import ExportDB
 from nsightlab.read.reader import TableReader
 from nsightlab.read.result_store import ResultStore
-from nsightlab.read.table_cache import TableCache, identity, remove_stale
-from nsightlab.read.tables import NVTX_TYPES, TABLES, TableSpec, to_pandas
+from nsightlab.read.parallel import readers
+from nsightlab.read.table_cache import TableCache, extent, identity, remove_stale
+from nsightlab.read.tables import (
+    NVTX_TYPES,
+    TABLES,
+    TableSpec,
+    duration_limit,
+    invalid_sql,
+    to_pandas,
+)
 
 
 def _rows_of(table: str) -> str:
@@ -279,6 +287,43 @@ class Report:
         """Rows of ``table`` left out of every read (missing or impossible timestamps), from
         its cache entry; None when the table is not cached."""
         return self._reader.dropped_rows(self.spec(table))
+
+    def extent(self, table: str, where: str = "") -> tuple[int, int] | None:
+        """(first start, last end) in ns of an activity table's rows that every read keeps
+        (None: no such row): from its cache entry's statistics when it is cached, else one
+        SQL aggregate over rowid ranges in parallel, never a read of the table. ``where``
+        (SQL on the source columns) narrows the rows, and always goes to SQLite."""
+        spec = self.spec(table)
+        if not spec.present(self.db):
+            return None
+        files = self.cache.files(spec.first.name if spec.later else spec.name) \
+            if self.cache is not None and not where else None
+        if files is not None:
+            return extent(files)
+        rows = self.db.over_ranges(
+            f'SELECT min(start), max("end") FROM "{spec.source}" '
+            f"WHERE NOT ({invalid_sql(duration_limit(self.db))}){f' AND ({where})' if where else ''}",
+            spec.source, readers(self.db.rowid_span(spec.source) or 0))
+        los = [r[0] for r in rows if r[0] is not None]
+        his = [r[1] for r in rows if r[1] is not None]
+        return (int(min(los)), int(max(his))) if los else None
+
+    def count_where(self, table: str, where: str) -> int:
+        """Rows of an activity table that every read keeps and SQL ``where`` (on the source
+        columns) holds for: one aggregate over rowid ranges in parallel."""
+        spec = self.spec(table)
+        if not spec.present(self.db):
+            return 0
+        rows = self.db.over_ranges(
+            f'SELECT count(*) FROM "{spec.source}" '
+            f"WHERE NOT ({invalid_sql(duration_limit(self.db))}) AND ({where})",
+            spec.source, readers(self.db.rowid_span(spec.source) or 0))
+        return int(sum(r[0] or 0 for r in rows))
+
+    def duplicate_rows(self, table: str) -> int:
+        """Exact duplicate rows of an activity table left out of every read (same correlation
+        id, device, stream, start and end: one operation recorded twice)."""
+        return self._reader.duplicate_count(self.spec(table))
 
     def memory(self, columns: list[str] | None = None) -> pd.DataFrame:
         """GPU memory allocations and frees (with --cuda-memory-usage=true)."""

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsightlab.read.db import ExportDB
-from nsightlab.read.parallel import readers
+from nsightlab.read.parallel import MAX_NS, readers
+from nsightlab.read.parallel import duration_limit as parallel_duration_limit
 from nsightlab.read.table_cache import TABLE_VERSION  # noqa: F401  (re-exported: the contract's version)
 
 if TYPE_CHECKING:  # imported where used: reader processes convert batches without pandas
@@ -113,7 +114,7 @@ class TableSpec:
     def rest(self) -> TableSpec:
         """The ``later`` columns of a table as a table of their own, ``<name>+``: the same
         rows in the same order as ``first`` (its timestamps are read along, so the same rows
-        are left out: ``drop_invalid`` with the first read's bounds)."""
+        are left out: ``drop_invalid`` with the first read's limit)."""
         later = self.later
         return replace(
             self, name=f"{self.name}+", base=self, later=None, ranged=None,
@@ -148,63 +149,84 @@ class TableSpec:
 
 
 # ---- data quality of activity rows ------------------------------------------------------------
-#: tables whose rows are activity intervals: a row with a NULL or impossible start/end (end before
-#: start, a GPU operation before the first CUDA call or long after the last) is left out of every
-#: read, counted and reported instead
+#: tables whose rows are activity intervals: a row whose start/end cannot be (NULL or not an
+#: integer, end before start, a duration longer than the whole trace) is left out of every read,
+#: counted and reported instead. Work in flight at a capture's or slice's edges (started before
+#: the first recorded CUDA call, or still running after the last) is real: it is kept, as
+#: ``nsys stats`` keeps it, and noted by the completeness check.
 CHECKED = ("kernels", "memcpy", "memset", "syncs", "graph_execs", "cuda_api")
-#: how long after the last CUDA API call GPU work may still end (queued work draining)
-DRAIN_NS = 60_000_000_000
-_MAX_NS = 1 << 62
+#: activity tables whose exact duplicate rows (``DUPLICATE_KEY`` equal) are dropped once and
+#: counted: a row recorded twice is one operation. (API calls are not: 2022-era exports hold
+#: two rows for one call legitimately.)
+DEDUPED = ("kernels", "memcpy", "memset")
+DUPLICATE_KEY = ("correlation_id", "device_id", "stream_id", "start_ns", "end_ns")
 
 
-def session_bounds(db: ExportDB, table: str) -> tuple[int, int]:
-    """(lo, hi) every start and end of ``table`` must lie in. GPU work is launched by a CUDA call,
-    so it cannot start before the first one, nor end long after the last; the API calls
-    themselves only need a non-negative time. (ANALYSIS_DETAILS is no bound: its times are on
-    another clock in captures with a capture range.) The API extent is read once per export."""
-    if table == "cuda_api" or not db.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-        return 0, _MAX_NS
-    def extent():
-        api = "CUPTI_ACTIVITY_KIND_RUNTIME"
-        rows = db.over_ranges(
-            f'SELECT min(start), max("end") FROM {api} WHERE typeof(start) = \'integer\' '
-            'AND typeof("end") = \'integer\' AND "end" >= start AND start >= 0',
-            api, readers(db.rowid_span(api)))
-        los = [r[0] for r in rows if r[0] is not None]
-        his = [r[1] for r in rows if r[1] is not None]
-        return (int(min(los)), int(max(his))) if los else None
-    ext = db.once("api_extent", extent)
-    return (0, _MAX_NS) if ext is None else (ext[0], min(ext[1] + DRAIN_NS, _MAX_NS))
+def duration_limit(db: ExportDB) -> int:
+    """The longest an activity row may last: the whole trace (``parallel.duration_limit``),
+    read once per export."""
+    def query(sql: str):
+        return db.query(sql)[0] if db.has("ANALYSIS_DETAILS") else None
+    return db.once("duration_limit", lambda: parallel_duration_limit(query))
 
 
-def invalid_sql(bounds: tuple[int, int]) -> str:
+def invalid_sql(limit: int) -> str:
     """SQL condition on the source columns (start, "end") of a row that is left out."""
     return ('start IS NULL OR "end" IS NULL OR typeof(start) != \'integer\' '
-            f'OR typeof("end") != \'integer\' OR "end" < start OR start < {bounds[0]} '
-            f'OR "end" > {bounds[1]}')
+            f'OR typeof("end") != \'integer\' OR "end" < start OR start < {-MAX_NS} '
+            f'OR "end" > {MAX_NS} OR "end" - start > {limit}')
 
 
-def drop_invalid(batch: pa.RecordBatch, bounds: tuple[int, int]) -> pa.RecordBatch:
+def drop_invalid(batch: pa.RecordBatch, limit: int) -> pa.RecordBatch:
     """``batch`` (with start_ns and end_ns) without the rows ``invalid_sql`` describes."""
     start, end = batch.column("start_ns"), batch.column("end_ns")
     ok = pc.and_(pc.is_valid(start), pc.is_valid(end))
     ok = pc.and_(ok, pc.greater_equal(end, start))
-    ok = pc.and_(ok, pc.and_(pc.greater_equal(start, bounds[0]), pc.less_equal(end, bounds[1])))
+    ok = pc.and_(ok, pc.and_(pc.greater_equal(start, -MAX_NS), pc.less_equal(end, MAX_NS)))
+    ok = pc.fill_null(ok, False)
+    if pc.all(ok).as_py():  # in range: the difference cannot overflow
+        ok = pc.less_equal(pc.subtract(end, start), limit)
+    else:
+        safe = pc.if_else(ok, pc.subtract(pc.if_else(ok, end, 0), pc.if_else(ok, start, 0)), 0)
+        ok = pc.and_(ok, pc.less_equal(safe, limit))
     ok = pc.fill_null(ok, False)
     return batch if pc.all(ok).as_py() else batch.filter(ok)
 
 
-def contract_batches(spec: "TableSpec", db: ExportDB, sql: str, bounds: tuple[int, int] | None
+def duplicate_positions(keys: pa.Table) -> np.ndarray:
+    """Row positions of ``keys`` (the ``DUPLICATE_KEY`` columns of a table) that repeat an
+    earlier row exactly, sorted. Duplicates share a start, so only rows whose start is tied
+    with another's are compared: one pass when the rows are in start order, one sort when
+    not (nsys 2025.6 and later export rows out of time order)."""
+    start = pc.fill_null(keys.column("start_ns"), 0).to_numpy()
+    if len(start) < 2:
+        return np.empty(0, np.int64)
+    order = None if np.all(start[1:] >= start[:-1]) else np.argsort(start, kind="stable")
+    s = start if order is None else start[order]
+    tied = np.flatnonzero(s[1:] == s[:-1])
+    if not len(tied):
+        return np.empty(0, np.int64)
+    rows = np.unique(np.concatenate([tied, tied + 1]))
+    rows = rows if order is None else np.sort(order[rows])
+    import pandas as pd
+
+    picked = keys.take(pa.array(rows))
+    df = pd.DataFrame({c: pc.fill_null(picked.column(c).cast(pa.int64()), -1).to_numpy()
+                       for c in DUPLICATE_KEY})
+    return rows[df.duplicated().to_numpy()].astype(np.int64)
+
+
+def contract_batches(spec: "TableSpec", db: ExportDB, sql: str, limit: int | None
                      ) -> "Iterator[tuple[pa.RecordBatch, int, int]]":
     """The rows ``sql`` reads of ``spec`` from ``db``, batch by batch, in the column contract,
-    rows with impossible timestamps left out (``drop_invalid``; ``bounds`` None: not checked).
+    rows with impossible timestamps left out (``drop_invalid``; ``limit`` None: not checked).
     Yields (batch, rows read, rows left out): the one conversion loop of reader threads and
     reader processes."""
     for raw in db.stream(sql):
         b = build_batch(spec, db, raw)
         n = b.num_rows
-        if bounds is not None:
-            b = drop_invalid(b, bounds)
+        if limit is not None:
+            b = drop_invalid(b, limit)
         yield b, raw.num_rows, n - b.num_rows
 
 

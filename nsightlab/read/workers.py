@@ -29,7 +29,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from nsightlab.read.parallel import range_count, readers, rowid_ends_sql, split_rowids
+from nsightlab.read.parallel import (
+    duration_limit,
+    range_count,
+    readers,
+    rowid_ends_sql,
+    split_rowids,
+)
 
 _POOL: "Workers | None" = None
 #: tables of at least this many rows have their cache entry built by worker processes, when
@@ -37,12 +43,8 @@ _POOL: "Workers | None" = None
 #: the processes' start-up and reading the entry back cost more than the GIL there)
 PROCESS_MIN_ROWS = 1_000_000
 PROCESS_MIN_WORKERS = 4
-#: the tables whose first read ``prestart`` starts (every recipe reads both; the calls
-#: first: the kernels' rows are checked against their extent), and their cache entries
-_FIRST_READ = {"CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api", "CUPTI_ACTIVITY_KIND_KERNEL": "kernels"}
-#: bounds that leave out only impossible rows (no start or end, end before start): a read
-#: started before the session's bounds are known is checked against them when it is taken
-OPEN_BOUNDS = (-(1 << 63), (1 << 63) - 1)
+#: the tables whose first read ``prestart`` starts, and their cache entries
+_FIRST_READ = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
 
 
 def prestart(sqlite: Path, tables_root: Path | None) -> bool:
@@ -74,18 +76,19 @@ def prestart(sqlite: Path, tables_root: Path | None) -> bool:
             if lo is not None and hi - lo + 1 >= PROCESS_MIN_ROWS \
                     and readers(hi - lo + 1) >= PROCESS_MIN_WORKERS:
                 todo.append((entry, lo, hi))
+        limit = duration_limit(lambda sql: con.execute(sql).fetchone()) if todo else None
     finally:
         con.close()
     if not todo:
         return False
-    _start_reads(pool(readers()), Path(sqlite), tables_root, todo)
+    _start_reads(pool(readers()), Path(sqlite), tables_root, todo, limit)
     return True
 
 
 class Started:
     """A cache entry whose parts the pool is building in ``folder`` (``prestart``), not yet
-    an entry: the reader that first needs the table takes it over (``take``), checks it
-    against the session's bounds and commits it (``TableReader._finish_started``)."""
+    an entry: the reader that first needs the table takes it over (``take``) and commits it
+    (``TableReader._finish_started``)."""
 
     def __init__(self, folder: Path, jobs: list[dict]):
         self.folder, self.jobs = folder, jobs
@@ -104,9 +107,10 @@ _STARTED: dict[tuple[str, str], Started] = {}
 
 
 def _start_reads(workers: "Workers", sqlite: Path, tables_root: Path,
-                 todo: list[tuple[str, int, int]]) -> None:
+                 todo: list[tuple[str, int, int]], limit: int) -> None:
     """Build the entries ``todo`` ((entry, first rowid, last rowid)) in one run of the pool on
-    a thread of its own: the calls' jobs first, the kernels' after, no wait between them."""
+    a thread of its own, one after the other with no wait between them; rows lasting longer
+    than ``limit`` (``tables.duration_limit``) are left out."""
     from nsightlab.read.table_cache import build_dir, identity
 
     try:
@@ -118,7 +122,7 @@ def _start_reads(workers: "Workers", sqlite: Path, tables_root: Path,
             ranges = split_rowids(lo, hi, range_count(hi - lo + 1, readers(hi - lo + 1)))
             mine = [{"db_path": str(sqlite), "table": entry, "rows": list(r),
                      "out": str(folder / f"part-{i}.parquet"), "ident": ident,
-                     "bounds": list(OPEN_BOUNDS)} for i, r in enumerate(ranges)]
+                     "limit": limit} for i, r in enumerate(ranges)]
             started.append(Started(folder, mine))
             jobs += [(len(started) - 1, i, job) for i, job in enumerate(mine)]
     except OSError:  # an unwritable cache: the reader will say so
@@ -263,12 +267,12 @@ atexit.register(discard_pool)
 
 
 # ---- the worker side -------------------------------------------------------------------------
-def cache_range(db_path: str, table: str, out: str, bounds: list[int] | None, ident: dict,
+def cache_range(db_path: str, table: str, out: str, limit: int | None, ident: dict,
                 sql: str | None = None, rows: list[int] | None = None,
                 _dbs: dict = {}) -> dict:
     """Read one rowid range of cache entry ``table`` (``sql``, or rowids ``rows`` [lo, hi)) from
-    the export at ``db_path``, convert it to the column contract, leave out rows outside
-    ``bounds`` (``drop_invalid``; None: not checked) and write it to the cache part ``out``.
+    the export at ``db_path``, convert it to the column contract, leave out impossible rows
+    (``drop_invalid`` with ``limit``; None: not checked) and write it to the cache part ``out``.
     Answers the rows written and left out. The export stays open between jobs (StringIds are
     loaded once per worker)."""
     from nsightlab.read.db import ExportDB
@@ -286,7 +290,7 @@ def cache_range(db_path: str, table: str, out: str, bounds: list[int] | None, id
     answer = {"rows": 0, "dropped": 0}
     writer = part_writer(Path(out), spec.schema, ident)
     try:
-        for b, _read, left_out in contract_batches(spec, db, sql, bounds and tuple(bounds)):
+        for b, _read, left_out in contract_batches(spec, db, sql, limit):
             writer.write_batch(b)
             answer["rows"] += b.num_rows
             answer["dropped"] += left_out

@@ -28,6 +28,28 @@ from nsightlab.errors import OutputError
 FORMATS = ("table", "csv", "json", "parquet", "html")
 
 
+def data_warnings(result) -> list[tuple[str, str]]:
+    """(report, message) of every data-quality warning a result carries (the completeness
+    checks' warnings and partial findings, not their notes), each once: what every command
+    says on stderr, whatever the format (``cli.options.say_warnings``)."""
+    found: list[tuple[str, str]] = []
+    infos = getattr(result, "infos", None)  # ReportInfos
+    if infos is not None:
+        found += [(i["path"], w["message"]) for i in infos for w in i.get("warnings", [])
+                  if w["severity"] != "note"]
+    info = getattr(result, "info", None)  # a recipe run's manifest
+    if isinstance(info, dict):
+        found += [(e["input"], w) for e in info.get("inputs", []) for w in e.get("warnings", [])]
+    for d in [result] + list(getattr(result, "diffs", [])):  # a diff, or a lineup's
+        h = getattr(d, "headline", None)
+        if isinstance(h, dict):
+            found += [(str(h[side]), w) for side in ("a", "b") for w in h.get(f"{side}_warnings", [])]
+    if hasattr(result, "findings") and isinstance(getattr(result, "warnings", None), list):
+        found += [(str(result.label), w["message"]) for w in result.warnings  # a run report
+                  if w["severity"] != "note"]
+    return list(dict.fromkeys(found))
+
+
 def emit(result, fmt: str = "table", out: str | os.PathLike | None = None, *,
          limit: int | None = None) -> list[Path]:
     """Write ``result`` as ``fmt`` to stdout or ``out``; returns the files written.
