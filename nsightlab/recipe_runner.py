@@ -117,6 +117,12 @@ class Recipe:
         """Changes whenever the recipe's code or metadata, or nsightlab, changes."""
         return fingerprint(self.path)
 
+    def prefetch(self) -> tuple[str, ...]:
+        """The big tables this recipe reads (``requires``): opening a report for it starts
+        reading those, and only those, at once (``nsightlab.open``'s ``prefetch``)."""
+        names = [t for q in self.requires for t in ([q["table"]] if "table" in q else q.get("any_of", []))]
+        return tuple(t for t in ("kernels", "cuda_api") if t in names)
+
     def parse_params(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """Typed parameters: defaults from metadata.json, overridden by ``given``."""
         given = dict(given or {})
@@ -147,7 +153,7 @@ class Recipe:
         """
         from nsightlab.read.opener import as_report
 
-        report = as_report(report, **open_options)
+        report = as_report(report, **{"prefetch": self.prefetch(), **open_options})
         values = self.parse_params(params)
         files = self.input_files(values)
         if report.results is None:
@@ -328,7 +334,7 @@ def run(name: str, report: Report | str | os.PathLike, params: dict[str, Any] | 
 
     recipe = get(name)
     t0 = time.perf_counter()
-    r = as_report(report, **open_options)
+    r = as_report(report, **{"prefetch": recipe.prefetch(), **open_options})
     values = recipe.parse_params(params)
     tables = recipe.run(r, values)
     entry = {"input": str(r.source), "status": "ok", **_about(r),
@@ -362,7 +368,7 @@ def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> 
 
     try:
         recipe = Recipe.load(Path(recipe_path))
-        report = as_report(source, **open_kwargs)
+        report = as_report(source, **{"prefetch": recipe.prefetch(), **open_kwargs})
         entry.update(_about(report))
         entry["tables"] = recipe.run(report, params)
         entry["status"] = "ok"

@@ -67,13 +67,13 @@ def test_a_bad_job_is_an_answer_and_a_killed_worker_an_error(sqlite_of, tmp_path
     try:
         answers = []
         workers.run([{"db_path": str(tmp_path / "missing.sqlite"), "table": "kernels",
-                      "sql": "SELECT 1", "out": str(tmp_path / "p.parquet"), "bounds": None,
+                      "sql": "SELECT 1", "out": str(tmp_path / "p.parquet"), "limit": None,
                       "ident": {}}], lambda i, a: answers.append(a))
         assert answers[0]["kind"] == "report" and "missing.sqlite" in answers[0]["error"]
         workers.procs[0].kill()
         workers.procs[0].wait()
         with pytest.raises(part_workers.WorkerDied):
-            workers.run([{"db_path": "x", "table": "kernels", "sql": "", "out": "", "bounds": None,
+            workers.run([{"db_path": "x", "table": "kernels", "sql": "", "out": "", "limit": None,
                           "ident": {}}], lambda i, a: None)
     finally:
         workers.close()
@@ -88,9 +88,8 @@ def test_a_dead_worker_leaves_no_entry_and_names_the_report(sqlite_of, tmp_path,
     monkeypatch.setattr(part_workers, "pool", lambda n: Dying(0))
     path = sqlite_of("h200-launchbound")
     with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
-        # the calls are read first (the kernels are checked against their extent)
         with pytest.raises(CorruptReportError, match="a reader process died while reading "
-                           "CUPTI_ACTIVITY_KIND_RUNTIME"):
+                           "CUPTI_ACTIVITY_KIND_KERNEL"):
             r.kernels()
         assert r.cache.files("kernels") is None and r.cache.files("cuda_api") is None
     assert not [p for p in (tmp_path / "c").rglob("*.parquet")]
@@ -179,35 +178,35 @@ def test_sql_values_lists():
     assert _values([(1, "a\x00b")], 2) is None
 
 
-def test_api_extent_read_off_the_cached_calls_equals_the_sql_scan(sqlite_of, tmp_path,
-                                                                  by_processes, monkeypatch):
-    """Kernels are checked against the extent of the CUDA API calls. When the calls are read by
-    processes into a cache, they are cached first and their extent read off the parts'
-    statistics instead of a scan of SQLite: the same bounds, so the same kernels left out.
-    Damaged copy: API calls ending before they start (left out of the extent) and kernels
-    far outside the run."""
+def test_kernels_are_checked_without_reading_the_calls(sqlite_of, tmp_path, by_processes,
+                                                       monkeypatch):
+    """A kernel's start/end is impossible by itself (NULL, reversed, longer than the whole
+    trace): reading the kernels neither reads nor scans the API calls, and the rows left out
+    are those SQL counts with the same rule. Kernels before the first CUDA call are kept."""
     from nsightlab.read import db as dbmod, tables
 
     path = damaged_copy(sqlite_of, tmp_path)
     with sqlite3.connect(path) as con:
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 5, \"end\" = 9 "
-                    "WHERE rowid % 1009 = 0")  # before the first API call: left out
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 5, "end" = 9 '
+                    "WHERE rowid % 1009 = 0")  # before the first API call: real, kept
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start - 10000000000000 '
+                    "WHERE rowid % 1013 = 0")  # 10000 s: longer than the trace, left out
     scans = []
     real = dbmod.ExportDB.over_ranges
     monkeypatch.setattr(dbmod.ExportDB, "over_ranges",
                         lambda self, sql, *a: scans.append(sql) or real(self, sql, *a))
     with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
         r.prefetch(["kernels"])
-        got = tables.session_bounds(r.db, "kernels")
-        assert r.cache.files("cuda_api") is not None  # cached first, for its extent
+        assert r.cache.files("cuda_api") is None
         dropped = r.cache.meta("kernels")["dropped"]
+        limit = tables.duration_limit(r.db)
     assert not [s for s in scans if "CUPTI_ACTIVITY_KIND_RUNTIME" in s]
-    want = tables.session_bounds(dbmod.ExportDB(path), "kernels")  # the SQL scan
-    assert got == want
     with sqlite3.connect(path) as con:
         bad = con.execute(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE "
-                          f"{tables.invalid_sql(want)}").fetchone()[0]
-    assert dropped == bad and bad > 0
+                          f"{tables.invalid_sql(limit)}").fetchone()[0]
+        early = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                            "WHERE start = 5").fetchone()[0]
+    assert dropped == bad and bad > 0 and early > 0
 
 
 def test_row_count_of_a_cached_table_equals_the_sql_count(sqlite_of, tmp_path):
@@ -242,7 +241,7 @@ def test_open_starts_the_reader_processes_before_pandas_is_imported(sqlite_of, t
         r = nsightlab.open({str(path)!r}, cache_dir={str(tmp_path)!r})
         print(seen[:1])
         r.kernels(["start_ns"])
-        print(r.cache.files("kernels") is not None and r.cache.files("cuda_api") is not None)
+        print(r.cache.files("kernels") is not None)
         """)
     run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True,  # noqa: E731
                                  text=True, timeout=120)
@@ -287,14 +286,15 @@ def test_later_columns_are_read_when_asked_for_into_an_entry_of_their_own(sqlite
 
 
 def test_later_columns_that_do_not_line_up_are_an_error_and_both_entries_go(sqlite_of, tmp_path):
-    """A cache whose first read recorded other bounds (a damaged meta.json) would pair rows
-    wrongly: the read stops with a one-line error and both entries are removed."""
+    """A cache whose first read recorded another duration limit (a damaged meta.json) would
+    pair rows wrongly: the read stops with a one-line error and both entries are removed."""
     path = damaged_copy(sqlite_of, tmp_path)
     with nsightlab.open(path, cache_dir=tmp_path / "cache") as r:
-        starts = r.kernels(["start_ns"])["start_ns"]
+        k = r.kernels(["start_ns", "duration_ns"])
+        starts = k["start_ns"]
         meta_file = r.cache.root / "kernels" / "meta.json"
         meta = json.loads(meta_file.read_text())
-        meta["bounds"] = [meta["bounds"][0], int(starts.median())]  # keeps about half the rows
+        meta["limit"] = int(k["duration_ns"].median())  # keeps about half the rows
         meta_file.write_text(json.dumps(meta))
         with pytest.raises(CorruptReportError, match="disagree.*run the command again"):
             r.kernels(["start_ns", "grid_x"])
@@ -316,34 +316,33 @@ def started_at_open(monkeypatch):
 
 
 def out_of_bounds_copy(sqlite_of, tmp_path):
-    """``damaged_copy`` plus rows only the session's bounds leave out: every 1009th kernel
-    runs before the first CUDA call, every 1013th call starts before time 0."""
+    """``damaged_copy`` plus rows only the trace's length leaves out (every 1009th kernel and
+    every 1013th call lasting 10000 s), and 40 kernels recorded twice."""
     path = damaged_copy(sqlite_of, tmp_path)
     with sqlite3.connect(path) as con:
-        con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 5, "end" = 10 WHERE rowid % 1009 = 0')
-        con.execute('UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = -20, "end" = -10 '
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start - 10000000000000 '
+                    "WHERE rowid % 1009 = 0")
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = start - 10000000000000 '
                     "WHERE rowid % 1013 = 0")
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM "
+                    "CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2003 = 1 AND \"end\" >= start")
     return path
 
 
 def test_reads_started_at_open_equal_reads_started_by_the_reader(sqlite_of, tmp_path,
                                                                   started_at_open, monkeypatch):
-    """The reads open starts run before the session's bounds are known: they leave out only
-    impossible rows, and the parts holding rows outside the bounds are read again when the
-    reader takes them over. The entries equal those of reader threads, row for row, with
-    the same rows left out, and the same bounds recorded."""
+    """The reads open starts check rows against the trace's length from the start (read with
+    the standard library before pyarrow loads). The entries equal those of reader threads,
+    row for row, with the same rows left out as impossible or duplicated, and the same limit
+    recorded."""
     path = out_of_bounds_copy(sqlite_of, tmp_path)
-    redone = []
-    real = reader.TableReader._run_jobs
-    monkeypatch.setattr(reader.TableReader, "_run_jobs", lambda self, spec, jobs, done, n: (
-        redone.append((spec.name, len(jobs))), real(self, spec, jobs, done, n))[1])
-    with nsightlab.open(path, cache_dir=tmp_path / "started") as r:
+    with nsightlab.open(path, cache_dir=tmp_path / "started",
+                        prefetch=("kernels", "cuda_api")) as r:
         assert len(part_workers._STARTED) == 2  # the calls and the kernels, reading already
         got = {t: r.table(t, ["start_ns", "end_ns", "name", "correlation_id"])
                for t in ("kernels", "cuda_api")}
         metas = {t: r.cache.meta(t) for t in got}
     assert all(s.finished for s in part_workers._STARTED.values())
-    assert {name for name, _ in redone} == {"kernels", "cuda_api"}  # parts read again
     monkeypatch.setenv("NSIGHTLAB_READERS", "1")
     monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 10**12)
     with nsightlab.open(path, cache_dir=tmp_path / "threads") as r:
@@ -352,8 +351,9 @@ def test_reads_started_at_open_equal_reads_started_by_the_reader(sqlite_of, tmp_
     for t in got:
         pd.testing.assert_frame_equal(got[t], want[t], check_categorical=False)
         assert metas[t]["dropped"] == want_metas[t]["dropped"] > 0
-        assert metas[t]["bounds"] == want_metas[t]["bounds"]
-    assert metas["kernels"]["dropped"] > len(got["kernels"]) // 997  # the bounds' rows too
+        assert metas[t]["limit"] == want_metas[t]["limit"] < 10**13
+    assert metas["kernels"]["dropped"] > len(got["kernels"]) // 997  # the long rows too
+    assert metas["kernels"]["duplicates"] == want_metas["kernels"]["duplicates"] > 0
 
 
 def test_a_started_read_whose_worker_died_is_a_one_line_error_and_leaves_nothing(
@@ -365,7 +365,8 @@ def test_a_started_read_whose_worker_died_is_a_one_line_error_and_leaves_nothing
             p.kill()
         with pytest.raises(CorruptReportError, match="reader process died.*NSIGHTLAB_READERS"):
             r.kernels(["start_ns"])
-        assert r.cache.files("cuda_api") is None and not any(s.folder.exists() for s in started)
+        kernels = [s for s in started if s.folder.name.startswith(".kernels")]
+        assert r.cache.files("kernels") is None and not kernels[0].folder.exists()
         assert len(r.kernels(["start_ns"])) == 80_001  # read again, on a new pool
 
 
@@ -381,7 +382,8 @@ def test_reads_started_but_never_taken_leave_nothing_at_exit(sqlite_of, tmp_path
         pw.PROCESS_MIN_ROWS, pw.PROCESS_MIN_WORKERS = 1, 2
         pw.readers = parallel.readers = lambda rows=None: 2
         import nsightlab
-        r = nsightlab.open({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r})
+        r = nsightlab.open({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r},
+                           prefetch=("kernels", "cuda_api"))
         print(len(pw._STARTED), sum(1 for s in pw._STARTED.values() if s.folder.is_dir()))
         """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

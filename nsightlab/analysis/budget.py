@@ -130,10 +130,27 @@ def gpu_ops(report: Report) -> dict[str, np.ndarray]:
         del ops
     out = {c: np.concatenate(v) if len(v) > 1 else (v[0] if v else np.empty(0, DTYPES[c]))
            for c, v in cols.items()}
-    if len(cols["start_ns"]) > 1 and not np.all(out["start_ns"][1:] >= out["start_ns"][:-1]):
+    if len(out["start_ns"]) > 1 and not np.all(out["start_ns"][1:] >= out["start_ns"][:-1]):
         order = np.argsort(out["start_ns"], kind="stable")
         out = {c: v[order] for c, v in out.items()}
-    return out
+    return _ties_in_time_order(out)
+
+
+def _ties_in_time_order(ops: dict) -> dict:
+    """``ops`` (in start order) with operations that start together ordered by when they were
+    launched, then by end: "the operation that ends a gap" is then the same whatever the
+    export's row order (nsys 2025.6 and later write rows out of time order). Only the tied
+    rows are sorted."""
+    s = ops["start_ns"]
+    tied = np.flatnonzero(s[1:] == s[:-1]) if len(s) > 1 else np.empty(0, np.int64)
+    if not len(tied):
+        return ops
+    rows = np.unique(np.concatenate([tied, tied + 1]))
+    api = np.nan_to_num(ops["api_start_ns"][rows], nan=np.inf)
+    sub = np.lexsort((ops["end_ns"][rows], api, s[rows]))
+    order = np.arange(len(s))
+    order[rows] = rows[sub]
+    return {c: v[order] for c, v in ops.items()}
 
 
 def _copy_codes(copies: pd.DataFrame) -> np.ndarray:

@@ -251,7 +251,8 @@ class StreamedOps:
         out, state = {}, None
         stream = self.db.stream("SELECT device_id, start_ns, end_ns, part, api_start, "
                                 "coalesce(api_row, -1) FROM bops "
-                                "ORDER BY device_id, start_ns, tbl, row", self.batch_rows)
+                                "ORDER BY device_id, start_ns, api_start NULLS LAST, end_ns, tbl, row",
+                                self.batch_rows)  # ties in time order: independent of row order
         for batch in stream:
             dev = batch.column(0).to_numpy()
             s, e, part = (batch.column(i).to_numpy() for i in (1, 2, 3))

@@ -30,8 +30,13 @@ GRAPH_LAUNCH = re.compile(r"^(cudaGraphLaunch|cuGraphLaunch)")
 #: workers) that use neither CUDA nor NVTX
 BENIGN = re.compile(r"Scheduling information is absent|No [\w ]+ events collected|"
                     r"might have not been started correctly")
-#: nsys saying that part of a trace may be missing (buffers not flushed)
+#: nsys hedging that part of a trace may be missing: it says so whenever collection stopped
+#: before the application ended (--duration, a capture range, a crash or a kill) — whether
+#: records were lost is what the kernel/launch checks measure, so this alone is a note
 LOST = re.compile(r"Not all [\w ]+ events might have been collected")
+#: nsys saying that records were dropped (CUPTI buffers exhausted): a warning
+DROPPED = re.compile(r"events might be missing|events? (were|was) dropped|buffers? overflow",
+                     re.IGNORECASE)
 #: fewer kernels than this share of non-graph launch calls means kernel records were lost
 KERNEL_RECORD_SHARE = 0.9
 #: SMs Active (mean over samples) above this, with no kernel traced, means unseen kernels
@@ -96,9 +101,10 @@ def _check(report: Report) -> list[dict]:
         elif not launches and cuda_on and (streams or any("CUDA" in t for t in lost)):
             out.append(_f("kernels_missing", "partial",
                           f"the application used CUDA ({streams} stream(s) created) but the "
-                          "report holds no kernel: the CUDA trace was lost (the application "
-                          "crashed or was killed before nsys flushed it?); verdicts on GPU time "
-                          "are withheld"))
+                          "report holds neither a kernel nor a launch: the capture ended "
+                          "before the GPU work began (--duration, a capture range), or the "
+                          "CUDA trace was lost (the application crashed or was killed before "
+                          "nsys flushed it); verdicts on GPU time are withheld"))
     open_ranges = _open_ranges(report)
     open_iterations = [r for r in open_ranges if ITERATION.match(base_name(r))]
     if open_iterations and kernels:
@@ -112,7 +118,7 @@ def _check(report: Report) -> list[dict]:
                       f"{len(open_ranges)} NVTX range(s) never closed ({names}): the application "
                       "ended inside them (crashed or killed?); the last iteration may be cut"))
     for text in diagnostics:
-        out.append(_f("nsys_diagnostic", "warning" if LOST.search(text) else "note",
+        out.append(_f("nsys_diagnostic", "warning" if DROPPED.search(text) else "note",
                       f"nsys says: {text}"))
     out += quality(report, tables.CHECKED)
     out += [_f("capture_edges", "note", m) for m in _edge_work(report)]

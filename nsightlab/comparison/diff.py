@@ -118,6 +118,7 @@ def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike, **open_op
     """Compare run B against run A: Reports, or anything ``nsightlab.open`` takes (opened
     with ``open_options``: cache, cache_dir, nsys, progress). Runs are labelled by their
     capture name or file stem (``core.labels``); the headline keeps their paths."""
+    open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
     ra, rb = as_report(a, **open_options), as_report(b, **open_options)
     la, lb = run_labels([str(r.source) if isinstance(r, Report) else str(r) for r in (a, b)])
     if la == lb and str(a) != str(b):

@@ -88,6 +88,7 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     ``batch``: items per iteration for throughput, when the capture manifest does not say."""
     if len(runs) < 2:
         raise ValueError("compare needs at least two runs (the first is the baseline)")
+    open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
     reports = [as_report(r, **open_options) for r in runs]
     labels = labels or run_labels([str(r) if not isinstance(r, Report) else str(r.source)
                                    for r in runs])

@@ -124,6 +124,7 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     """The report of one run: a Report, or anything ``nsightlab.open`` takes (opened with
     ``open_options``); the run is labelled as given. A report without kernels (NVTX and API
     calls only) gets what it has: API time, ranges and the completeness findings."""
+    open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
     r = as_report(report, **open_options)
     label = run_labels([str(r.source if isinstance(report, Report) else report)])[0]
     has_kernels = r.has_rows("kernels")

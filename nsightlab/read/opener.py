@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 def open(path: str | os.PathLike, *, cache: bool | None = None,
          cache_dir: str | os.PathLike | None = None,
          nsys: str | os.PathLike | None = None,
-         progress: Callable[[str], None] | None = None) -> "Report":
+         progress: Callable[[str], None] | None = None,
+         prefetch: tuple[str, ...] = ("kernels",)) -> "Report":
     """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
     directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
 
@@ -28,6 +29,9 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
         nsys: nsys executable for exporting ``.nsys-rep`` (default ``NSIGHTLAB_NSYS`` or PATH).
         progress: called with a one-line message before slow steps (exports, first reads of
             tables over a million rows); the CLI prints these to stderr.
+        prefetch: the big tables the caller will read (``kernels``, ``cuda_api``): on a big
+            report not cached yet, reader processes start reading them at once, while the
+            rest of nsightlab is imported. Others are read when asked for.
 
     Raises:
         NsightlabError: the input cannot be read; the message names the file and the fix.
@@ -39,7 +43,7 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
         cache = not os.environ.get("NSIGHTLAB_NO_CACHE")
     loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
     # reader processes start while pandas and pyarrow are imported below (big, uncached)
-    part_workers.prestart(loc.sqlite, loc.cache_root)
+    part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch))
     from nsightlab.errors import NsightlabError
     from nsightlab.read.report import Report
 

@@ -866,7 +866,16 @@ def tables_markdown() -> str:
            "Generated from `nsightlab/read/tables.py` (`python -m nsightlab.read.tables > docs/tables.md`).",
            "Every `Report.<name>()` returns these columns, whatever nsys version wrote the report.",
            "Integer columns marked *nullable* are pandas nullable integers (`Int64`...); string",
-           "columns of repeated values are categoricals.", ""]
+           "columns of repeated values are categoricals.", "",
+           "**Rows left out.** An activity row (kernels, memcpy, memset, syncs, graph_execs,",
+           "cuda_api) whose start/end cannot be — NULL or not an integer, end before start, or",
+           "lasting longer than the whole trace (ANALYSIS_DETAILS) — is left out of every read and",
+           "counted in a warning. Exact duplicate kernel, memcpy and memset rows (same correlation",
+           "id, device, stream, start and end) are kept once and counted in a warning; API calls",
+           "are never deduplicated (2022-era exports hold two rows per call). Work already running",
+           "when a capture or slice opened, or still running when it closed, is real: it is kept,",
+           "as `nsys stats` keeps it, and noted. Rows are read in no particular order: every",
+           "\"previous\" and \"next\" lookup sorts by time first.", ""]
     for spec in TABLES.values():
         out += [f"## `{spec.name}`", "", spec.doc, "",
                 f"Source: `{spec.source}`; recorded by "

@@ -43,14 +43,16 @@ _POOL: "Workers | None" = None
 #: the processes' start-up and reading the entry back cost more than the GIL there)
 PROCESS_MIN_ROWS = 1_000_000
 PROCESS_MIN_WORKERS = 4
-#: the tables whose first read ``prestart`` starts, and their cache entries
+#: the tables whose first read ``prestart`` may start, and their cache entries
 _FIRST_READ = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
 
 
-def prestart(sqlite: Path, tables_root: Path | None) -> bool:
+def prestart(sqlite: Path, tables_root: Path | None, tables: tuple[str, ...] = ("kernels",)
+             ) -> bool:
     """Start the pool now if the first read of ``sqlite`` will want it: a cache is kept
-    (``tables_root``), the kernels or the API calls are not cached yet and big enough for
-    worker processes; and start reading them into the cache (``Started``).
+    (``tables_root``), some of ``tables`` (of ``_FIRST_READ``: those the command will read)
+    are not cached yet and big enough for worker processes; and start reading them into the
+    cache (``Started``).
     ``nsightlab.open`` calls this before importing pandas and pyarrow, so the workers start
     (~0.9 s for 16 on the GPU machine) and read while this process imports (~1 s there).
     Only the standard library is used here. Returns whether the pool was started."""
@@ -67,7 +69,7 @@ def prestart(sqlite: Path, tables_root: Path | None) -> bool:
     todo = []
     try:
         for table, entry in _FIRST_READ.items():
-            if (tables_root / entry / "meta.json").exists():
+            if entry not in tables or (tables_root / entry / "meta.json").exists():
                 continue
             try:
                 lo, hi = con.execute(rowid_ends_sql(table)).fetchone()

@@ -24,6 +24,9 @@ lining the windows up with the trace) and its GPU time (``Event.elapsed_time``).
   mlp_fp16      a 6-layer MLP (4096 wide, 1024 tokens) in fp16, synchronized per pass
   mlp_int8      the same with per-tensor dynamic int8 activations and int8 weights through
                 torch._int_mm (int32 out), dequantized to fp16: a precision pair for diff
+  long_async    infer_async for ~12 s, synchronized every 20 passes (for delayed and
+                time-limited captures: work in flight at the capture's edges)
+  long_range    the same, cudaProfilerStart/Stop around 2 s of it (no sync at either)
 """
 import json
 import os
@@ -206,6 +209,29 @@ elif mode in ("mlp_fp16", "mlp_int8"):
                 x = x0
                 for i in range(6):
                     x = layer(x, i)
+                torch.cuda.synchronize()
+    save("pass")
+
+elif mode in ("long_async", "long_range"):
+    # ViT-S/16 fp16 batch 16 for ~12 s, synchronized every 20 passes: hundreds of kernels are
+    # queued at any moment, so a delayed or time-limited capture opens and closes on work in
+    # flight; long_range brackets 2 s of it with cudaProfilerStart/Stop (no sync at either)
+    model, x = vit(16)
+    t_end, started, stopped = time.perf_counter() + 12, False, False
+    t_range = time.perf_counter() + 3
+    with torch.no_grad():
+        i = 0
+        while time.perf_counter() < t_end:
+            if mode == "long_range" and not started and time.perf_counter() > t_range:
+                torch.cuda.profiler.start()
+                started = True
+            if mode == "long_range" and started and not stopped and time.perf_counter() > t_range + 2:
+                torch.cuda.profiler.stop()
+                stopped = True
+            with Timed():
+                model(x)
+            i += 1
+            if i % 20 == 0:
                 torch.cuda.synchronize()
     save("pass")
 
