@@ -177,7 +177,7 @@ class Recipe:
             names = [req["table"]] if "table" in req else req["any_of"]
             if not any(report.has_rows(t) for t in names):
                 hint = next((report.missing_hint(t) for t in names if not report.has(t)), None)
-                raise NoDataError(hint or f"{report.path.name} has no rows in "
+                raise NoDataError(hint or f"{report.source.name} has no rows in "
                                           f"{' or '.join(names)}")
 
     def check_outputs(self, out: dict[str, pd.DataFrame], leading: tuple[str, ...] = ()) -> None:

@@ -182,3 +182,23 @@ def test_diff_and_compare_do_not_depend_on_row_order(sqlite_of, tmp_path, cache_
         for t, df in want.tables().items():
             moved = [r.replace(str(sa.parent), str(a.parent)) for r in _canonical(got.tables()[t])]
             assert _canonical(df) == sorted(moved), t
+
+
+def test_errors_about_a_compressed_exports_content_name_the_users_file(sqlite_of, tmp_path,
+                                                                       cache_dir):
+    """A .sqlite.xz is read from a decompressed copy in the cache: an error found while reading
+    its tables (here a renamed column) names the user's file, never the cache's copy."""
+    import lzma
+
+    plain = tmp_path / "renamed.sqlite"
+    plain.write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    with sqlite3.connect(plain) as c:
+        c.execute(f"ALTER TABLE {K} RENAME COLUMN start TO start_x")
+    packed = tmp_path / "user" / "renamed.sqlite.xz"
+    packed.parent.mkdir()
+    packed.write_bytes(lzma.compress(plain.read_bytes()))
+    for args in (["recipe", "run", "kernel_sum", str(packed)], ["report", str(packed)]):
+        res = CliRunner().invoke(cli, args)
+        errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+        assert res.exit_code == 1 and len(errors) == 1, res.output
+        assert errors[0].startswith(f"Error: {packed}:") and str(cache_dir) not in errors[0]

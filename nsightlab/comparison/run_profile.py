@@ -119,7 +119,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     if lk.empty:
         why = report.missing_hint("kernels") or (
             report.missing_hint("cuda_api") if report.has_rows("kernels") else None)
-        raise NsightlabError(f"{report.path}: no kernel launches to compare "
+        raise NsightlabError(f"{report.source}: no kernel launches to compare "
                              f"({why or 'profile with --trace=cuda'})")
     all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0]
     lk, n, source = _assign_iterations(lk, ranges, iters, found_source)

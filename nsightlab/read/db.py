@@ -79,26 +79,29 @@ class ExportDB:
     readable SQLite database; deciding whether it is an *nsys* export is the Report's job.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, shown: str | os.PathLike | None = None):
         self.path = Path(path)
+        #: the report as the user gave it (a .sqlite.xz, .nsys-rep or capture whose export is
+        #: this file in the cache): what every message names
+        self.name = str(shown) if shown is not None else str(self.path)
         try:
             with open(self.path, "rb") as f:
                 head = f.read(len(SQLITE_MAGIC))
         except IsADirectoryError:
-            raise NotAReportError(f"{self.path}: is a directory, not an nsys SQLite export") from None
+            raise NotAReportError(f"{self.name}: is a directory, not an nsys SQLite export") from None
         except OSError as e:
-            raise NotAReportError(f"{self.path}: cannot open ({e.strerror}); check the path") from None
+            raise NotAReportError(f"{self.name}: cannot open ({e.strerror}); check the path") from None
         if head.startswith(b"NVR\x00"):
             raise NotAReportError(
-                f"{self.path}: is an Nsight Compute report (.ncu-rep), not an Nsight Systems one; "
+                f"{self.name}: is an Nsight Compute report (.ncu-rep), not an Nsight Systems one; "
                 "give the .sqlite or .nsys-rep of an nsys profile")
         if head != SQLITE_MAGIC:
             if head.startswith(NSYS_REP_MAGIC[: len(head)]) and head:
                 raise NotAReportError(
-                    f"{self.path}: is an nsys report, not SQLite; open it as a .nsys-rep "
+                    f"{self.name}: is an nsys report, not SQLite; open it as a .nsys-rep "
                     "(rename it) or export it: nsys export --type sqlite -o OUT.sqlite FILE")
             raise NotAReportError(
-                f"{self.path}: not an SQLite file; give an nsys export (.sqlite), a .nsys-rep or a "
+                f"{self.name}: not an SQLite file; give an nsys export (.sqlite), a .nsys-rep or a "
                 "capture directory")
         check_not_truncated(self.path)
         self.uri = sqlite_uri(self.path)
@@ -140,7 +143,7 @@ class ExportDB:
 
     def _damaged(self, e: sqlite3.DatabaseError) -> CorruptReportError:
         return CorruptReportError(
-            f"{self.path}: the SQLite file is damaged or truncated ({e}); export the report "
+            f"{self.name}: the SQLite file is damaged or truncated ({e}); export the report "
             "again with nsys export --type sqlite")
 
     def once(self, key: str, compute):
@@ -166,7 +169,7 @@ class ExportDB:
             if self._strings is None:
                 if not self.has("StringIds"):
                     raise CorruptReportError(
-                        f"{self.path}: has no StringIds table (the names of kernels, API calls "
+                        f"{self.name}: has no StringIds table (the names of kernels, API calls "
                         "and ranges): the export is damaged or incomplete; export the report "
                         "again (nsys export --type sqlite)")
                 rows = self.query("SELECT id, value FROM StringIds")
@@ -251,7 +254,7 @@ class ExportDB:
             yield from pa.RecordBatchReader._import_from_c(stream.address)
         except Exception as e:  # ADBC's own errors, or Arrow's from the stream
             raise CorruptReportError(
-                f"{self.path}: reading failed ({str(e).splitlines()[0]}); the export may be "
+                f"{self.name}: reading failed ({str(e).splitlines()[0]}); the export may be "
                 "truncated: export the report again with nsys export --type sqlite") from None
         finally:
             for h in reversed(handles):

@@ -33,10 +33,10 @@ def export_meta(db: ExportDB) -> dict[str, str]:
             return {str(k): str(v) for k, v in db.query(f"SELECT name, value FROM {t}")}
     if any(db.has(t) for t in NSYS_MARKERS):
         raise UnsupportedReportError(
-            f"{db.path}: an nsys SQLite export without version metadata (nsys 2021.x or "
+            f"{db.name}: an nsys SQLite export without version metadata (nsys 2021.x or "
             "older); export the .nsys-rep again with nsys 2022.1 or newer: "
             "nsys export --type sqlite -o NEW.sqlite REPORT.nsys-rep")
-    raise NotAReportError(f"{db.path}: an SQLite database, but not an Nsight Systems "
+    raise NotAReportError(f"{db.name}: an SQLite database, but not an Nsight Systems "
                           "export; give the .sqlite written by nsys export")
 
 

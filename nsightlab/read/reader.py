@@ -61,10 +61,11 @@ def _without(value: T, rows: np.ndarray) -> T:
     return value.filter(pa.array(keep))
 
 
-def _worker_error(answer: dict) -> Exception:
-    """The exception a worker's error answer stands for in this process."""
+def _worker_error(answer: dict, db: ExportDB) -> Exception:
+    """The exception a worker's error answer stands for in this process (naming the report as
+    the user gave it)."""
     if answer["kind"] == "report":
-        return CorruptReportError(answer["error"])
+        return CorruptReportError(answer["error"].replace(str(db.path), db.name))
     if answer["kind"] == "os":
         return OSError(answer.get("errno") or 0, answer["error"])
     return ValueError(answer["error"])  # values the contract cannot hold: _from_sqlite says so
@@ -131,7 +132,7 @@ class TableReader:
             self.cache.drop(spec.first.name)
             self.cache.drop(spec.rest.name)
             raise CorruptReportError(
-                f"{self.db.path}: the cached columns of {spec.name} disagree ({rows} rows); "
+                f"{self.db.name}: the cached columns of {spec.name} disagree ({rows} rows); "
                 "the cache entries were removed: run the command again")
 
     def _side_by_side(self, spec: TableSpec, keep: list[str], got: list[pd.DataFrame]
@@ -317,7 +318,7 @@ class TableReader:
             return read()
         except (pa.ArrowException, OverflowError, ValueError) as e:
             raise CorruptReportError(
-                f"{self.db.path}: table {spec.source} holds values nsightlab cannot read "
+                f"{self.db.name}: table {spec.source} holds values nsightlab cannot read "
                 f"({str(e).splitlines()[0][:120]}); the export is damaged: export the report "
                 "again (nsys export --type sqlite)") from None
 
@@ -390,7 +391,7 @@ class TableReader:
 
         def checked(i: int, answer: dict) -> None:
             if "error" in answer:
-                raise _worker_error(answer)
+                raise _worker_error(answer, self.db)
             done(i, answer)
 
         try:
@@ -406,7 +407,7 @@ class TableReader:
 
         part_workers.discard_pool()
         return CorruptReportError(
-            f"{self.db.path}: a reader process died while reading {spec.source} ({error}); "
+            f"{self.db.name}: a reader process died while reading {spec.source} ({error}); "
             "if memory is short, read with fewer processes (NSIGHTLAB_READERS=2)")
 
     def _finish_started(self, spec: TableSpec, started) -> None:
@@ -434,7 +435,7 @@ class TableReader:
                 raise started.error
             for answer in started.answers:
                 if "error" in answer:
-                    raise _worker_error(answer)
+                    raise _worker_error(answer, self.db)
             self.dropped[spec.name] = sum(a["dropped"] for a in started.answers)
             duplicates = self._dedupe(spec, started.folder)
             self.cache.commit(spec.name, started.folder,
@@ -626,7 +627,7 @@ class TableReader:
         """The SELECT of ``spec``; a table whose timestamps nsightlab checks must have them."""
         if spec.name in CHECKED and not {"start", "end"} <= set(self.db.columns(spec.source)):
             raise CorruptReportError(
-                f"{self.db.path}: table {spec.source} has no start/end columns (renamed or "
+                f"{self.db.name}: table {spec.source} has no start/end columns (renamed or "
                 "dropped: not an nsys export as written); export the report again")
         return spec.sql(self.db)
 

@@ -47,7 +47,7 @@ class Report:
                  source: Path | None = None, progress: Callable[[str], None] | None = None):
         self.path = Path(sqlite_path)
         self.source = Path(source) if source is not None else self.path
-        self.db = ExportDB(self.path)
+        self.db = ExportDB(self.path, self.source)
         self._meta = metadata.export_meta(self.db)
         cache = TableCache(cache_root, self.path) if cache_root is not None else None
         if cache_root is not None:  # what killed runs left behind
@@ -145,10 +145,10 @@ class Report:
             return None
         what = "NVTX" if table == "nvtx" else "CUDA" if "--trace=cuda" in spec.trace else None
         if what and metadata.traced(self.capture_options, what):
-            return (f"{self.path.name} has no {spec.source} table although {what} was traced: "
+            return (f"{self.source.name} has no {spec.source} table although {what} was traced: "
                     "the application recorded none, or the trace was lost")
         how = f"profile with nsys profile {spec.trace}" if spec.trace else "profile it again"
-        return f"{self.path.name} has no {spec.source} table: {how}"
+        return f"{self.source.name} has no {spec.source} table: {how}"
 
     def row_count(self, table: str) -> int:
         """Rows of nsightlab table ``table`` (0 where the report lacks it)."""
