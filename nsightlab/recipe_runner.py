@@ -369,12 +369,13 @@ def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> 
     try:
         recipe = Recipe.load(Path(recipe_path))
         report = as_report(source, **{"prefetch": recipe.prefetch(), **open_kwargs})
-        entry.update(_about(report))
-        entry["tables"] = recipe.run(report, params)
-        entry["status"] = "ok"
-        entry["rows_read"] = report.rows_read
-    except NoDataError as e:
-        entry.update(status="no data", message=str(e))
+        try:
+            entry["tables"] = recipe.run(report, params)
+            entry["status"] = "ok"
+            entry["rows_read"] = report.rows_read
+        except NoDataError as e:
+            entry.update(status="no data", message=str(e))
+        entry.update(_about(report))  # after the run: duplicates of the tables it read
     except RecipeError:
         raise  # the recipe is broken, not the report
     except NsightlabError as e:

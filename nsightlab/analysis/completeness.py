@@ -19,6 +19,7 @@ from nsightlab.analysis import engine
 from nsightlab.analysis.iterations import ITERATION, base_name
 from nsightlab.read import tables
 from nsightlab.read.metadata import traced
+from nsightlab.read.parallel import readers
 from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
@@ -44,13 +45,17 @@ SM_ACTIVE_PCT = 1.0
 
 
 def check(report: Report) -> list[dict]:
-    """Every completeness finding for ``report`` (empty when nothing is missing), kept in the
-    report's result store: the checks read the whole API table once."""
+    """Every completeness finding for ``report`` (empty when nothing is missing). The checks
+    are counts and SQL aggregates (no table is read for them), kept in the report's result
+    store; duplicate rows are said for the tables read so far (``quality``), afresh."""
     if report.results is None:
-        return _check(report)
-    _, attrs = report.results.get_or_compute("completeness", {}, [report.path], code_fingerprint(),
-                                             lambda: ({}, {"findings": _check(report)}))
-    return attrs["findings"]
+        found = _check(report)
+    else:
+        _, attrs = report.results.get_or_compute(
+            "completeness", {}, [report.path], code_fingerprint(),
+            lambda: ({}, {"findings": _check(report)}))
+        found = attrs["findings"]
+    return found + _duplicates(report, tables.DEDUPED)
 
 
 def _check(report: Report) -> list[dict]:
@@ -120,7 +125,9 @@ def _check(report: Report) -> list[dict]:
     for text in diagnostics:
         out.append(_f("nsys_diagnostic", "warning" if DROPPED.search(text) else "note",
                       f"nsys says: {text}"))
-    out += quality(report, tables.CHECKED)
+    bad = _invalid_rows(report, tables.CHECKED)
+    if bad:
+        out.append(_invalid_finding(bad))
     out += [_f("capture_edges", "note", m) for m in _edge_work(report)]
     impossible = _impossible_metrics(report)
     if impossible:
@@ -141,22 +148,28 @@ def quality(report: Report, names) -> list[dict]:
     (``tables.invalid_sql``) and exact duplicates (``tables.duplicate_positions``). Counted
     while the tables were cached, else by one SQL count each: ``nsightlab table`` says them
     for the table it prints without the other checks."""
-    out = []
     bad = _invalid_rows(report, names)
-    if bad:
-        out.append(_f("invalid_timestamps", "warning",
-                      "left out of every number: " + _listed(bad) + " with a start/end that "
-                      "cannot be (NULL or not an integer, end before start, or lasting longer "
-                      "than the whole trace): the export is damaged there; export the report "
-                      "again (nsys export --type sqlite) or ask for the .nsys-rep"))
+    return [_invalid_finding(bad)] * bool(bad) + _duplicates(report, names)
+
+
+def _invalid_finding(bad: dict[str, int]) -> dict:
+    return _f("invalid_timestamps", "warning",
+              "left out of every number: " + _listed(bad) + " with a start/end that cannot be "
+              "(NULL or not an integer, end before start, or lasting longer than the whole "
+              "trace): the export is damaged there; export the report again (nsys export "
+              "--type sqlite) or ask for the .nsys-rep")
+
+
+def _duplicates(report: Report, names) -> list[dict]:
+    """The finding on exact duplicate rows of the tables ``names`` read so far."""
     twice = {t: n for t in names if t in tables.DEDUPED and report.spec(t).present(report.db)
              and (n := report.duplicate_rows(t))}
-    if twice:
-        out.append(_f("duplicate_rows", "warning",
-                      f"left out of every number: {_listed(twice)} recorded twice (the same "
-                      "correlation id, device, stream, start and end): each is counted once; "
-                      "the export was merged or written twice: export the report again"))
-    return out
+    if not twice:
+        return []
+    return [_f("duplicate_rows", "warning",
+               f"left out of every number: {_listed(twice)} recorded twice (the same "
+               "correlation id, device, stream, start and end): each is counted once; the "
+               "export was merged or written twice: export the report again")]
 
 
 def _invalid_rows(report: Report, names) -> dict[str, int]:
@@ -213,30 +226,31 @@ def _f(check_: str, severity: str, message: str) -> dict:
 
 
 def _launch_calls(report: Report, kernels: int) -> tuple[int, int]:
-    """(kernel launch calls, graph launch calls) in the API trace. Rows are counted first; only
-    when they outnumber the kernels are calls counted by (pid, correlation id), since 2022-era
-    exports hold two API rows for one call (CUDA backtraces)."""
-    if not report.has_rows("cuda_api"):
+    """(kernel launch calls, graph launch calls) in the API trace: one SQL aggregate over
+    rowid ranges in parallel, on the names' ids (no API column is read). Only when the rows
+    outnumber the kernels are calls counted by (pid, correlation id), since 2022-era exports
+    hold two API rows for one call (CUDA backtraces)."""
+    api = report.spec("cuda_api").source
+    if not report.has_rows("cuda_api") or not report.db.has("StringIds") \
+            or not {"nameId", "start", "end"} <= set(report.db.columns(api)):
+        return 0, 0  # reading the calls says what is wrong
+    ids = {"launch": [], "graph": []}
+    for i, name in report.db.query("SELECT id, value FROM StringIds WHERE value LIKE 'cu%'"):
+        if LAUNCH_CALLS.match(name or ""):
+            ids["launch"].append(int(i))
+            if GRAPH_LAUNCH.match(name):
+                ids["graph"].append(int(i))
+    if not ids["launch"]:
         return 0, 0
-    names = None
-
-    def in_numpy() -> dict[str, int]:
-        nonlocal names
-        names = report.cuda_api(["name"])["name"]
-        cats = names.cat.categories.astype(str)
-        return dict(zip(cats, np.bincount(names.cat.codes.to_numpy() + 1,
-                                          minlength=len(cats) + 1)[1:].tolist()))
-
-    per_name = engine.analyse(  # big reports: counted in DuckDB, no 16M-row column read
-        report, lambda db: dict(db.con.execute(
-            f"SELECT name, count(*) FROM {db.view('cuda_api')} WHERE name IS NOT NULL "
-            "GROUP BY name").fetchall()), in_numpy)
-    launch = sum(n for c, n in per_name.items() if LAUNCH_CALLS.match(c))
-    graph = sum(n for c, n in per_name.items() if GRAPH_LAUNCH.match(c))
+    listed = {k: ", ".join(map(str, v)) or "NULL" for k, v in ids.items()}
+    rows = report.db.over_ranges(
+        f"SELECT sum(nameId IN ({listed['launch']})), sum(nameId IN ({listed['graph']})) "
+        f'FROM "{api}" WHERE NOT ({tables.invalid_sql(tables.duration_limit(report.db))})',
+        api, readers(report.db.rowid_span(api) or 0))
+    launch, graph = (int(sum(r[k] or 0 for r in rows)) for k in (0, 1))
     if kernels >= KERNEL_RECORD_SHARE * (launch - graph):
-        return int(launch), int(graph)
-    if names is None:
-        names = report.cuda_api(["name"])["name"]
+        return launch, graph
+    names = report.cuda_api(["name"])["name"]
     cats = names.cat.categories.astype(str)
     launch_ids = [i for i, c in enumerate(cats) if LAUNCH_CALLS.match(c)]
     graph_ids = [i for i, c in enumerate(cats) if GRAPH_LAUNCH.match(c)]
@@ -286,9 +300,11 @@ def _captured_launches(report: Report) -> int:
 
 def _graph_node_kernels(report: Report) -> bool:
     """Whether any kernel was recorded as a graph node (a node-level trace of the replays)."""
-    if not report.has_rows("kernels"):
+    if not report.has_rows("kernels") or "graphNodeId" not in report.db.columns(
+            report.spec("kernels").source):
         return False
-    return bool(report.kernels(["graph_node_id"])["graph_node_id"].notna().any())
+    return bool(report.db.query(f'SELECT EXISTS (SELECT 1 FROM "{report.spec("kernels").source}" '
+                                "WHERE graphNodeId IS NOT NULL)")[0][0])
 
 
 def _impossible_metrics(report: Report) -> int:
@@ -312,6 +328,11 @@ def _open_ranges(report: Report) -> list[str]:
     """Names of push/pop and start/end ranges without an end."""
     if not report.has_rows("nvtx"):
         return []
+    if not report.is_cached("nvtx") and "end" in report.db.columns("NVTX_EVENTS"):
+        ranges = [k for k, v in tables.NVTX_KIND.items() if v != "mark"]
+        if not report.db.query(f'SELECT EXISTS (SELECT 1 FROM NVTX_EVENTS WHERE "end" IS NULL '
+                               f"AND eventType IN ({', '.join(map(str, ranges))}))")[0][0]:
+            return []  # none open: known without reading the ranges
 
     def in_numpy():
         n = report.nvtx(["kind", "end_ns"])  # then the names of the few open ones

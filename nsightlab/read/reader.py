@@ -662,15 +662,13 @@ class TableReader:
         meta = self.cache.meta(spec.name) if self.cache is not None else None
         return None if meta is None or "dropped" not in meta else int(meta["dropped"])
 
-    def duplicate_count(self, spec: TableSpec) -> int:
-        """Exact duplicate rows of ``spec`` every read leaves out (``_dedupe``): from its cache
-        entry (built now if missing: every command that reports on activity reads it), or
-        counted once without a cache."""
+    def duplicate_count(self, spec: TableSpec) -> int | None:
+        """Exact duplicate rows of ``spec`` every read leaves out (``_dedupe``), known once
+        the table has been read (from its cache entry, or counted by this reader); None
+        before: a table a command does not read changes none of its numbers."""
         if spec.name not in DEDUPED:
             return 0
-        if self.cache is not None:
-            self.ensure_cached(spec)
-            meta = self.cache.meta(spec.name) if self.cache is not None else None
-            if meta is not None:
-                return int(meta.get("duplicates", 0))
-        return len(self._uncached_duplicates(spec))
+        if spec.name in self.duplicates:
+            return len(self.duplicates[spec.name])
+        meta = self.cache.meta(spec.name) if self.cache is not None else None
+        return None if meta is None else int(meta.get("duplicates", 0))

@@ -288,18 +288,22 @@ class Report:
         its cache entry; None when the table is not cached."""
         return self._reader.dropped_rows(self.spec(table))
 
+    def is_cached(self, table: str) -> bool:
+        """Whether ``table`` (its first read) has a valid cache entry: reading it is cheap."""
+        spec = self.spec(table)
+        return self.cache is not None and self.cache.files(
+            spec.first.name if spec.later else spec.name) is not None
+
     def extent(self, table: str, where: str = "") -> tuple[int, int] | None:
         """(first start, last end) in ns of an activity table's rows that every read keeps
         (None: no such row): from its cache entry's statistics when it is cached, else one
         SQL aggregate over rowid ranges in parallel, never a read of the table. ``where``
         (SQL on the source columns) narrows the rows, and always goes to SQLite."""
         spec = self.spec(table)
-        if not spec.present(self.db):
-            return None
-        files = self.cache.files(spec.first.name if spec.later else spec.name) \
-            if self.cache is not None and not where else None
-        if files is not None:
-            return extent(files)
+        if not spec.present(self.db) or not {"start", "end"} <= set(self.db.columns(spec.source)):
+            return None  # a damaged table: reading it says so
+        if self.is_cached(table) and not where:
+            return extent(self.cache.files(spec.first.name if spec.later else spec.name))
         rows = self.db.over_ranges(
             f'SELECT min(start), max("end") FROM "{spec.source}" '
             f"WHERE NOT ({invalid_sql(duration_limit(self.db))}){f' AND ({where})' if where else ''}",
@@ -312,7 +316,7 @@ class Report:
         """Rows of an activity table that every read keeps and SQL ``where`` (on the source
         columns) holds for: one aggregate over rowid ranges in parallel."""
         spec = self.spec(table)
-        if not spec.present(self.db):
+        if not spec.present(self.db) or not {"start", "end"} <= set(self.db.columns(spec.source)):
             return 0
         rows = self.db.over_ranges(
             f'SELECT count(*) FROM "{spec.source}" '
@@ -320,9 +324,10 @@ class Report:
             spec.source, readers(self.db.rowid_span(spec.source) or 0))
         return int(sum(r[0] or 0 for r in rows))
 
-    def duplicate_rows(self, table: str) -> int:
+    def duplicate_rows(self, table: str) -> int | None:
         """Exact duplicate rows of an activity table left out of every read (same correlation
-        id, device, stream, start and end: one operation recorded twice)."""
+        id, device, stream, start and end: one operation recorded twice); None until the
+        table has been read."""
         return self._reader.duplicate_count(self.spec(table))
 
     def memory(self, columns: list[str] | None = None) -> pd.DataFrame:

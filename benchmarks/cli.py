@@ -1,0 +1,150 @@
+"""Benchmark: the commands users type, each a fresh process, side by side with NVIDIA's nsys.
+
+On the scaled report (``make_scaled_report.py`` on the launch-bound fixture, 100 copies:
+8M kernels, 16M API calls), in one run:
+
+  three recipes   ``nsightlab recipe run kernel_sum|launch_compute|sync_gaps REPORT`` one
+                  after the other, cold: a fresh cache that the three share (as a user typing
+                  them)
+  report          ``nsightlab report REPORT``, cold (its own fresh cache)
+  diff            ``nsightlab diff REPORT REPORT``, cold (as benchmarks/diff.py runs it)
+  served          the three recipes again: answers served from the cache
+  nsys            NVIDIA's four reports of the same questions (``nsys stats`` kernel summary
+                  and kernel execution summary, ``nsys analyze`` GPU gaps and sync APIs)
+
+Each command's time is wall clock from process start to exit (interpreter start, imports and
+writing its output included; stdout goes to a file). ``main_rss_mb`` is the command's own peak
+RSS (getrusage in the process); ``tree_pss_mb`` the peak PSS of it and its reader processes
+together, sampled every 250 ms.
+
+usage: python benchmarks/cli.py [--copies N] [--work DIR] [--no-nsys] [--only report,diff]
+Targets (issue 29): three recipes >= 20x nsys 2025.3 on 16 cores (>= 4x Debian's nsys on 2
+cores); report and diff <= 1.5x the three recipes; main RSS <= 1 GB, tree PSS <= 2 GB.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from common import DEFAULT_WORK, in_fresh_process, scaled_report
+from recipes import RECIPES, TIMED, nsys_commands
+
+#: runs ``nsightlab`` with argv in this fresh interpreter, its stdout into a file; prints one
+#: JSON line (its own peak RSS) on the real stdout at exit
+COMMAND = r"""
+import json, os, resource, sys
+out, argv = sys.argv[1], sys.argv[2:]
+real = os.dup(1)
+fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.dup2(fd, 1)
+code = 0
+try:
+    from nsightlab.cli import main
+    sys.argv = ["nsightlab", *argv]
+    main()
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+finally:
+    sys.stdout.flush()
+    os.write(real, (json.dumps({"rc": code, "peak_rss_mb":
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}) + "\n").encode())
+"""
+
+
+def command(args: list[str], out: Path, cache: Path) -> dict:
+    """One nsightlab command in a fresh process: seconds (wall, from the parent), rc, main
+    and tree memory."""
+    import time
+
+    os.environ["NSIGHTLAB_CACHE_DIR"] = str(cache)
+    t = time.perf_counter()
+    m = in_fresh_process(COMMAND, str(out), *args)
+    m["seconds"] = time.perf_counter() - t
+    if m["rc"] != 0:
+        raise SystemExit(f"nsightlab {' '.join(args)} failed (exit {m['rc']})")
+    m["out_mb"] = out.stat().st_size / 2**20
+    return m
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--copies", type=int, default=100)
+    ap.add_argument("--work", type=Path, default=DEFAULT_WORK)
+    ap.add_argument("--no-nsys", action="store_true", help="skip the nsys comparison")
+    ap.add_argument("--only", default="recipes,report,diff,served",
+                    help="which cases (recipes, report, diff, served)")
+    args = ap.parse_args()
+    report = scaled_report(args.work, args.copies)
+    only = set(args.only.split(","))
+    outs = args.work / "cli-out"
+    shutil.rmtree(outs, ignore_errors=True)
+    outs.mkdir(parents=True)
+    rows: list[tuple[str, dict]] = []
+
+    def fresh(name: str) -> Path:
+        d = args.work / f"cli-cache-{name}"
+        shutil.rmtree(d, ignore_errors=True)
+        return d
+
+    cores = len(os.sched_getaffinity(0))
+    print(f"report: {report} ({report.stat().st_size / 2**30:.2f} GiB), {cores} cores", flush=True)
+    print(f"{'command':<40} {'time_s':>7} {'main_rss_mb':>12} {'tree_pss_mb':>12} {'out_mb':>7}",
+          flush=True)
+
+    def show(label: str, m: dict) -> None:
+        rows.append((label, m))
+        print(f"{label:<40} {m['seconds']:7.2f} {m['peak_rss_mb']:12.0f} {m['tree_pss_mb']:12.0f} "
+              f"{m.get('out_mb', 0):7.2f}", flush=True)
+
+    three = 0.0
+    if "recipes" in only or "served" in only:
+        cache = fresh("recipes")
+        for name in RECIPES:
+            m = command(["recipe", "run", name, str(report)], outs / f"{name}.txt", cache)
+            three += m["seconds"]
+            show(f"recipe run {name} (cold)", m)
+        print(f"{'(the three recipes, cold)':<40} {three:7.2f}", flush=True)
+    if "report" in only:
+        show("report (cold)", command(["report", str(report)], outs / "report.txt", fresh("report")))
+    if "diff" in only:
+        show("diff REPORT REPORT (cold)", command(["diff", str(report), str(report)],
+                                                  outs / "diff.txt", fresh("diff")))
+    if "served" in only:
+        for name in RECIPES:
+            show(f"recipe run {name} (served)", command(
+                ["recipe", "run", name, str(report)], outs / f"{name}-again.txt",
+                args.work / "cli-cache-recipes"))
+    by = dict(rows)
+    if three:
+        for label in ("report (cold)", "diff REPORT REPORT (cold)"):
+            if label in by:
+                print(f"{label}: {by[label]['seconds'] / three:.2f}x the three recipes (target <= 1.5x)")
+    if args.no_nsys or not shutil.which("nsys"):
+        print("\n(nsys not on PATH: no comparison)" if not args.no_nsys else "")
+        return
+    version = re.search(r"\d{4}\.\d+\.\d+", subprocess.run(["nsys", "--version"], capture_output=True,
+                                                            text=True).stdout)
+    out = args.work / "nsys-out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    print(f"\nnsys {version.group(0) if version else '?'} on the same file:", flush=True)
+    total, peak = 0.0, 0.0
+    for label, cmd in nsys_commands(report, out):
+        m = in_fresh_process(TIMED, *cmd)
+        ok = "" if m["rc"] == 0 else f"  (exit {m['rc']}: {m['tail'].strip().splitlines()[-1][:80]})"
+        print(f"  {label:<22} {m['seconds']:7.2f} s {m['peak_rss_mb']:8.0f} MB{ok}", flush=True)
+        total += m["seconds"]
+        peak = max(peak, m["peak_rss_mb"])
+    print(f"  {'total':<22} {total:7.2f} s {peak:8.0f} MB (max)")
+    if three:
+        print(f"\nthree recipes, cold, as commands: {total / three:.1f}x faster than nsys "
+              f"(target >= 20x on 16 cores, >= 4x on 2)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
