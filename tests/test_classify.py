@@ -122,7 +122,7 @@ def test_issue10_names(name, cls, prec, tc):
 
 def test_the_deciding_rule_is_named():
     row = classify_names(["nvjet_sm90_qqhsh_128x128_128x6_2x1_v_bz_coopA_algo2_bias_TNT"]).iloc[0]
-    assert row["rule"] == "matmul; cuBLAS nvjet type letters"
+    assert row["rule"] == "matmul; cuBLASLt nvjet type letters and scale vectors"
 
 
 def test_accuracy_on_the_labelled_corpus():

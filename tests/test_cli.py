@@ -88,6 +88,16 @@ def test_console_script_runs_as_a_module(sqlite_of, cache_dir):
     assert out.returncode == 0 and "NVIDIA H200" in out.stdout
 
 
+def test_docs_precision_md_is_current():
+    from pathlib import Path
+
+    from nsightlab.analysis.classify import precision_markdown
+
+    doc = Path(__file__).parent.parent / "docs" / "precision.md"
+    assert doc.read_text() == precision_markdown(), \
+        "run: python -m nsightlab.analysis.classify > docs/precision.md"
+
+
 def test_docs_tables_md_is_current():
     from pathlib import Path
 

@@ -20,17 +20,20 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from nsightlab.analysis import narrow_formats
+from nsightlab.formats.ncu import COVERS
+
 CLASSES = ("gemm", "attention", "conv", "norm", "softmax", "elementwise", "reduce", "quantize",
            "reformat/copy", "memset", "communication", "other")
-PRECISIONS = ("nvfp4", "mxfp4", "mxfp6", "mxfp8", "fp8", "int8", "bf16", "fp16", "tf32", "fp32",
-              "fp64", "unknown")
+PRECISIONS = ("nvfp4", "mxfp4", "fp4", "mxfp6", "fp6", "mxfp8", "fp8", "int8", "bf16", "fp16",
+              "tf32", "fp32", "fp64", "unknown")
 #: the classes that do the model's math (a layer's precision is theirs)
 MATH_CLASSES = frozenset({"gemm", "attention", "conv"})
 #: precisions whose math runs on Tensor Cores (FP32 and FP64 math here is SIMT)
-TENSOR_CORE_PRECISIONS = frozenset({"nvfp4", "mxfp4", "mxfp6", "mxfp8", "fp8", "int8", "bf16",
-                                    "fp16", "tf32"})
+TENSOR_CORE_PRECISIONS = frozenset({"nvfp4", "mxfp4", "fp4", "mxfp6", "fp6", "mxfp8", "fp8",
+                                    "int8", "bf16", "fp16", "tf32"})
 #: kernels that do math on the SIMT pipes whatever their data type
-_SIMT = re.compile(r"simt|ffma|sgemm|dgemm|scudnn|gemv|implicit_convolve", re.I)
+_SIMT = re.compile(r"simt|ffma|(?<![a-z])[sd]gemm|_[sd]gemm|scudnn|gemv|implicit_convolve", re.I)
 
 # Class rules, in order: (rule name, class, pattern). The first match wins, so library
 # prefixes (Triton's kind in its kernel name, cuBLAS nvjet) come before generic words; a
@@ -53,7 +56,9 @@ CLASS_RULES: list[tuple[str, str, str]] = [
                             r"|scudnn|s16816fprop|\bcudnn.*nhwc_linkable|implicit_convolve"),
     ("matmul", "gemm", r"nvjet|gemm|gemv|matmul|cublas|cutlass.*tensorop|bstensorop|xmma_gemm"
                        r"|\bmma_|_mma_|wgmma|sgemm|hgemm|igemm|dot_kernel|splitk|(^|_)bmm_"),
+    # Blackwell block-scale work: FP4/FP6 casts, scale factors and their swizzled layout
     ("quantize/cast", "quantize", r"float8|fp8|e4m3|e5m2|e2m1|nvfp4|mxfp|quantiz|amax|absmax|qdq"
+                                  r"|fp4|fp6|block_?scale|scale_?factor|sf_?(layout|swizzle)"
                                   r"|_cast_|cast_to|float16_copy_kernel|bfloat16_copy_kernel"
                                   r"|half_copy_kernel|scale_?kernel"),
     ("normalization", "norm", r"layer_?norm|rms_?norm|group_?norm|instance_?norm|l2_?norm"
@@ -75,35 +80,49 @@ _CLASS_RES = [(name, c, re.compile(p, re.I)) for name, c, p in CLASS_RULES]
 # cuBLAS(Lt) nvjet kernels: nvjet[_smNN]_<type letters>_<tile>; the first letter is the A type
 # (t bf16, h fp16, s fp32, q e4m3, r e5m2, o e2m1: a BF16 torch run launches nvjet_tst_...)
 _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]+)_\d", re.I)
-_MX_VECTOR = re.compile(r"vec32ue8m0", re.I)  # nvjet's AvecNN<type>: the block-scale vector
 _NVJET_TYPES = {"q": "fp8", "r": "fp8", "e": "fp8", "o": "nvfp4", "h": "fp16", "t": "bf16",
                 "s": "fp32", "d": "fp64", "i": "int8"}
 AMBIGUOUS_16 = "cuDNN f16 (FP16 or BF16)"
 # library tokens (high confidence), block-scaled formats first, then lowest precision first: a
 # name that mentions an FP8 input and an FP32 accumulator is an FP8 kernel
-PRECISION_RULES: list[tuple[str, str, str]] = [
+PRECISION_RULES: list[tuple[str, str, str, str]] = [
+    # (rule, precision, pattern, where the token's meaning comes from). Tried after the library
+    # grammars of ``narrow_formats`` (CUTLASS, trtllm-gen, cuBLASLt nvjet, quantize kernels).
     # TensorRT-LLM attention names its Q, KV and output types: the math runs in Q's type (an FP4
     # KV cache is dequantized to it)
-    ("TensorRT-LLM FMHA Q type (E4M3)", "fp8", r"fmha\w*_?QE4m3"),
-    ("NVFP4 block scale (UE4M3 x E2M1)", "nvfp4", r"ue4m3x(e2m1|f4)|nvf4|nvfp4"),
-    ("MXFP4 block scale (UE8M0 x E2M1)", "mxfp4", r"ue8m0x(e2m1|f4)|mxf4|mxfp4"),
-    ("MXFP6 block scale (UE8M0 x E3M2/E2M3)", "mxfp6", r"ue8m0x(e3m2|e2m3|f6)|mxf6|mxfp6"),
-    ("MXFP8 block scale (UE8M0 x E4M3/E5M2)", "mxfp8", r"ue8m0x(e4m3|e5m2|f8)|mxf8|mxfp8"),
-    ("FP4 token", "nvfp4", r"e2m1|\bfp4|_fp4"),
-    ("FP8 token", "fp8", r"e4m3|e5m2|fp8|float8"),
-    ("INT8 token", "int8", r"imma|i8816|(?<![a-z])int8|igemm|s8s8|i8i8|_s8_"),
-    ("BF16 token", "bf16", r"bf16|bfloat16"),
+    ("TensorRT-LLM FMHA Q type (E4M3)", "fp8", r"fmha\w*_?QE4m3",
+     "TensorRT-LLM fmha cubin names Q<dtype>Kv<dtype>O<dtype> (trtllmGenKernels/fmha)"),
+    ("NVFP4 block scale (UE4M3 x E2M1)", "nvfp4", r"ue4m3x(e2m1|f4)|nvf4|nvfp4",
+     "CUTLASS DataTypeNames ue4m3/e2m1 and its nvf4 kernel-schedule names; 'nvfp4' in names"),
+    ("MXFP4 block scale (UE8M0 x E2M1)", "mxfp4", r"ue8m0x(e2m1|f4)|mxf4(?!nvf4)|mxfp4",
+     "CUTLASS DataTypeNames ue8m0/e2m1 (OCP MX: UE8M0 scales on 32 elements)"),
+    ("MXFP6 block scale (UE8M0 x E3M2/E2M3)", "mxfp6", r"ue8m0x(e3m2|e2m3|f6)|mxf6|mxfp6",
+     "CUTLASS DataTypeNames ue8m0 with e3m2/e2m3 (OCP MX)"),
+    ("MXFP8 block scale (UE8M0 x E4M3/E5M2)", "mxfp8", r"ue8m0x(e4m3|e5m2|f8)|mxf8|mxfp8",
+     "CUTLASS DataTypeNames ue8m0 with e4m3/e5m2 (OCP MX)"),
+    # an FP4/FP6 type with no scale type or block size beside it: the format is not named
+    ("FP4 token (block format not named)", "fp4", r"e2m1|\bfp4|_fp4",
+     "OCP FP4 E2M1 element type; NVFP4 or MX only where a scale type or block size says so"),
+    ("FP6 token (block format not named)", "fp6", r"e3m2|e2m3|\bfp6|_fp6",
+     "OCP FP6 E3M2/E2M3 element types"),
+    ("FP8 token", "fp8", r"e4m3|e5m2|fp8|float8",
+     "OCP FP8 E4M3/E5M2; PyTorch float8_copy_kernel, c10::Float8_e4m3fn"),
+    ("INT8 token", "int8", r"imma|i8816|(?<![a-z])int8|igemm|s8s8|i8i8|_s8_",
+     "SASS IMMA and cuBLAS/CUTLASS i8/s8 type tokens"),
+    ("BF16 token", "bf16", r"bf16|bfloat16", "type tokens of cuBLAS, CUTLASS, TensorRT-LLM"),
     # cuDNN's runtime-compiled kernels spell any 16-bit float "f16": the same SDPA kernel name
     # runs BF16 in a BF16 model (ncu counters, h100-gpt-compile-bf16); the run decides below
-    (AMBIGUOUS_16, "fp16", r"cudnn_generated\w*_f16_"),
+    (AMBIGUOUS_16, "fp16", r"cudnn_generated\w*_f16_",
+     "cuDNN runtime-compiled kernels; measured BF16 in tests/data/models h100-gpt-compile-bf16"),
     ("FP16 token", "fp16", r"f16f16|_f16|fp16|hmma|h1688|h16816|h884|hgemm|(?<!b)float16"
-                           r"|s16816|s884|_h16|half8"),
+                           r"|s16816|s884|_h16|half8",
+     "SASS HMMA shapes and cuBLAS/cuDNN/xmma f16 tokens"),
     # cuDNN's SIMT families name their type: scudnn single precision (h884cudnn is FP16)
-    ("cuDNN single precision (scudnn)", "fp32", r"scudnn"),
+    ("cuDNN single precision (scudnn)", "fp32", r"scudnn", "cuDNN kernel families"),
     # after FP16: ampere_fp16_s1688gemm_fp16 is an FP16 kernel, cutlass_80_tensorop_s1688gemm TF32
-    ("TF32 token", "tf32", r"tf32|s1688gemm|tensorop_s1688"),
-    ("FP32 token", "fp32", r"f32f32|fp32|_f32(_|$)"),
-    ("FP64 token", "fp64", r"dgemm|fp64|f64"),
+    ("TF32 token", "tf32", r"tf32|s1688gemm|tensorop_s1688", "CUTLASS tensorop_s1688 (TF32 MMA)"),
+    ("FP32 token", "fp32", r"f32f32|fp32|_f32(_|$)", "type tokens"),
+    ("FP64 token", "fp64", r"dgemm|fp64|f64", "type tokens"),
 ]
 # template arguments (medium confidence): the narrowest type named wins, since kernels name their
 # accumulate type too (normal_and_transform<c10::Half, float> makes FP16 data); FP64 only as a
@@ -118,7 +137,7 @@ TEMPLATE_TYPES: list[tuple[str, str]] = [
 # SIMT library kernels whose name says FP32 but whose data may be another type (cuDNN's
 # implicit_convolve_sgemm<__half, ...>): the template arguments decide first
 _LOW = [("FP32 SIMT GEMM (sgemm)", "fp32", re.compile(r"sgemm", re.I))]
-_PREC_RES = [(name, p, re.compile(r, re.I)) for name, p, r in PRECISION_RULES]
+_PREC_RES = [(name, p, re.compile(r, re.I)) for name, p, r, _ in PRECISION_RULES]
 #: identifiers that spell a precision but name an option type, not the kernel's data
 _NOT_A_TYPE = re.compile(r"Fp8KVCacheDataType", re.I)
 _TEMPLATE_RES = [(p, re.compile(r, re.I)) for p, r in TEMPLATE_TYPES]
@@ -144,12 +163,12 @@ def precision(name: str) -> tuple[str, str]:
 
 def _precision_rule(name: str) -> tuple[str, str, str]:
     name = _NOT_A_TYPE.sub("", name)
+    fmt = narrow_formats.parse(name)  # FP4/FP6/FP8 and block scales, by library grammar
+    if fmt is not None and fmt.precision != "unknown":
+        return fmt.precision, "high", fmt.rule
     m = _NVJET.search(name)
     if m and m.group(1)[0].lower() in _NVJET_TYPES:
         prec = _NVJET_TYPES[m.group(1)[0].lower()]
-        if _MX_VECTOR.search(name):  # 32-element UE8M0 scale vectors: an MX format
-            prec = {"nvfp4": "mxfp4", "fp8": "mxfp8"}.get(prec, prec)
-            return prec, "high", "cuBLAS nvjet type letters, 32 x UE8M0 scale vectors (MX)"
         return prec, "high", "cuBLAS nvjet type letters"
     for rule, prec, rx in _PREC_RES:
         if rx.search(name):
@@ -205,7 +224,11 @@ def output_precision(name: str) -> str:
 def precision_detail(name: str) -> str:
     """The narrow element formats the name spells (FP8 stays one precision label; this says
     e4m3 or e5m2) and block-scale types with their vector length: e.g. "e2m1; ue4m3 scales x16".
-    Empty when the name names no FP8/FP6/FP4 format."""
+    Empty when the name names no FP8/FP6/FP4 format. Library grammars (``narrow_formats``) say
+    each operand: "e2m1 (ue4m3 scales x16) x e2m1 (ue4m3 scales x16)"."""
+    fmt = narrow_formats.parse(name)
+    if fmt is not None and fmt.detail:
+        return fmt.detail
     elements, scales = [], []
     m = _NVJET.search(name)
     if m:
@@ -328,22 +351,30 @@ def refine(labels: pd.DataFrame, evidence: pd.DataFrame) -> pd.DataFrame:
     for i, (name, row) in enumerate(ev.iterrows()):
         ops = row.get("tensor_ops", np.nan)
         src = row.get("tensor_precision")
-        active = row.get("tensor_active_pct", np.nan)
+        active = row.get("tensor_active_pct", np.nan)  # GPU metrics, over the kernel
+        busy = row.get("ncu_tensor_active_pct", np.nan)  # ncu, its tensor/TC pipe
         j = out.index[i]
-        if pd.notna(ops):
-            if ops > 0:
-                out.at[j, "tensor_core"] = True
-                if isinstance(src, str) and src != "unknown" and src != out.at[j, "precision"]:
-                    said = out.at[j, "precision"]
-                    out.at[j, "precision"], out.at[j, "precision_confidence"] = src, "measured"
-                    out.at[j, "rule"] += (f"; ncu: tensor-pipe ops on {src} operands"
-                                          + (f" (name said {said})" if said != "unknown" else ""))
-                else:
-                    out.at[j, "rule"] += "; ncu: tensor-pipe ops"
+        said = out.at[j, "precision"]
+        if pd.notna(ops) and ops > 0:
+            out.at[j, "tensor_core"] = True
+            if not isinstance(src, str) or src in ("unknown", said):
+                out.at[j, "rule"] += "; ncu: tensor-pipe ops"
+            elif said in COVERS.get(src, ()):  # a lumped counter: the name narrows it
+                out.at[j, "precision_confidence"] = "measured"
+                out.at[j, "rule"] += f"; ncu: tensor-pipe ops on {src} operands, {said} by the name"
             else:
-                out.at[j, "tensor_core"] = False
-                out.at[j, "rule"] += "; ncu: no tensor-pipe ops"
-        elif pd.notna(active) and out.at[j, "precision"] == "unknown":
+                out.at[j, "precision"], out.at[j, "precision_confidence"] = src, "measured"
+                out.at[j, "rule"] += (f"; ncu: tensor-pipe ops on {src} operands"
+                                      + (f" (name said {said})" if said != "unknown" else ""))
+        elif pd.notna(ops) and pd.notna(busy) and busy >= TENSOR_ACTIVE_MIN_PCT:
+            # op counters can read 0 where the pipe was busy (reported on B200)
+            out.at[j, "tensor_core"] = True
+            out.at[j, "rule"] += (f"; ncu: tensor pipe {busy:.0f}% active although its op "
+                                  "counters read 0")
+        elif pd.notna(ops):
+            out.at[j, "tensor_core"] = False
+            out.at[j, "rule"] += "; ncu: no tensor-pipe ops"
+        elif pd.notna(active) and said == "unknown":
             out.at[j, "tensor_core"] = bool(active >= TENSOR_ACTIVE_MIN_PCT)
             out.at[j, "rule"] += f"; GPU metrics: Tensor Active {active:.0f}% while it ran"
     return out
@@ -368,3 +399,41 @@ def sync_kind(api_name: str) -> str | None:
         if rx.match(api_name):
             return kind
     return None
+
+
+def precision_markdown() -> str:
+    """The precision rules with their sources, as Markdown (docs/precision.md is this text; a
+    test keeps it current)."""
+    from nsightlab.formats import ncu
+
+    out = ["# How nsightlab reads precision", "",
+           "Generated from `nsightlab/analysis/classify.py`, `narrow_formats.py` and "
+           "`formats/ncu.py` (`python -m nsightlab.analysis.classify > docs/precision.md`).", "",
+           "Math precision comes from the kernel name, first by the grammar of the library that "
+           "wrote it, then by type tokens, then by template arguments; Nsight Compute counters "
+           "(`--ncu`) correct it. Output precision is kept apart (`output_precision`).", "",
+           "## Library grammars (FP4, FP6, FP8, block scales)", "",
+           "A block-scaled format is decided by its scale type (UE4M3: NVFP4; UE8M0: MX) and "
+           "block size, never by an MMA's name. Names give operands A and B, not their roles; a "
+           "mixed pair takes the narrower label.", "", "| grammar | source |", "|---|---|"]
+    out += [f"| {rule} | {src} |" for rule, src in narrow_formats.GRAMMARS]
+    out += ["", "## Type tokens (in order; the first match wins)", "",
+            "| rule | precision | pattern | source |", "|---|---|---|---|"]
+    out += [f"| {r} | {p} | " + f"`{pat}`".replace("|", "\\|") + f" | {src} |"
+            for r, p, pat, src in PRECISION_RULES]
+    out += ["", "## Nsight Compute metrics (read by pattern, per architecture family)", "",
+            f"Tensor Core activity: {ncu.TENSOR_ACTIVE_RULE}.", "",
+            "| column | patterns, first present wins |", "|---|---|"]
+    out += [f"| `{c}` | " + "; ".join(f"`{p}`" for p in ps).replace("|", "\\|") + " |"
+            for c, ps in ncu.PATTERNS.items()]
+    out += ["", "Op counters `sm__ops_path_tensor_src_<types>[_dst_<type>][_sparsity_on|off].sum` "
+            "give `tensor_precision`; a counter lumping types gives a lumped label that the name "
+            "narrows:", "", "| counter source | label | name labels it narrows to |",
+            "|---|---|---|"]
+    out += [f"| `{src}` | {label} | {', '.join(sorted(ncu.COVERS.get(label, {label})))} |"
+            for src, label in ncu.TENSOR_SRC_PRECISION.items()]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(precision_markdown(), end="")

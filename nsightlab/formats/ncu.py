@@ -18,33 +18,65 @@ import pandas as pd
 
 from nsightlab.errors import NotAReportError, NsightlabError
 
-# output column -> metric names to try, first present wins (names differ by architecture)
-METRICS = {
-    "duration_ns": ["gpu__time_duration.sum"],
-    "sm_throughput_pct": ["sm__throughput.avg.pct_of_peak_sustained_elapsed"],
-    "dram_throughput_pct": ["dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"],
-    "achieved_occupancy_pct": ["sm__warps_active.avg.pct_of_peak_sustained_active"],
-    "registers_per_thread": ["launch__registers_per_thread"],
-    "grid_size": ["launch__grid_size"],
-    "block_size": ["launch__block_size"],
-    # tensor pipe: all MMA flavours; then the per-instruction-family shares
-    "tensor_active_pct": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-                          "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
-    "tensor_active_elapsed_pct": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"],
-    "tc_active_pct": ["sm__pipe_tc_cycles_active.avg.pct_of_peak_sustained_active"],
-    "hmma_inst_pct": ["sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"],
-    "gmma_inst_pct": ["sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"],
-    "imma_inst_pct": ["sm__inst_executed_pipe_tensor_op_imma.avg.pct_of_peak_sustained_active"],
+# ---- metrics read by pattern, whatever the architecture ------------------------------------------
+# Names differ by family: Hopper counts its tensor pipe as sm__*pipe_tensor_op_{hmma,imma,gmma},
+# Blackwell as sm__*pipe_tensor_subpipe_{hmma,imma,dmma}, and Blackwell datacenter parts (sm_100,
+# sm_103) add the tcgen05 pipe sm__*pipe_tc* (ncu 2025.3.1 --query-metrics for gh100, gb100,
+# gb110, gb202). Each column reads the first pattern the report has; of its metrics the
+# "% of peak sustained active" one, else "% of elapsed"; the metric read is named
+# (``METRIC_COLUMNS``, and ``kernels().attrs["metrics"]``).
+_PCT = r"\.avg\.pct_of_peak_sustained_(?:active|elapsed)$"
+PATTERNS: dict[str, list[str]] = {
+    "duration_ns": [r"^gpu__time_duration\.sum$"],
+    "sm_throughput_pct": [r"^sm__throughput\.avg\.pct_of_peak_sustained_elapsed$"],
+    "dram_throughput_pct": [r"^(?:gpu__)?dram__throughput\.avg\.pct_of_peak_sustained_elapsed$",
+                            r"^gpu__dram_throughput\.avg\.pct_of_peak_sustained_elapsed$"],
+    "achieved_occupancy_pct": [r"^sm__warps_active\.avg\.pct_of_peak_sustained_active$"],
+    "registers_per_thread": [r"^launch__registers_per_thread$"],
+    "grid_size": [r"^launch__grid_size$"],
+    "block_size": [r"^launch__block_size$"],
+    # the tensor pipe (every MMA kind; on Blackwell datacenter parts tcgen05 work too)
+    "tensor_pipe_pct": [rf"^sm__pipe_tensor_cycles_active(?:_v2)?{_PCT}",
+                        rf"^sm__pipe_tensor_(?:op|subpipe)_hmma_cycles_active{_PCT}"],
+    "tensor_active_elapsed_pct": [r"^sm__pipe_tensor_cycles_active(?:_v2)?\.avg\."
+                                  r"pct_of_peak_sustained_elapsed$"],
+    # the TC pipe of sm_100/sm_103: tcgen05 (UTC*MMA) instructions only
+    "tc_active_pct": [rf"^sm__pipe_tc_cycles_active{_PCT}"],
+    # the instruction mix
+    "hmma_inst_pct": [rf"^sm__inst_executed_pipe_tensor_(?:op|subpipe)_hmma{_PCT}"],
+    "imma_inst_pct": [rf"^sm__inst_executed_pipe_tensor_(?:op|subpipe)_imma{_PCT}"],
+    "gmma_inst_pct": [rf"^sm__inst_executed_pipe_tensor_op_gmma{_PCT}"],
+    "dmma_inst_pct": [rf"^sm__inst_executed_pipe_(?:tensor_(?:op|subpipe)|fp64_op)_dmma{_PCT}"],
+    "tc_inst_pct": [rf"^sm__inst_executed_pipe_tc{_PCT}"],
 }
+_PATTERN_RES = {c: [re.compile(p) for p in ps] for c, ps in PATTERNS.items()}
+#: the columns of ``NcuReport.kernels`` read straight from a metric
+METRICS = tuple(PATTERNS)
+#: derived columns that name the metric (or metrics) they came from, or why they are empty
+METRIC_COLUMNS = ("tensor_active_metric", "tensor_ops_metrics")
+#: where the Tensor Core activity figure comes from (Nsight Compute Kernel Profiling Guide,
+#: "Pipelines": "The TC pipeline executes UTCBAR, UTCCP, UTC*MMA, UTCSHIFT and UTC*SWS
+#: instructions. It is different from the Tensor pipeline."; "The Tensor pipeline executes
+#: various MMA instructions."): a kernel whose TC pipe was active ran tcgen05 MMAs, and the
+#: TC pipe's figure is its Tensor Core activity; any other kernel's is the tensor pipe's
+TENSOR_ACTIVE_RULE = ("TC pipe (tcgen05) when it was active, else the tensor pipe "
+                      "(Nsight Compute Kernel Profiling Guide, Pipelines table)")
 
-
-# per-precision tensor-pipe operation counters: sm__ops_path_tensor_src_<type>[_dst_..][_sparsity_..]
-_TENSOR_SRC = re.compile(r"^sm__ops_path_tensor_src_([a-z0-9]+?)(?:_dst_\w+?)?(?:_sparsity_o(?:n|ff))?\.sum$")
-#: counter source types -> nsightlab precision labels (int1 and types not seen in a real report
-#: are left unmapped: the kernel still counts as Tensor Core work, its precision stays unknown)
+# per-precision tensor-pipe operation counters: sm__ops_path_tensor_src_<types>[_dst_<type>]
+# [_sparsity_on|_off].sum; <types> may lump several (fp4_fp6_fp8 on B200, fp4_fp6 on B300 and
+# RTX 50): such a counter cannot say which of them ran, the kernel name can narrow it
+_TYPE = r"(?:fp|bf|tf|int)\d+"
+_TENSOR_SRC = re.compile(rf"^sm__ops_path_tensor_src_({_TYPE}(?:_{_TYPE})*)(?:_dst_({_TYPE}))?"
+                         r"(_sparsity_o(?:n|ff))?\.sum$")
+#: counter source types -> nsightlab precision labels; a lumped counter gives a lumped label
+#: (int1 and types not seen in a real report stay unmapped: Tensor Core work, precision unknown)
 TENSOR_SRC_PRECISION = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8",
-                        "tf32": "tf32", "fp64": "fp64"}
+                        "tf32": "tf32", "fp64": "fp64", "fp4": "fp4", "fp4_fp6": "fp6/fp4",
+                        "fp4_fp6_fp8": "fp8/fp6/fp4"}
+#: the name-based labels a measured (possibly lumped) label covers: the name narrows it
+COVERS = {"fp8": {"fp8", "mxfp8"}, "fp4": {"fp4", "nvfp4", "mxfp4"},
+          "fp6/fp4": {"fp6", "mxfp6", "fp4", "nvfp4", "mxfp4"},
+          "fp8/fp6/fp4": {"fp8", "mxfp8", "fp6", "mxfp6", "fp4", "nvfp4", "mxfp4"}}
 
 
 def _module():
@@ -89,16 +121,27 @@ class NcuReport:
 
     def kernels(self) -> pd.DataFrame:
         """One row per profiled kernel: range, id, name, nvtx (push/pop stack, outermost first,
-        joined with '/'), then the ``METRICS`` columns (NaN where a metric is absent)."""
-        rows = []
+        joined with '/'), the ``METRICS`` columns (NaN where the report has no metric of the
+        pattern; ``attrs["metrics"]`` names the metric each was read from), tensor_active_pct
+        (``TENSOR_ACTIVE_RULE``) with tensor_active_metric, and tensor_precision / tensor_ops
+        from the per-type op counters with tensor_ops_metrics (or why they are empty)."""
+        rows, used = [], {}
         for ri, ai, a in self._actions():
+            names = list(a.metric_names())
             row = {"range": ri, "id": ai, "name": a.name(self._demangled), "nvtx": _nvtx(a)}
-            for col, names in METRICS.items():
-                row[col] = _first_value(a, names)
-            row["tensor_precision"], row["tensor_ops"] = _tensor_source(a)
+            for col in METRICS:
+                row[col], metric = _by_pattern(a, names, _PATTERN_RES[col])
+                if metric:
+                    used.setdefault(col, metric)
+            row["tensor_active_pct"], row["tensor_active_metric"] = _tensor_active(a, names)
+            row["tensor_precision"], row["tensor_ops"], row["tensor_ops_metrics"] = \
+                _tensor_source(a, names)
             rows.append(row)
-        return pd.DataFrame(rows, columns=["range", "id", "name", "nvtx", *METRICS,
-                                           "tensor_precision", "tensor_ops"])
+        out = pd.DataFrame(rows, columns=["range", "id", "name", "nvtx", *METRICS,
+                                          "tensor_active_pct", "tensor_precision", "tensor_ops",
+                                          *METRIC_COLUMNS])
+        out.attrs["metrics"] = {c: used.get(c, "not in this report") for c in METRICS}
+        return out
 
     def metrics(self) -> pd.DataFrame:
         """Every metric of every kernel, long form: range, id, name, nvtx, metric, value
@@ -128,50 +171,93 @@ def kernels(path: str | Path) -> pd.DataFrame:
 
 def tensor_evidence(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per kernel name, what the tensor-pipe counters of ``kernels`` (``NcuReport.kernels``)
-    measured: tensor_ops (summed over its profiled launches) and tensor_precision (of the
-    launch with the most ops); the ``evidence`` of ``classify.refine``."""
-    k = kernels[kernels["tensor_ops"].notna()]
+    measured: tensor_ops (summed over its profiled launches), tensor_precision (of the launch
+    with the most ops) and ncu_tensor_active_pct (the most over its launches); the
+    ``evidence`` of ``classify.refine``."""
+    k = kernels[kernels["tensor_ops"].notna() | kernels["tensor_active_pct"].notna()]
     if k.empty:
-        return pd.DataFrame(columns=["tensor_precision", "tensor_ops"])
+        return pd.DataFrame(columns=["tensor_precision", "tensor_ops", "ncu_tensor_active_pct"])
     top = k.sort_values("tensor_ops", ascending=False).drop_duplicates("name").set_index("name")
-    out = pd.DataFrame({"tensor_ops": k.groupby("name")["tensor_ops"].sum()})
+    out = pd.DataFrame({"tensor_ops": k.groupby("name")["tensor_ops"].sum(min_count=1)})
     out["tensor_precision"] = top["tensor_precision"].reindex(out.index)
+    out["ncu_tensor_active_pct"] = k.groupby("name")["tensor_active_pct"].max()
     return out
 
 
-def _first_value(action, names: list[str]) -> float:
-    for n in names:
-        m = action.metric_by_name(n)
-        if m is not None:
-            v = m.value()
-            try:
-                return float(v)
-            except (TypeError, ValueError):
-                continue
-    return float("nan")
+def _value(action, metric: str) -> float:
+    m = action.metric_by_name(metric)
+    try:
+        return float(m.value()) if m is not None else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")
 
 
-def _tensor_source(action) -> tuple[str | None, float]:
-    """(precision of the operand type with the most tensor-pipe operations, all tensor ops);
-    (None, NaN) when the report holds no per-type counters (not collected by the section set),
-    (None, 0) when the kernel ran no tensor-pipe operation, ("unknown", ops) when the busiest
-    type has no precision label (int1)."""
-    ops: dict[str, float] = {}
-    for m in action.metric_names():
+def _by_pattern(action, names: list[str], patterns: list[re.Pattern]) -> tuple[float, str | None]:
+    """(value, metric) of the first of ``patterns`` that a metric of ``names`` matches, the
+    "% of peak sustained active" one before "% of elapsed"; (NaN, None) when none does."""
+    for rx in patterns:
+        hits = sorted((n for n in names if rx.match(n)), key=lambda n: "elapsed" in n)
+        for n in hits:
+            v = _value(action, n)
+            if v == v:
+                return v, n
+    return float("nan"), None
+
+
+def _tensor_active(action, names: list[str]) -> tuple[float, str]:
+    """(Tensor Core activity in %, the metric it came from) by ``TENSOR_ACTIVE_RULE``: the TC
+    pipe's where it was active (a tcgen05 kernel on sm_100/sm_103), else the tensor pipe's;
+    (NaN, why) when the report has neither."""
+    tc, tc_metric = _by_pattern(action, names, _PATTERN_RES["tc_active_pct"])
+    tensor, tensor_metric = _by_pattern(action, names, _PATTERN_RES["tensor_pipe_pct"])
+    if tc_metric and tc > 0:
+        return tc, f"{tc_metric} (tcgen05: the TC pipe was active)"
+    if tensor_metric:
+        return tensor, tensor_metric
+    if tc_metric:
+        return tc, tc_metric
+    return float("nan"), ("not collected: the report has no sm__pipe_tensor*/sm__pipe_tc cycles "
+                          "metric (profile with --section ComputeWorkloadAnalysis)")
+
+
+def _tensor_source(action, names: list[str]) -> tuple[str | None, float, str]:
+    """(precision of the operand types with the most tensor-pipe operations, all tensor ops,
+    the counters read): per (source, destination) a counter's total, or its sparsity on + off
+    parts where only those were collected. A counter that lumps types gives a lumped label
+    ("fp8/fp6/fp4"). (None, NaN, why) when the report holds no per-type counters, (None, 0,
+    counters) when the kernel ran no tensor-pipe operation, ("unknown", ops, counters) when
+    the busiest type has no label (int1)."""
+    totals: dict[tuple[str, str], float] = {}
+    parts: dict[tuple[str, str], float] = {}
+    read: list[str] = []
+    for m in names:
         hit = _TENSOR_SRC.match(m)
-        if hit:
-            try:
-                v = float(action.metric_by_name(m).value())
-            except (TypeError, ValueError):
-                continue
-            ops[hit.group(1)] = ops.get(hit.group(1), 0.0) + v
-    if not ops:
-        return None, float("nan")
-    total = sum(ops.values())
+        if not hit:
+            continue
+        v = _value(action, m)
+        if v != v:
+            continue
+        key = (hit.group(1), hit.group(2) or "")
+        if hit.group(3):
+            parts[key] = parts.get(key, 0.0) + v
+        else:
+            totals[key] = v
+        read.append(m)
+    for key, v in parts.items():
+        totals.setdefault(key, v)  # the total where collected, else its two parts
+    if not totals:
+        return None, float("nan"), ("not collected: the report has no sm__ops_path_tensor_src_* "
+                                    "counters (profile with --section "
+                                    "SpeedOfLight_HierarchicalTensorRooflineChart)")
+    per_src: dict[str, float] = {}
+    for (src, _), v in totals.items():
+        per_src[src] = per_src.get(src, 0.0) + v
+    total = sum(per_src.values())
+    counters = f"{len(read)} sm__ops_path_tensor_src_* counters"
     if total <= 0:
-        return None, 0.0
-    src = max(ops, key=ops.get)
-    return TENSOR_SRC_PRECISION.get(src, "unknown"), total
+        return None, 0.0, counters
+    src = max(per_src, key=per_src.get)
+    return TENSOR_SRC_PRECISION.get(src, "unknown"), total, counters
 
 
 def _nvtx(action) -> str | None:
