@@ -10,7 +10,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared"
 DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "nsightlab-bench"
-DEFAULT_SOURCE = SHARED / "fixtures/nsys/h200-launchbound.sqlite.xz"
+#: the launch-bound fixture and the tiling script: from ../shared, or (on the GPU machine,
+#: where only the checkout travels) the repository's copy and .device-kit
+DEFAULT_SOURCE = next((p for p in (SHARED / "fixtures/nsys/h200-launchbound.sqlite.xz",
+                                   HERE.parent / "tests/data/nsys/h200-launchbound.sqlite.xz")
+                       if p.exists()), SHARED / "fixtures/nsys/h200-launchbound.sqlite.xz")
+TILER = next((p for p in (SHARED / "bench/make_scaled_report.py",
+                          HERE.parent / ".device-kit/make_scaled_report.py") if p.exists()),
+             SHARED / "bench/make_scaled_report.py")
 
 
 def scaled_report(work: Path, copies: int, source: Path = DEFAULT_SOURCE) -> Path:
@@ -19,8 +26,8 @@ def scaled_report(work: Path, copies: int, source: Path = DEFAULT_SOURCE) -> Pat
     report = work / f"launchbound-x{copies}.sqlite"
     if not report.exists():
         print(f"building {report} ({copies} copies of {source.name}) ...", file=sys.stderr)
-        subprocess.run([sys.executable, str(SHARED / "bench/make_scaled_report.py"),
-                        str(source), str(report), str(copies)], check=True)
+        subprocess.run([sys.executable, str(TILER), str(source), str(report), str(copies)],
+                       check=True)
     return report
 
 

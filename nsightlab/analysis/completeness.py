@@ -176,15 +176,58 @@ def _invalid_rows(report: Report, names) -> dict[str, int]:
     """Activity rows every read leaves out (``tables.invalid_sql``), per table with any."""
     out = {}
     for name in [n for n in names if n in tables.CHECKED]:
-        spec = report.spec(name)
-        if spec.present(report.db) and {"start", "end"} <= set(report.db.columns(spec.source)):
-            n = report.dropped_rows(name)  # counted while the table was cached: free
-            if n is None:
-                n = report.db.query(f'SELECT count(*) FROM "{spec.source}" '
-                                    f"WHERE {tables.invalid_sql(tables.duration_limit(report.db))}")[0][0]
-            if n:
-                out[name] = int(n)
+        n = _facts(report, name).get("invalid", 0)
+        if n:
+            out[name] = int(n)
     return out
+
+
+def _facts(report: Report, name: str) -> dict:
+    """What the checks need of an activity table, in at most one pass: rows left out as
+    impossible ("invalid"), the first start and last end of the others ("lo", "hi"), and of
+    the API calls the kernel and graph launch calls ("launch", "graph"). From the cache
+    entry's meta.json and statistics when the table is cached, else one SQL aggregate over
+    rowid ranges in parallel (never a read of the table); once per export."""
+    spec = report.spec(name)
+    if not spec.present(report.db) or not {"start", "end"} <= set(report.db.columns(spec.source)):
+        return {}  # a damaged or missing table: reading it says so
+
+    def compute() -> dict:
+        launch, graph = _launch_ids(report) if name == "cuda_api" else ([], [])
+        dropped = report.dropped_rows(name)
+        if dropped is not None and not launch:
+            ext = report.extent(name)
+            return {"invalid": dropped, "lo": ext[0] if ext else None, "hi": ext[1] if ext else None}
+        bad = tables.invalid_sql(tables.duration_limit(report.db))
+        listed = [", ".join(map(str, ids)) or "NULL" for ids in (launch, graph)]
+        # one pass over the rows every read keeps; the rows left out are the others
+        lids = f"sum(nameId IN ({listed[0]})), sum(nameId IN ({listed[1]}))" if launch else "0, 0"
+        rows = report.db.over_ranges(
+            f'SELECT count(*), min(start), max("end"), {lids} FROM "{spec.source}" '
+            f"WHERE NOT ({bad})", spec.source, readers(report.db.rowid_span(spec.source) or 0))
+        total = report.db.count(spec.source)
+        rows = [(total - sum(r[0] or 0 for r in rows), *r[1:]) if k == 0 else (0, *r[1:])
+                for k, r in enumerate(rows)]
+        los = [r[1] for r in rows if r[1] is not None]
+        his = [r[2] for r in rows if r[2] is not None]
+        return {"invalid": int(sum(r[0] or 0 for r in rows)),
+                "lo": min(los) if los else None, "hi": max(his) if his else None,
+                "launch": int(sum(r[3] or 0 for r in rows)), "graph": int(sum(r[4] or 0 for r in rows))}
+    return report.db.once(f"facts:{name}", compute)
+
+
+def _launch_ids(report: Report) -> tuple[list[int], list[int]]:
+    """The string ids of kernel launch calls and of graph launch calls (``LAUNCH_CALLS``)."""
+    api = report.spec("cuda_api").source
+    if not report.db.has("StringIds") or "nameId" not in report.db.columns(api):
+        return [], []
+    launch, graph = [], []
+    for i, name in report.db.query("SELECT id, value FROM StringIds WHERE value LIKE 'cu%'"):
+        if LAUNCH_CALLS.match(name or ""):
+            launch.append(int(i))
+            if GRAPH_LAUNCH.match(name):
+                graph.append(int(i))
+    return launch, graph
 
 
 def _listed(counts: dict[str, int]) -> str:
@@ -197,12 +240,14 @@ def _edge_work(report: Report) -> list[str]:
     longer export) or ending after its last. Their launches are not in the trace, but the
     work is real: every number counts it, as ``nsys stats`` does. Extents come from cache
     statistics or one SQL aggregate each; rows are counted only past an edge."""
-    api = report.extent("cuda_api") if report.has_rows("cuda_api") else None
-    if api is None:
+    facts = _facts(report, "cuda_api") if report.has_rows("cuda_api") else {}
+    if facts.get("lo") is None:
         return []
+    api = (facts["lo"], facts["hi"])
     before, after = {}, {}
     for name in ("kernels", "memcpy", "memset"):
-        ext = report.extent(name)
+        f = _facts(report, name)
+        ext = (f["lo"], f["hi"]) if f.get("lo") is not None else None
         if ext is not None and ext[0] < api[0]:
             before[name] = report.count_where(name, f"start < {api[0]}")
         if ext is not None and ext[1] > api[1]:
@@ -230,24 +275,10 @@ def _launch_calls(report: Report, kernels: int) -> tuple[int, int]:
     rowid ranges in parallel, on the names' ids (no API column is read). Only when the rows
     outnumber the kernels are calls counted by (pid, correlation id), since 2022-era exports
     hold two API rows for one call (CUDA backtraces)."""
-    api = report.spec("cuda_api").source
-    if not report.has_rows("cuda_api") or not report.db.has("StringIds") \
-            or not {"nameId", "start", "end"} <= set(report.db.columns(api)):
-        return 0, 0  # reading the calls says what is wrong
-    ids = {"launch": [], "graph": []}
-    for i, name in report.db.query("SELECT id, value FROM StringIds WHERE value LIKE 'cu%'"):
-        if LAUNCH_CALLS.match(name or ""):
-            ids["launch"].append(int(i))
-            if GRAPH_LAUNCH.match(name):
-                ids["graph"].append(int(i))
-    if not ids["launch"]:
+    if not report.has_rows("cuda_api"):
         return 0, 0
-    listed = {k: ", ".join(map(str, v)) or "NULL" for k, v in ids.items()}
-    rows = report.db.over_ranges(
-        f"SELECT sum(nameId IN ({listed['launch']})), sum(nameId IN ({listed['graph']})) "
-        f'FROM "{api}" WHERE NOT ({tables.invalid_sql(tables.duration_limit(report.db))})',
-        api, readers(report.db.rowid_span(api) or 0))
-    launch, graph = (int(sum(r[k] or 0 for r in rows)) for k in (0, 1))
+    facts = _facts(report, "cuda_api")
+    launch, graph = facts.get("launch", 0), facts.get("graph", 0)
     if kernels >= KERNEL_RECORD_SHARE * (launch - graph):
         return launch, graph
     names = report.cuda_api(["name"])["name"]
