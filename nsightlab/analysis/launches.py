@@ -56,7 +56,8 @@ def match(op_keys: np.ndarray, api_keys: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def pairs(report: Report, table: str) -> tuple[np.ndarray, np.ndarray]:
     """(operation row, API row) of every operation of ``table`` and the call that issued it,
-    ordered by operation then API row (``match``'s order), by ``match`` over the key columns;
+    ordered by operation then API row (``match``'s order), by ``match`` over the key columns
+    (computed once per report);
     with NSIGHTLAB_ENGINE=duckdb in DuckDB (parallel, spilling; only the pairs come back). Not
     under ``auto``: on 2 cores at 8M kernels DuckDB took 2.3 s against NumPy's 0.8 s, for the
     same peak memory."""
@@ -80,7 +81,9 @@ def pairs(report: Report, table: str) -> tuple[np.ndarray, np.ndarray]:
 
     if not report.has_rows(table) or not report.has_rows("cuda_api"):
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    return engine.analyse(report, in_duckdb, in_numpy, auto=False)
+    # once per report: the budget and the launch table both join them (int32: 64 MB at 8M)
+    return report.db.once(f"pairs:{table}", lambda: tuple(
+        _int32(x) for x in engine.analyse(report, in_duckdb, in_numpy, auto=False)))
 
 
 def launches(report: Report, table: str = "kernels",

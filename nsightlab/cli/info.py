@@ -40,7 +40,8 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
         infos = []
         for p in paths:
             with nsightlab.open(p, **open_options) as report:
-                infos.append({**report.info(), "warnings": completeness.check(report)})
+                infos.append({**report.info(),
+                              "warnings": completeness.check(report, every_table=True)})
         emit(ReportInfos(infos), fmt, output)
         say_warnings(ReportInfos(infos))
 

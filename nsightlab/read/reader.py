@@ -279,9 +279,11 @@ class TableReader:
         if spec.base is not None:
             meta = self.cache.meta(spec.base.name) or {}
             rows = np.asarray(meta.get("duplicate_rows", []), np.int64)
-        else:
-            rows = duplicate_positions(pq.read_table(files, columns=list(DUPLICATE_KEY),
-                                                     schema=spec.schema, **READ))
+        else:  # the start column first: without tied starts there is no duplicate to look for
+            starts = pq.read_table(files, columns=["start_ns"], schema=spec.schema, **READ)
+            rows = duplicate_positions(starts, lambda picked: pq.read_table(
+                files, columns=list(DUPLICATE_KEY), schema=spec.schema, **READ).take(picked))
+            del starts
         if len(rows):
             from nsightlab.read.table_cache import part_writer
 
@@ -306,8 +308,10 @@ class TableReader:
         whole = spec.base or spec
         if whole.name not in DEDUPED:
             return np.empty(0, np.int64)
-        rows = self.db.once(f"duplicates:{whole.name}", lambda: duplicate_positions(
-            self._collect(whole, None, list(DUPLICATE_KEY))[1]))
+        def find() -> np.ndarray:
+            keys = self._collect(whole, None, list(DUPLICATE_KEY))[1]
+            return duplicate_positions(keys, keys.take)
+        rows = self.db.once(f"duplicates:{whole.name}", find)
         self.duplicates[spec.name] = rows
         return rows
 
@@ -657,10 +661,12 @@ class TableReader:
         return meter
 
     def dropped_rows(self, spec: TableSpec) -> int | None:
-        """Rows of ``spec`` every read leaves out, as recorded when its cache entry was built;
-        None when there is no entry (count them in SQLite then)."""
+        """Rows of ``spec`` every read leaves out, as recorded when its cache entry was built
+        (or counted by this reader without a cache); None when it has not been read."""
         meta = self.cache.meta(spec.name) if self.cache is not None else None
-        return None if meta is None or "dropped" not in meta else int(meta["dropped"])
+        if meta is None or "dropped" not in meta:
+            return self.dropped.get(spec.name) if self.cache is None else None
+        return int(meta["dropped"])
 
     def duplicate_count(self, spec: TableSpec) -> int | None:
         """Exact duplicate rows of ``spec`` every read leaves out (``_dedupe``), known once

@@ -193,12 +193,13 @@ def drop_invalid(batch: pa.RecordBatch, limit: int) -> pa.RecordBatch:
     return batch if pc.all(ok).as_py() else batch.filter(ok)
 
 
-def duplicate_positions(keys: pa.Table) -> np.ndarray:
-    """Row positions of ``keys`` (the ``DUPLICATE_KEY`` columns of a table) that repeat an
-    earlier row exactly, sorted. Duplicates share a start, so only rows whose start is tied
-    with another's are compared: one pass when the rows are in start order, one sort when
-    not (nsys 2025.6 and later export rows out of time order)."""
-    start = pc.fill_null(keys.column("start_ns"), 0).to_numpy()
+def duplicate_positions(starts: pa.Table, keys: Callable[[pa.Array], pa.Table]) -> np.ndarray:
+    """Row positions of a table that repeat an earlier row exactly (its ``DUPLICATE_KEY``
+    columns), sorted. Duplicates share a start, so only rows whose start (``starts``, a table
+    with start_ns) is tied with another's are compared, their keys read by ``keys(positions)``:
+    one pass when the rows are in start order, one sort when not (nsys 2025.6 and later
+    export rows out of time order)."""
+    start = pc.fill_null(starts.column("start_ns"), 0).to_numpy()
     if len(start) < 2:
         return np.empty(0, np.int64)
     order = None if np.all(start[1:] >= start[:-1]) else np.argsort(start, kind="stable")
@@ -210,7 +211,7 @@ def duplicate_positions(keys: pa.Table) -> np.ndarray:
     rows = rows if order is None else np.sort(order[rows])
     import pandas as pd
 
-    picked = keys.take(pa.array(rows))
+    picked = keys(pa.array(rows))
     df = pd.DataFrame({c: pc.fill_null(picked.column(c).cast(pa.int64()), -1).to_numpy()
                        for c in DUPLICATE_KEY})
     return rows[df.duplicated().to_numpy()].astype(np.int64)
