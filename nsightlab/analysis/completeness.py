@@ -210,10 +210,9 @@ def _facts(report: Report, name: str, invalid: bool = False) -> dict:
         if dropped is not None and not launch:
             ext = report.extent(name)
             return {"invalid": dropped, "lo": ext[0] if ext else None, "hi": ext[1] if ext else None}
-        # without the count of rows left out, rows whose end is not before their start stand
-        # for the kept ones (what SQLite tests cheapest: 40% less than the whole rule)
-        bad = tables.invalid_sql(tables.duration_limit(report.db)) if invalid else \
-            "typeof(\"end\") != 'integer' OR \"end\" < start"
+        # without the count of rows left out, every row is read as it is: min and max skip
+        # NULLs, and a damaged extent only moves the edge notes (the rule costs 40% more)
+        bad = tables.invalid_sql(tables.duration_limit(report.db)) if invalid else "0"
         listed = [", ".join(map(str, ids)) or "NULL" for ids in (launch, graph)]
         # one pass over the rows every read keeps; the rows left out are the others
         lids = f"sum(nameId IN ({listed[0]})), sum(nameId IN ({listed[1]}))" if launch else "0, 0"
