@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from common import DEFAULT_WORK, in_fresh_process, scaled_report
-from recipes import RECIPES, TIMED, nsys_commands
+from recipes import RECIPES, run_nsys
 
 #: runs ``nsightlab`` with argv in this fresh interpreter, its stdout into a file; prints one
 #: JSON line (its own peak RSS) on the real stdout at exit
@@ -124,23 +122,9 @@ def main() -> None:
         for label in ("report (cold)", "diff REPORT REPORT (cold)"):
             if label in by:
                 print(f"{label}: {by[label]['seconds'] / three:.2f}x the three recipes (target <= 1.5x)")
-    if args.no_nsys or not shutil.which("nsys"):
-        print("\n(nsys not on PATH: no comparison)" if not args.no_nsys else "")
+    total = run_nsys(report, args.work, args.no_nsys)
+    if total is None:
         return
-    version = re.search(r"\d{4}\.\d+\.\d+", subprocess.run(["nsys", "--version"], capture_output=True,
-                                                            text=True).stdout)
-    out = args.work / "nsys-out"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
-    print(f"\nnsys {version.group(0) if version else '?'} on the same file:", flush=True)
-    total, peak = 0.0, 0.0
-    for label, cmd in nsys_commands(report, out):
-        m = in_fresh_process(TIMED, *cmd)
-        ok = "" if m["rc"] == 0 else f"  (exit {m['rc']}: {m['tail'].strip().splitlines()[-1][:80]})"
-        print(f"  {label:<22} {m['seconds']:7.2f} s {m['peak_rss_mb']:8.0f} MB{ok}", flush=True)
-        total += m["seconds"]
-        peak = max(peak, m["peak_rss_mb"])
-    print(f"  {'total':<22} {total:7.2f} s {peak:8.0f} MB (max)")
     if three:
         print(f"\nthree recipes, cold, as commands: {total / three:.1f}x faster than nsys "
               f"(target >= 20x on 16 cores, >= 4x on 2)")

@@ -74,6 +74,30 @@ def nsys_commands(report: Path, out: Path) -> list[tuple[str, list[str]]]:
     ]
 
 
+def run_nsys(report: Path, work: Path, skip: bool = False) -> float | None:
+    """NVIDIA's four equivalents (``nsys_commands``) on ``report``, each in a fresh process,
+    printed with time and peak RSS; their total seconds, or None when nsys is skipped or not
+    on PATH (said)."""
+    if skip or not shutil.which("nsys"):
+        print("" if skip else "\n(nsys not on PATH: no comparison)")
+        return None
+    version = re.search(r"\d{4}\.\d+\.\d+", subprocess.run(["nsys", "--version"], capture_output=True,
+                                                            text=True).stdout)
+    out = work / "nsys-out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    print(f"\nnsys {version.group(0) if version else '?'} on the same file:", flush=True)
+    total, peak = 0.0, 0.0
+    for label, cmd in nsys_commands(report, out):
+        m = in_fresh_process(TIMED, *cmd)
+        ok = "" if m["rc"] == 0 else f"  (exit {m['rc']}: {m['tail'].strip().splitlines()[-1][:80]})"
+        print(f"  {label:<22} {m['seconds']:7.2f} s {m['peak_rss_mb']:8.0f} MB{ok}", flush=True)
+        total += m["seconds"]
+        peak = max(peak, m["peak_rss_mb"])
+    print(f"  {'total':<22} {total:7.2f} s {peak:8.0f} MB (max)")
+    return total
+
+
 def per_recipe(report: Path, cache: Path, engines: list[str], cold_only: bool = False) -> None:
     """One fresh process per recipe and engine: cold (kernel_sum on no cache, the others on
     the tables it cached, as a user running three commands) and tables warm."""
@@ -128,24 +152,9 @@ def main() -> None:
         print(f"{label:<18} {m['seconds']:7.2f} {m['peak_rss_mb']:12.0f} {m['tree_rss_mb']:12.0f} "
               f"{m['tree_pss_mb']:12.0f}  {each}")
 
-    if args.no_nsys or not shutil.which("nsys"):
-        print("\n(nsys not on PATH: no comparison)" if not args.no_nsys else "")
+    total = run_nsys(report, args.work, args.no_nsys)
+    if total is None:
         return
-    version = re.search(r"\d{4}\.\d+\.\d+", subprocess.run(["nsys", "--version"], capture_output=True,
-                                                            text=True).stdout)
-    out = args.work / "nsys-out"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
-    print(f"\nnsys {version.group(0) if version else '?'} on the same file:")
-    total = 0.0
-    peak = 0.0
-    for label, cmd in nsys_commands(report, out):
-        m = in_fresh_process(TIMED, *cmd)
-        ok = "" if m["rc"] == 0 else f"  (exit {m['rc']}: {m['tail'].strip().splitlines()[-1][:80]})"
-        print(f"  {label:<22} {m['seconds']:7.2f} s {m['peak_rss_mb']:8.0f} MB{ok}")
-        total += m["seconds"]
-        peak = max(peak, m["peak_rss_mb"])
-    print(f"  {'total':<22} {total:7.2f} s {peak:8.0f} MB (max)")
     print(f"\nnsightlab cold is {total / cold['seconds']:.1f}x faster than nsys on this file; "
           f"cached results {total / rows[2][1]['seconds']:.0f}x")
 

@@ -61,6 +61,17 @@ def _without(value: T, rows: np.ndarray) -> T:
     return value.filter(pa.array(keep))
 
 
+def _rewrite(part: Path, table: pa.Table, schema: pa.Schema, ident: dict) -> None:
+    """Replace the cache part file ``part`` with ``table`` (written aside, renamed over it)."""
+    from nsightlab.read.table_cache import part_writer
+
+    tmp = part.with_name(f".{part.name}.tmp")
+    writer = part_writer(tmp, schema, ident)
+    writer.write_table(table)
+    writer.close()
+    os.replace(tmp, part)
+
+
 def _worker_error(answer: dict, db: ExportDB) -> Exception:
     """The exception a worker's error answer stands for in this process (naming the report as
     the user gave it)."""
@@ -285,20 +296,14 @@ class TableReader:
                 files, columns=list(DUPLICATE_KEY), schema=spec.schema, **READ).take(picked))
             del starts
         if len(rows):
-            from nsightlab.read.table_cache import part_writer
-
             at = 0
             for f in files:
                 part = pq.read_table(f, schema=spec.schema, **READ)
                 mine = rows[(rows >= at) & (rows < at + part.num_rows)] - at
                 at += part.num_rows
                 if len(mine):
-                    ident = self.cache.ident if self.cache is not None else {}
-                    tmp = f.with_name(f".{f.name}.tmp")
-                    writer = part_writer(tmp, spec.schema, ident)
-                    writer.write_table(_without(part, mine))
-                    writer.close()
-                    os.replace(tmp, f)
+                    _rewrite(f, _without(part, mine), spec.schema,
+                             self.cache.ident if self.cache is not None else {})
         self.duplicates[spec.name] = rows
         return rows
 
@@ -530,8 +535,6 @@ class TableReader:
         GB at 13.6M ranges), then each part rewritten with the column it computed. The parts
         come from rowid ranges, each in start order; where rowids are not in start order the
         table is put in start order here (then held whole, as a single-query read would)."""
-        from nsightlab.read.table_cache import part_writer
-
         parts.close()
         files = sorted(parts.folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
         start = pq.read_table(files, columns=["start_ns"], schema=spec.schema, **READ)
@@ -555,11 +558,7 @@ class TableReader:
             i = part.schema.get_field_index(spec.finish_column)
             part = part.set_column(i, part.schema.field(i), values.slice(at, n))
             at += n
-            tmp = f.with_name(f".{f.name}.tmp")
-            writer = part_writer(tmp, spec.schema, parts.ident)
-            writer.write_table(part)
-            writer.close()
-            os.replace(tmp, f)
+            _rewrite(f, part, spec.schema, parts.ident)
 
     def _collect(self, spec: TableSpec, open_part: OpenPart | None,
                  keep: list[str]) -> tuple[int, pa.Table]:

@@ -294,19 +294,18 @@ class Report:
         return self.cache is not None and self.cache.files(
             spec.first.name if spec.later else spec.name) is not None
 
-    def extent(self, table: str, where: str = "") -> tuple[int, int] | None:
+    def extent(self, table: str) -> tuple[int, int] | None:
         """(first start, last end) in ns of an activity table's rows that every read keeps
         (None: no such row): from its cache entry's statistics when it is cached, else one
-        SQL aggregate over rowid ranges in parallel, never a read of the table. ``where``
-        (SQL on the source columns) narrows the rows, and always goes to SQLite."""
+        SQL aggregate over rowid ranges in parallel, never a read of the table."""
         spec = self.spec(table)
         if not spec.present(self.db) or not {"start", "end"} <= set(self.db.columns(spec.source)):
             return None  # a damaged table: reading it says so
-        if self.is_cached(table) and not where:
+        if self.is_cached(table):
             return extent(self.cache.files(spec.first.name if spec.later else spec.name))
         rows = self.db.over_ranges(
             f'SELECT min(start), max("end") FROM "{spec.source}" '
-            f"WHERE NOT ({invalid_sql(duration_limit(self.db))}){f' AND ({where})' if where else ''}",
+            f"WHERE NOT ({invalid_sql(duration_limit(self.db))})",
             spec.source, readers(self.db.rowid_span(spec.source) or 0))
         los = [r[0] for r in rows if r[0] is not None]
         his = [r[1] for r in rows if r[1] is not None]
