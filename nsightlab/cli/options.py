@@ -51,14 +51,18 @@ def progress(msg: str) -> None:
 _METER = [False]
 
 
-def say_warnings(result) -> None:
-    """Each data-quality warning ``result`` carries (``renderers.data_warnings``), once per
-    command on stderr, whatever the format: stdout holds the answer, stderr what to doubt
-    in it. A served answer (``read.answer_cache``) says them again when it is replayed."""
+def say_warnings(result, found: list[tuple[str, str]] | None = None) -> None:
+    """Each data-quality warning ``result`` carries (``renderers.data_warnings``), or the
+    (report, message) pairs ``found``, once per command on stderr, whatever the format:
+    stdout holds the answer, stderr what to doubt in it. A served answer
+    (``read.answer_cache``) says them again when it is replayed."""
     from nsightlab.read import answer_cache
-    from nsightlab.renderers import data_warnings
 
-    for source, message in data_warnings(result):
+    if found is None:
+        from nsightlab.renderers import data_warnings
+
+        found = data_warnings(result)
+    for source, message in found:
         answer_cache.said(f"nsightlab: WARNING: {source}: {message}")
 
 

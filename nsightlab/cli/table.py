@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from nsightlab.cli.options import output_options, report_options
+from nsightlab.cli.options import output_options, report_options, say_warnings
 
 #: table names (``nsightlab.read.tables.TABLES`` is the source; a test keeps them equal)
 TABLE_NAMES = ("kernels", "cuda_api", "memcpy", "memset", "syncs", "nvtx", "gpu_metrics",
@@ -48,7 +48,6 @@ def table(name: str, path: str, columns: str | None, limit: int | None, fmt: str
           output: str | None, open_options: dict) -> None:
     import nsightlab
     from nsightlab.analysis import completeness
-    from nsightlab.read import answer_cache
     from nsightlab.renderers import emit
 
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
@@ -59,8 +58,7 @@ def table(name: str, path: str, columns: str | None, limit: int | None, fmt: str
     if hint:
         click.echo(f"note: {hint}", err=True)
     emit(df, fmt, output, limit=limit)
-    for w in found:
-        answer_cache.said(f"nsightlab: WARNING: {path}: {w['message']}")
+    say_warnings(df, [(path, w["message"]) for w in found])
 
 
 #: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
