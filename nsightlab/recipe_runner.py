@@ -360,6 +360,13 @@ def _about(report: Report) -> dict:
             "notes": [w["message"] for w in found if w["severity"] == "note"]}
 
 
+def _start_checks(report: Report, reading: tuple[str, ...]) -> None:
+    """Start the scan of the completeness checks (``_about``) while the recipe runs."""
+    from nsightlab.analysis import completeness
+
+    completeness.start(report, tuple(reading))
+
+
 def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> dict:
     """Worker: run one recipe on one report and classify the outcome (picklable)."""
     t0 = time.perf_counter()
@@ -370,6 +377,7 @@ def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> 
         recipe = Recipe.load(Path(recipe_path))
         report = as_report(source, **{"prefetch": recipe.prefetch(), **open_kwargs})
         try:
+            _start_checks(report, recipe.prefetch())
             entry["tables"] = recipe.run(report, params)
             entry["status"] = "ok"
             entry["rows_read"] = report.rows_read

@@ -115,6 +115,7 @@ class ExportDB:
         self.tables: set[str] = {r[0] for r in rows}
         self.views: set[str] = {r[0] for r in rows if r[1] == "view"}
         self._once: dict[str, object] = {}
+        self._ahead: dict[str, threading.Thread] = {}  # once() keys started by ahead()
         self._columns: dict[str, list[str]] = {}
         self._enums: dict[str, dict[int, str]] = {}
         self._strings: StringTable | None = None
@@ -147,10 +148,32 @@ class ExportDB:
             "again with nsys export --type sqlite")
 
     def once(self, key: str, compute):
-        """``compute()``, run once per export and remembered (facts derived by a full scan)."""
+        """``compute()``, run once per export and remembered (facts derived by a full scan).
+        When ``ahead`` started it, its answer is awaited; if it failed there, ``compute()``
+        runs here, so its error is raised in the caller's thread."""
         if key not in self._once:
-            self._once[key] = compute()
+            with self._lock:
+                started = self._ahead.get(key)
+            if started is not None:
+                started.join()
+            self._once[key] = self._once[key] if key in self._once else compute()
         return self._once[key]
+
+    def ahead(self, key: str, compute) -> None:
+        """Start ``once(key, compute)`` on a thread of its own now (a scan the command will
+        need, run while it reads its own tables); nothing when it has run or been started."""
+        with self._lock:
+            if key in self._once or key in self._ahead:
+                return
+
+            def run() -> None:
+                try:
+                    self._once[key] = compute()
+                except Exception:  # noqa: BLE001  (once() runs it again and raises)
+                    pass
+
+            self._ahead[key] = threading.Thread(target=run, daemon=True, name=f"nsightlab {key}")
+            self._ahead[key].start()
 
     def knows(self, key: str) -> bool:
         """Whether ``once(key, ...)`` has its answer already."""

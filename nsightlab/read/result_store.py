@@ -65,6 +65,10 @@ class ResultStore:
         self._save(folder, name, code, tables, attrs)
         return tables, attrs
 
+    def has(self, name: str, params: dict, inputs: Iterable[Path], code: str) -> bool:
+        """Whether ``get_or_compute`` with these arguments would find a stored result."""
+        return (self.root / f"{name}-{result_key(name, code, params, inputs)}" / META).exists()
+
     def _load(self, folder: Path) -> tuple[Tables, dict] | None:
         try:
             meta = json.loads((folder / META).read_text())
