@@ -51,7 +51,7 @@ from nsightlab.analysis.launches import (
            once_sql,
 )
 from nsightlab.analysis.projection import project, project_sql
-from nsightlab.analysis.stats import STATS, Groups, describe, group_ids
+from nsightlab.analysis.stats import STATS, Groups, describe, group_ids, median_in_place
 from nsightlab.analysis.timeline import busy_time, covered, gaps, union
 from nsightlab.errors import NoDataError, NsightlabError
 from nsightlab.formats import ncu
@@ -62,7 +62,7 @@ from nsightlab.recipe_runner import run as run_recipe
 
 __all__ = ["ITERATION", "WHOLE_RUN", "STATS", "TABLES", "Groups", "NoDataError",
            "NsightlabError", "Report", "annotate", "base_name", "budget", "busy_time", "covered",
-           "describe", "engine", "first_of_call", "gaps", "gpu_metrics", "group_ids",
+           "describe", "engine", "first_of_call", "gaps", "gpu_metrics", "group_ids", "median_in_place",
            "join_keys", "launches", "launches_sql", "match", "ncu", "nullable_int64",
            "once_sql", "project", "project_sql", "release_memory", "run_recipe", "sync_kind",
            "union"]

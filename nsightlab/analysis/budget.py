@@ -335,7 +335,7 @@ def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
     ge = np.concatenate([ms, [np.iinfo(np.int64).max]])
     ctx = idle_context(start, end, syncs)
     op_start, api = ops["start_ns"], ops["api_start_ns"]
-    launches_at = np.unique(api[~np.isnan(api)])
+    launches_at = _unique(api[~np.isnan(api)])
 
     def work(chunk: slice):
         cs, ce = gs[chunk], ge[chunk]
@@ -354,6 +354,14 @@ def _idle(ms: np.ndarray, me: np.ndarray, start: np.ndarray, end: np.ndarray,
 
     done = in_gap_chunks(len(gs), work)
     return add_idle(ctx, done), by_sync_frame(ctx, done)
+
+
+def _unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)``; without its sort when ``values`` are in order already (launch
+    calls of operations in start order almost always are: 0.5 s at 8M on 2 cores)."""
+    if len(values) < 2 or not np.all(values[1:] >= values[:-1]):
+        return np.unique(values)
+    return values[np.concatenate([[True], values[1:] != values[:-1]])]
 
 
 # ---- verdicts ---------------------------------------------------------------------------------

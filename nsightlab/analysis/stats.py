@@ -73,7 +73,7 @@ class Groups:
             total = seg.sum()
             out["total"][g] = total
             out["avg"][g] = total / n
-            out["med"][g] = _median_in_place(seg)
+            out["med"][g] = median_in_place(seg)
             out["min"][g] = seg.min()
             out["max"][g] = seg.max()
             out["stddev"][g] = _stddev(seg) if n > 1 else 0.0
@@ -95,7 +95,7 @@ def _stddev(seg: np.ndarray) -> float:
     return float(np.sqrt(ss / (len(seg) - 1)))
 
 
-def _median_in_place(seg: np.ndarray) -> float:
+def median_in_place(seg: np.ndarray) -> float:
     """Median of ``seg`` (a scratch copy), partitioned in place: no second 8M-row copy."""
     n = len(seg)
     k = n // 2

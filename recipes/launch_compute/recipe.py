@@ -15,6 +15,7 @@ from nsightlab.recipe_api import (
     group_ids,
     launches,
     launches_sql,
+    median_in_place,
     nullable_int64,
     project,
     project_sql,
@@ -188,18 +189,16 @@ def run_numbers(lk, params):
             adur = adur[once]
         launch_sum, launch_avg, n_calls = int(adur.sum()), float(adur.mean()), len(adur)
         del adur
-        # 8M-row temporaries one at a time, medians by in-place sorts of our own copies
+        # 8M-row temporaries one at a time, medians by in-place partitions of our own copies
         queue = g["start_ns"] - g["api_end_ns"]
-        queue.sort()
-        queued = queue[np.searchsorted(queue, 0):]
-        n_q = len(queued)  # sorted already: no np.median copy
-        queue_med = float(queued[(n_q - 1) // 2] + queued[n_q // 2]) / 2 if n_q else np.nan
-        del queue, queued
+        queued = queue[queue >= 0]
+        del queue
+        queue_med = median_in_place(queued) if len(queued) else np.nan
+        del queued
         kdur = g["end_ns"] - g["start_ns"]
         k_sum, k_mean, n_k = int(kdur.sum()), float(kdur.mean()), len(kdur)
         short = 100.0 * float((kdur < params["short_kernel_us"] * 1e3).mean())
-        kdur.sort()
-        k_med = float(kdur[(n_k - 1) // 2] + kdur[n_k // 2]) / 2
+        k_med = median_in_place(kdur)
         del kdur
         release_memory()
         rows.append({
