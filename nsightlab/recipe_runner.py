@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result
 from nsightlab.errors import NoDataError, NsightlabError, RecipeError  # noqa: F401  (recipe errors)
+from nsightlab.read import trace
 from nsightlab.read.locate import expand_inputs
 from nsightlab.read.table_cache import code_fingerprint
 
@@ -378,12 +379,15 @@ def _run_one(recipe_path: str, source: str, params: dict, open_kwargs: dict) -> 
         report = as_report(source, **{"prefetch": recipe.prefetch(), **open_kwargs})
         try:
             _start_checks(report, recipe.prefetch())
+            trace.mark(f"recipe {recipe.name}")
             entry["tables"] = recipe.run(report, params)
+            trace.mark(f"recipe {recipe.name} done")
             entry["status"] = "ok"
             entry["rows_read"] = report.rows_read
         except NoDataError as e:
             entry.update(status="no data", message=str(e))
         entry.update(_about(report))  # after the run: duplicates of the tables it read
+        trace.mark("checks done")
     except RecipeError:
         raise  # the recipe is broken, not the report
     except NsightlabError as e:

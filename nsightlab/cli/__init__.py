@@ -76,4 +76,7 @@ for _module in (capture, compare, info, recipe, table):
 
 def main() -> None:
     """Console-script entry point."""
+    from nsightlab.read import trace
+
+    trace.mark("cli")
     cli(prog_name="nsightlab")

@@ -85,10 +85,13 @@ def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
       nsightlab diff fp16 fp8 -o diff/ --png diff/charts
       nsightlab diff main.sqlite pr.sqlite --fail-if 'latency_p50 > +5%'   # CI: exit 3
     """
+    from nsightlab.read.opener import start_reading
+
+    _parse_rules(fail_if)
+    start_reading(a, **open_options)  # reader processes first, then the imports of pandas
     import nsightlab
     from nsightlab.renderers import emit
 
-    _parse_rules(fail_if)
     d = nsightlab.diff(a, b, **open_options)
     wrote(emit(d, fmt, output), output)
     say_warnings(d)
@@ -226,6 +229,9 @@ def report(path: str, fmt: str, output: str | None, html_file: str | None,
       nsightlab report syncy.sqlite --html syncy.html
       nsightlab report fp16 --json > fp16.json
     """
+    from nsightlab.read.opener import start_reading
+
+    start_reading(path, **open_options)  # reader processes first, then the imports of pandas
     from nsightlab.comparison import run_report as summary
     from nsightlab.renderers import emit
 

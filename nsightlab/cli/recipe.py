@@ -125,8 +125,7 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
     if spot is not None and spot.replay():
         return
     with spot.recording() if spot is not None else contextlib.nullcontext():
-        from nsightlab.renderers import emit
-
+        # renderers (pandas) after run_many: the report's reader processes start first
         result = R.run_many(name, list(inputs), given, jobs=jobs, open_kwargs=open_options,
                             progress=progress, dask=dask_address or "")
         if len(result.inputs) == 1 and result.inputs[0]["status"] != "ok":
@@ -136,6 +135,8 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
             if e["status"] == "error":
                 raise click.ClickException(e["message"])
             progress(f"{e['input']}: no data: {e['message']}")
+        from nsightlab.renderers import emit
+
         wrote(emit(result, fmt, output, limit=limit), output)
         say_warnings(result)
     if strict and result.failed:

@@ -36,6 +36,7 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     Raises:
         NsightlabError: the input cannot be read; the message names the file and the fix.
     """
+    from nsightlab.read import trace
     from nsightlab.read import workers as part_workers
     from nsightlab.read.locate import locate
 
@@ -43,9 +44,13 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
         cache = not os.environ.get("NSIGHTLAB_NO_CACHE")
     loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
     # reader processes start while pandas and pyarrow are imported below (big, uncached)
+    trace.mark("open")
     part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch))
+    trace.mark("readers started")
     from nsightlab.errors import NsightlabError
     from nsightlab.read.report import Report
+
+    trace.mark("pandas and pyarrow imported")
 
     try:
         return Report(loc.sqlite, cache_root=loc.cache_root, source=loc.source, progress=progress)
@@ -56,9 +61,33 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
         raise type(e)(str(e).replace(str(loc.sqlite), str(loc.source))) from None
 
 
+def start_reading(path: str | os.PathLike, prefetch: tuple[str, ...] = ("kernels", "cuda_api"),
+                  *, cache: bool | None = None, cache_dir: str | os.PathLike | None = None,
+                  nsys: str | os.PathLike | None = None,
+                  progress: Callable[[str], None] | None = None) -> None:
+    """``open``'s first step alone: start the reader processes on ``path``'s big tables now,
+    for a command that imports pandas before it opens the report (``report``, ``diff``): the
+    open then takes the reads over. Nothing without a cache; a path that cannot be opened is
+    left for the open to explain."""
+    from nsightlab.errors import NsightlabError
+    from nsightlab.read import workers as part_workers
+    from nsightlab.read.locate import locate
+
+    if cache is False or (cache is None and os.environ.get("NSIGHTLAB_NO_CACHE")):
+        return
+    try:
+        loc = locate(path, cache=True, cache_dir=cache_dir, nsys=nsys, progress=progress)
+    except NsightlabError:
+        return
+    part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch))
+
+
 def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":
     """``x`` if it is a Report, else ``open(x, **open_options)`` (for functions that take
-    either)."""
+    either). A path is opened before Report is imported: ``open`` starts the reader
+    processes before pandas loads."""
+    if isinstance(x, (str, os.PathLike)):
+        return open(x, **open_options)
     from nsightlab.read.report import Report
 
     return x if isinstance(x, Report) else open(x, **open_options)

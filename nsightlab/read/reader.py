@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nsightlab.errors import CorruptReportError
-from nsightlab.read import frames
+from nsightlab.read import frames, trace
 from nsightlab.read.db import BATCH_ROWS, ExportDB
 from nsightlab.read.parallel import range_count, readers
 from nsightlab.read.table_cache import READ, TableCache
@@ -239,7 +239,9 @@ class TableReader:
             if files is None and (self._in_processes(spec) or spec.finish is not None):
                 try:
                     if self._in_processes(spec):
+                        trace.mark(f"{spec.name}: waiting for the reader processes")
                         self._build_in_processes(spec)
+                        trace.mark(f"{spec.name}: cached")
                     else:
                         self._from_sqlite(spec, lambda: self._build(
                             spec, lambda parts: (self._fill(spec, parts), None)))
@@ -249,7 +251,9 @@ class TableReader:
         if self.cache is not None:
             if files is not None:
                 try:
-                    return from_parts(files)
+                    got = from_parts(files)
+                    trace.mark(f"{spec.name}: read from the cache")
+                    return got
                 except (OSError, pa.ArrowException):
                     self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
             try:

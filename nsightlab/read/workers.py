@@ -26,9 +26,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from nsightlab.read import trace
 from nsightlab.read.parallel import (
     duration_limit,
     range_count,
@@ -210,7 +212,13 @@ class Workers:
                     line = self.procs[w].stdout.readline()
                     if not line:
                         raise WorkerDied(self._last_words(w))
-                    done(busy.pop(w), json.loads(line))
+                    answer = json.loads(line)
+                    if trace.ON and "t" in answer:
+                        born, t0, t1 = answer["t"]
+                        trace.mark(f"reader {w} started", born)
+                        trace.mark(f"reader {w} job {busy[w]} {answer.get('rows')} rows "
+                                   f"took {t1 - t0:.3f} s", t1)
+                    done(busy.pop(w), answer)
                     if todo:
                         busy[w] = self._send(w, todo.pop())
         finally:
@@ -319,6 +327,7 @@ def main() -> None:
     the first ``pa.array``/``pa.scalar`` of a process when it is installed (to recognise
     pandas objects), which cost each of 16 workers ~0.8 s before its first batch on the GPU
     machine (0.22 s on the 2-core VM)."""
+    born = time.time()
     sys.meta_path.insert(0, _NoPandas())
     import pyarrow as pa
 
@@ -330,7 +339,9 @@ def main() -> None:
     try:
         for line in sys.stdin:
             try:
+                t0 = time.time()
                 answer = cache_range(**json.loads(line))
+                answer["t"] = [born, t0, time.time()]  # for NSIGHTLAB_TRACE
             except NsightlabError as e:
                 answer = {"error": str(e), "kind": "report"}
             except (pa.ArrowException, OverflowError, ValueError) as e:
