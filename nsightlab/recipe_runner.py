@@ -121,8 +121,7 @@ class Recipe:
     def prefetch(self) -> tuple[str, ...]:
         """The big tables this recipe reads (``requires``): opening a report for it starts
         reading those, and only those, at once (``nsightlab.open``'s ``prefetch``)."""
-        names = [t for q in self.requires for t in ([q["table"]] if "table" in q else q.get("any_of", []))]
-        return tuple(t for t in ("kernels", "cuda_api") if t in names)
+        return _prefetch(self.requires)
 
     def parse_params(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """Typed parameters: defaults from metadata.json, overridden by ``given``."""
@@ -302,6 +301,23 @@ def folder(name: str) -> Path | None:
                 if named == name:
                     hit = meta.parent
     return hit
+
+
+def _prefetch(requires: list) -> tuple[str, ...]:
+    names = [t for q in requires if isinstance(q, dict)
+             for t in ([q["table"]] if "table" in q else q.get("any_of") or [])]
+    return tuple(t for t in ("kernels", "cuda_api") if t in names)
+
+
+def prefetch_of(name: str) -> tuple[str, ...]:
+    """``Recipe.prefetch`` of recipe ``name`` from its metadata.json alone (nothing imported,
+    nothing checked: the CLI starts the reads with it before the recipe is loaded); empty
+    when there is no such recipe or its metadata is unreadable (loading it says why)."""
+    path = folder(name)
+    try:
+        return _prefetch(json.loads((path / "metadata.json").read_text()).get("requires", []))
+    except (TypeError, OSError, ValueError, AttributeError):
+        return ()
 
 
 def fingerprint(path: Path) -> str:

@@ -124,6 +124,10 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
     spot = _served_spot(name, inputs, given, fmt, output, limit, open_options)
     if spot is not None and spot.replay():
         return
+    if len(inputs) == 1:  # reader processes first: loading recipes imports pyarrow, then pandas
+        from nsightlab.read.opener import start_reading
+
+        start_reading(inputs[0], R.prefetch_of(name), **open_options)
     with spot.recording() if spot is not None else contextlib.nullcontext():
         # renderers (pandas) after run_many: the report's reader processes start first
         result = R.run_many(name, list(inputs), given, jobs=jobs, open_kwargs=open_options,

@@ -70,6 +70,7 @@ def start_reading(path: str | os.PathLike, prefetch: tuple[str, ...] = ("kernels
     open then takes the reads over. Nothing without a cache; a path that cannot be opened is
     left for the open to explain."""
     from nsightlab.errors import NsightlabError
+    from nsightlab.read import trace
     from nsightlab.read import workers as part_workers
     from nsightlab.read.locate import locate
 
@@ -79,7 +80,8 @@ def start_reading(path: str | os.PathLike, prefetch: tuple[str, ...] = ("kernels
         loc = locate(path, cache=True, cache_dir=cache_dir, nsys=nsys, progress=progress)
     except NsightlabError:
         return
-    part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch))
+    if part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch)):
+        trace.mark("readers started, before the imports")
 
 
 def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":
