@@ -69,20 +69,19 @@ def command(args: list[str], out: Path, cache: Path) -> dict:
     return m
 
 
-def byte_compiled(work: Path) -> None:
-    """Compile nsightlab and its recipes to bytecode before timing, as ``pip install`` does. A
-    checkout copied to another machine has none, and every command would then compile ~150
-    modules (0.4-0.6 s a command on the GPU machine, ``builtins.compile`` in its profile): a cost
-    an installed user never pays. Where the checkout cannot be written, the bytecode goes under
-    ``work`` (PYTHONPYCACHEPREFIX, which the commands inherit)."""
+def byte_compiled() -> None:
+    """Compile nsightlab and its recipes to bytecode in place before timing, as ``pip
+    install`` does. A checkout copied to another machine has none, and where
+    PYTHONDONTWRITEBYTECODE is set (the GPU machine) every command then compiled ~150 modules
+    (0.4-0.6 s a command there, ``builtins.compile`` in its profile): a cost an installed user
+    never pays. (Not PYTHONPYCACHEPREFIX: Python then looks for every module's bytecode, pandas'
+    too, under the prefix alone, and compiles them all in every command.)"""
     import compileall
 
     root = Path(__file__).resolve().parent.parent
-    if not os.access(root / "nsightlab", os.W_OK) or os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
-        sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
     for folder in ("nsightlab", "recipes"):
-        compileall.compile_dir(root / folder, quiet=1)
+        if os.access(root / folder, os.W_OK):
+            compileall.compile_dir(root / folder, quiet=1)
 
 
 def main() -> None:
@@ -94,7 +93,7 @@ def main() -> None:
                     help="which cases (recipes, report, diff, served)")
     args = ap.parse_args()
     report = scaled_report(args.work, args.copies)
-    byte_compiled(args.work)
+    byte_compiled()
     only = set(args.only.split(","))
     outs = args.work / "cli-out"
     shutil.rmtree(outs, ignore_errors=True)
