@@ -10,8 +10,12 @@ columns cost little more than one.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
+
+from nsightlab.read.parallel import readers
 
 STATS = ("count", "total", "avg", "med", "min", "max", "stddev")
 
@@ -24,6 +28,8 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
         col = keys[c]
         if isinstance(col.dtype, pd.CategoricalDtype):  # its codes already: no hash table
             codes, n = col.cat.codes.to_numpy(), len(col.cat.categories) + 1  # -1: missing
+        elif _constant(col):  # one process, thread or GPU (the usual run): no hash table
+            continue
         else:
             codes, uniques = pd.factorize(col, use_na_sentinel=False)
             n = len(uniques)
@@ -40,6 +46,14 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     np.greater(gid[1:], np.maximum.accumulate(gid)[:-1], out=grows[1:])
     first = np.flatnonzero(grows)
     return gid, keys.iloc[first].reset_index(drop=True)
+
+
+def _constant(col: pd.Series) -> bool:
+    """Whether a numeric column holds one value in every row, none missing."""
+    if col.dtype.kind not in "iu" or not len(col):
+        return False
+    v = col.to_numpy()
+    return bool(v.min() == v.max())
 
 
 class Groups:
@@ -59,7 +73,8 @@ class Groups:
         out = {s: np.full(self.n, np.nan) for s in STATS}
         out["count"] = np.zeros(self.n, np.int64)
         floating = v.dtype.kind == "f"
-        for g in range(self.n):
+
+        def one(g: int) -> None:  # each group's slice of v is its own: safe side by side
             seg = v[self.bounds[g]:self.bounds[g + 1]]
             if floating:
                 missing = np.isnan(seg)
@@ -69,7 +84,7 @@ class Groups:
             n = len(seg)
             out["count"][g] = n
             if not n:
-                continue
+                return
             total = seg.sum()
             out["total"][g] = total
             out["avg"][g] = total / n
@@ -77,9 +92,20 @@ class Groups:
             out["min"][g] = seg.min()
             out["max"][g] = seg.max()
             out["stddev"][g] = _stddev(seg) if n > 1 else 0.0
+
+        big = [g for g in range(self.n) if self.bounds[g + 1] - self.bounds[g] >= PARALLEL_ROWS]
+        threads = min(len(big), readers())
+        if threads > 1:  # NumPy's sums, partitions and extremes release the GIL
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(one, big))
+        for g in range(self.n):
+            if threads <= 1 or g not in big:
+                one(g)
         return out
 
 
+#: groups of at least this many rows are summarized side by side, one thread each
+PARALLEL_ROWS = 1 << 18
 #: rows per pass of the standard deviation of a big group (its scratch: 8 MB, not 8M rows)
 STD_CHUNK = 1 << 20
 
