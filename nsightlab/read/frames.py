@@ -110,7 +110,8 @@ class FrameBuilder:
         with self.lock:
             cats = self.categories[c]
             remap = np.array([cats.setdefault(v, len(cats)) for v in local] + [-1], np.int32)
-        idx = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        ind = arr.indices
+        idx = (ind.fill_null(-1) if ind.null_count else ind).to_numpy(zero_copy_only=False)
         return remap[idx]  # index -1 picks the trailing -1: nulls stay null
 
     def frame(self, spans: list[tuple[int, int]]) -> pd.DataFrame:

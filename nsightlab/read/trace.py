@@ -31,4 +31,14 @@ def mark(what: str, at: float | None = None) -> None:
     of another process, such as a reader's)."""
     if ON:
         t = (time.time() if at is None else at) - BORN
-        print(f"nsightlab: trace {t:7.3f} {what}", file=sys.stderr, flush=True)
+        print(f"nsightlab: trace {t:7.3f} {_rss_mb():6.0f} MB  {what}", file=sys.stderr,
+              flush=True)
+
+
+def _rss_mb() -> float:
+    """This process's resident memory now (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
