@@ -24,9 +24,10 @@ PARTS = (*BUSY_PARTS, *IDLE_PARTS)
 #: work; CPU stretches longer than this between launches are the application's own work
 LAUNCH_STRETCH_NS = 100_000
 #: idle gaps attributed per pass (bounds scratch memory on reports of millions of kernels:
-#: ~40 MB a pass), by up to IDLE_THREADS threads at once
-GAP_CHUNK = 1 << 18
-IDLE_THREADS = 4
+#: ~10 MB a pass), by up to IDLE_THREADS threads at once (one per core: the scratch in flight
+#: is the same ~160 MB as 4 threads of 4x the gaps, and a 16-core machine uses them all)
+GAP_CHUNK = 1 << 16
+IDLE_THREADS = 16
 
 
 def copy_part(copy_kind: str, src_kind: str, dst_kind: str) -> str:

@@ -111,9 +111,9 @@ STD_CHUNK = 1 << 20
 
 
 def _stddev(seg: np.ndarray) -> float:
-    """Sample standard deviation; groups over ``4 * STD_CHUNK`` rows summed in chunks (NumPy's
+    """Sample standard deviation; groups over ``STD_CHUNK`` rows summed in chunks (NumPy's
     ``std`` makes a float copy of the whole group)."""
-    if len(seg) <= 4 * STD_CHUNK:
+    if len(seg) <= STD_CHUNK:
         return float(seg.std(ddof=1))
     mean = float(seg.mean())
     ss = sum(float(np.square(seg[a:a + STD_CHUNK] - mean).sum())
