@@ -1,0 +1,170 @@
+"""Issue 29: the shortcuts that make commands fast give the answers the long way gives, and the
+start-up order they rely on holds (reader processes start before pandas is imported, and never
+import it themselves). Times themselves live in benchmarks/cli.py, not here."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import nsightlab
+from nsightlab import recipe_runner
+from nsightlab.analysis import budget_parts, completeness, stats
+from nsightlab.read import workers as part_workers
+from nsightlab.read.db import ExportDB
+from nsightlab.read.table_cache import identity
+
+
+def run_python(code: str, stdin: str = "") -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], input=stdin,
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p
+
+
+# ---- start-up order --------------------------------------------------------------------------
+def test_a_reader_process_converts_and_writes_a_part_without_ever_importing_pandas(
+        sqlite_of, tmp_path):
+    """pyarrow imports pandas on a process's first ``pa.array`` when it is installed (0.8 s a
+    worker on the GPU machine); the worker loop refuses it, and still does its job."""
+    path = sqlite_of("h200-launchbound")
+    out = tmp_path / "part-0.parquet"
+    job = {"db_path": str(path), "table": "kernels", "rows": [1, 5001], "out": str(out),
+           "ident": identity(path), "limit": None}
+    p = run_python("""
+        import sys
+        from nsightlab.read import workers
+        workers.main()
+        print("pandas imported:", "pandas" in sys.modules, file=sys.stderr)
+        """, json.dumps(job) + "\n")
+    answer = json.loads(p.stdout.strip().splitlines()[-1])
+    assert answer["rows"] == 5000 and "error" not in answer
+    assert "pandas imported: False" in p.stderr
+    assert len(pd.read_parquet(out)) == 5000  # a real part, read back here (with pandas)
+
+
+def test_start_reading_starts_the_reads_before_pandas_and_open_takes_them_over(
+        sqlite_of, tmp_path):
+    """``recipe run``, ``report`` and ``diff`` call ``opener.start_reading`` before anything
+    imports pandas; ``nsightlab.open`` then finishes those reads (small fixture, read by 2
+    worker processes as a big report would be)."""
+    p = run_python(f"""
+        import sys
+        from nsightlab.read import parallel, workers as pw
+        pw.PROCESS_MIN_ROWS, pw.PROCESS_MIN_WORKERS = 1, 2
+        pw.readers = parallel.readers = lambda rows=None: 2
+        from nsightlab.read.opener import start_reading, as_report
+        start_reading({str(sqlite_of("h200-launchbound"))!r}, ("kernels",),
+                      cache_dir={str(tmp_path)!r})
+        print("started", len(pw._STARTED), "pandas" in sys.modules)
+        from nsightlab.read import reader
+        reader.PROCESS_MIN_ROWS, reader.PROCESS_MIN_WORKERS = 1, 2
+        reader.readers = lambda rows=None: 2
+        r = as_report({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r},
+                      prefetch=("kernels",))
+        print("rows", len(r.kernels(["start_ns"])), all(s.finished for s in pw._STARTED.values()))
+        """)
+    assert p.stdout.split() == ["started", "1", "False", "rows", "80001", "True"]
+
+
+def test_a_recipe_prefetch_from_its_metadata_alone_is_the_loaded_recipe_s():
+    for name in recipe_runner.available():
+        assert recipe_runner.prefetch_of(name) == recipe_runner.get(name).prefetch(), name
+    assert recipe_runner.prefetch_of("kernel_sum") == ("kernels",)
+    assert recipe_runner.prefetch_of("no_such_recipe") == ()
+
+
+# ---- scans started ahead -----------------------------------------------------------------------
+def test_a_scan_started_ahead_is_awaited_once_and_its_failure_is_raised_by_the_caller(
+        sqlite_of):
+    db = ExportDB(sqlite_of("h200-vit-fp16"))
+    calls = []
+    db.ahead("k", lambda: calls.append(1) or 42)
+    db.ahead("k", lambda: calls.append(2) or 0)  # started already: not again
+    assert db.once("k", lambda: calls.append(3) or -1) == 42 and calls == [1]
+
+    def boom():
+        raise ValueError("scan failed")
+
+    db.ahead("bad", boom)
+    with pytest.raises(ValueError, match="scan failed"):
+        db.once("bad", boom)  # run again in the caller, so the error is its own
+
+
+def test_launch_counts_from_the_cached_names_equal_the_sql_scan(sqlite_of, tmp_path):
+    """The checks count kernel and graph launch calls in SQL over the export; once the API
+    table is cached, from its name column: the counts agree (graph launches included)."""
+    for stem in ("h200-vit-fp16-cudagraph", "h200-launchbound"):
+        with nsightlab.open(sqlite_of(stem), cache_dir=tmp_path / stem) as r:
+            scanned = completeness._facts(r, "cuda_api")
+            r.db._once.clear()
+            r.cuda_api(["name"])  # now cached
+            cached = completeness._facts(r, "cuda_api")
+        assert (cached["launch"], cached["graph"]) == (scanned["launch"], scanned["graph"])
+        assert cached["launch"] > 0 and (cached["graph"] > 0) == ("cudagraph" in stem)
+
+
+def test_the_checks_started_beside_a_recipe_find_what_they_find_after_it(sqlite_of, tmp_path):
+    path = sqlite_of("h200-vit-fp16-syncy")
+    with nsightlab.open(path, cache_dir=tmp_path / "a") as r:
+        completeness.start(r, ("kernels",))  # kernel_sum's reads: the API scan runs ahead
+        assert "facts:cuda_api:False" in r.db._ahead
+        ahead = completeness.check(r)
+    with nsightlab.open(path, cache_dir=tmp_path / "b") as r:
+        after = completeness.check(r)
+    with nsightlab.open(path, cache_dir=tmp_path / "b") as r:
+        completeness.start(r, ("kernels",))  # stored now: nothing to start
+        assert not r.db._ahead
+    assert ahead == after
+
+
+# ---- same numbers, faster paths ----------------------------------------------------------------
+def test_last_gpu_end_per_iteration_for_launches_in_order_equals_the_general_path():
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        n, m = int(rng.integers(0, 300)), int(rng.integers(1, 25))
+        t = np.sort(rng.integers(0, 2000, n))
+        e = t + rng.integers(0, 80, n)
+        rs = np.sort(rng.integers(0, 2000, m))
+        re_ = rs + rng.integers(0, 300, m)
+        got = np.full(m, -1, np.int64)
+        budget_parts.max_end_per_iteration(got, rs, re_, t, e)
+        want = np.full(m, -1, np.int64)
+        i = np.searchsorted(rs, t, "right") - 1
+        inside = (i >= 0) & (t <= re_[np.maximum(i, 0)])
+        np.maximum.at(want, i[inside], e[inside])
+        assert (got == want).all()
+
+
+def test_group_statistics_side_by_side_equal_one_at_a_time(monkeypatch):
+    rng = np.random.default_rng(3)
+    gid = rng.integers(0, 6, 400_000).astype(np.int32)
+    values = rng.integers(0, 10**6, len(gid)).astype(np.float64)
+    values[rng.random(len(gid)) < 0.01] = np.nan
+    monkeypatch.setattr(stats, "readers", lambda rows=None: 1)
+    one = stats.Groups(gid, 6).summarize(values.copy())
+    monkeypatch.setattr(stats, "readers", lambda rows=None: 4)
+    monkeypatch.setattr(stats, "PARALLEL_ROWS", 1000)
+    many = stats.Groups(gid, 6).summarize(values.copy())
+    for k in stats.STATS:
+        np.testing.assert_array_equal(one[k], many[k])
+    assert (one["count"] > 60_000).all()
+
+
+def test_trace_marks_say_where_a_command_s_time_goes_only_when_asked(sqlite_of, tmp_path):
+    cmd = [sys.executable, "-m", "nsightlab", "recipe", "run", "kernel_sum",
+           str(sqlite_of("h200-vit-fp16"))]
+    env = {"NSIGHTLAB_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    quiet = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+    traced = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                            env={**env, "NSIGHTLAB_TRACE": "1",
+                                 "NSIGHTLAB_CACHE_DIR": str(tmp_path / "t")})
+    assert quiet.returncode == traced.returncode == 0, traced.stderr[-1000:]
+    assert "trace" not in quiet.stderr
+    marks = [line.split(None, 5)[-1] for line in traced.stderr.splitlines()
+             if line.startswith("nsightlab: trace")]
+    assert marks[0] == "cli" and "recipe kernel_sum" in marks and "checks done" in marks
+    assert quiet.stdout == traced.stdout
