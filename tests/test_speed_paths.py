@@ -2,6 +2,7 @@
 start-up order they rely on holds (reader processes start before pandas is imported, and never
 import it themselves). Times themselves live in benchmarks/cli.py, not here."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -168,3 +169,43 @@ def test_trace_marks_say_where_a_command_s_time_goes_only_when_asked(sqlite_of, 
              if line.startswith("nsightlab: trace")]
     assert marks[0] == "cli" and "recipe kernel_sum" in marks and "checks done" in marks
     assert quiet.stdout == traced.stdout
+
+
+def test_reader_processes_and_analysis_commands_start_one_blas_thread_capture_does_not(
+        sqlite_of, tmp_path):
+    """OpenBLAS starts a spinning thread per core when NumPy loads (~2 CPU-s a process on 16
+    cores): reader processes and the analysis commands ask for one; ``capture`` runs the
+    user's program with the user's environment untouched."""
+    pool = part_workers.Workers(1)
+    try:
+        import time
+
+        env = [b""]
+        for _ in range(100):  # until the worker has started (its environ is empty before)
+            env = open(f"/proc/{pool.procs[0].pid}/environ", "rb").read().split(b"\0")
+            if env != [b""]:
+                break
+            time.sleep(0.05)
+        assert b"OPENBLAS_NUM_THREADS=1" in env
+    finally:
+        pool.close()
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys
+        from nsightlab.cli import main
+        sys.argv = ["nsightlab", "info", {str(sqlite_of("h200-vit-fp16"))!r},
+                    "--cache-dir", {str(tmp_path / "c")!r}]
+        try:
+            main()
+        except SystemExit:
+            pass
+        print("blas", os.environ.get("OPENBLAS_NUM_THREADS"), file=sys.stderr)
+        """)], capture_output=True, text=True, env=clean, timeout=180)
+    assert "blas 1" in p.stderr, p.stderr[-1000:]
+    probe = ("import os, sys; sys.exit(3 if any(k in os.environ for k in "
+             "('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS')) else 0)")
+    p = subprocess.run([sys.executable, "-m", "nsightlab", "capture", "probe", "--store",
+                        str(tmp_path / "store"), "--no-nsys", "--", sys.executable, "-c", probe],
+                       capture_output=True, text=True, env=clean, timeout=180)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-1500:]

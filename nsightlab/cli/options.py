@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -77,6 +78,10 @@ def report_options(f: Callable) -> Callable:
                   help="nsys executable used to export .nsys-rep files [PATH].")
     @functools.wraps(f)
     def wrapper(*args, no_cache: bool, cache_dir: str | None, nsys_path: str | None, **kw):
+        from nsightlab.read.parallel import ONE_BLAS_THREAD
+
+        for name, value in ONE_BLAS_THREAD.items():  # before NumPy loads (the user's own win)
+            os.environ.setdefault(name, value)
         kw["open_options"] = {"cache": not no_cache, "cache_dir": cache_dir, "nsys": nsys_path,
                               "progress": progress}
         return f(*args, **kw)

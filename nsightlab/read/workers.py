@@ -32,6 +32,7 @@ from pathlib import Path
 
 from nsightlab.read import trace
 from nsightlab.read.parallel import (
+    ONE_BLAS_THREAD,
     duration_limit,
     range_count,
     readers,
@@ -178,7 +179,7 @@ class Workers:
 
     def __init__(self, n: int):
         root = str(Path(__file__).resolve().parent.parent)  # this nsightlab, installed or not
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        env = {**os.environ, **ONE_BLAS_THREAD, "PYTHONPATH": os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         self.lock = threading.Lock()
         self.logs = [tempfile.TemporaryFile() for _ in range(n)]
