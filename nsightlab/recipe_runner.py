@@ -165,8 +165,10 @@ class Recipe:
 
     def _compute(self, report: Report, values: dict[str, Any]) -> dict[str, pd.DataFrame]:
         self.check_inputs(report, values)
+        trace.mark(f"computing {self.name}")
         out = {t: plain_text(df) for t, df in self.module.run(report, values).items()}
         self.check_outputs(out)
+        trace.mark(f"computed {self.name}")
         return out
 
     def check_inputs(self, report: Report, values: dict[str, Any]) -> None:

@@ -79,4 +79,7 @@ def main() -> None:
     from nsightlab.read import trace
 
     trace.mark("cli")
-    cli(prog_name="nsightlab")
+    try:
+        cli(prog_name="nsightlab")
+    finally:
+        trace.mark("output written")

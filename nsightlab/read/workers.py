@@ -241,6 +241,7 @@ class Workers:
         return (lines[-1] if lines else "no message") + (f" (exit code {code})" if code else "")
 
     def close(self) -> None:
+        trace.mark("closing the reader processes")
         for p in self.procs:
             try:
                 p.stdin.close()
@@ -253,6 +254,7 @@ class Workers:
                 p.kill()
         for log in self.logs:
             log.close()
+        trace.mark("reader processes closed")
 
 
 def pool(n: int) -> Workers:
