@@ -82,6 +82,21 @@ def _worker_error(answer: dict, db: ExportDB) -> Exception:
     return ValueError(answer["error"])  # values the contract cannot hold: _from_sqlite says so
 
 
+#: rows of cache parts this process has opened: {(path, mtime_ns, size): rows}
+_PART_ROWS: dict[tuple[str, int, int], int] = {}
+
+
+def part_rows(path: Path) -> int:
+    """Rows of a cache part, from its footer once per process: every read of a table asked
+    each of its (up to 256) parts again, twice, on the main thread (~0.4 s of launch_compute
+    on the GPU machine). A part is written once under a new name; its size and mtime key it."""
+    st = os.stat(path)
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _PART_ROWS:
+        _PART_ROWS[key] = pq.ParquetFile(path, **READ).metadata.num_rows
+    return _PART_ROWS[key]
+
+
 class TableReader:
     """Reads tables of one export (``db``), through ``cache`` when there is one."""
 
@@ -467,7 +482,7 @@ class TableReader:
         """Stream every part (one thread each), calling ``on_batch(first_row, batch)`` with
         the batch's row position in the whole table; ``only`` (sorted row positions): skip
         the parts that hold none of them. Returns the parts' row counts."""
-        sizes = [pq.ParquetFile(f, **READ).metadata.num_rows for f in files]
+        sizes = [part_rows(f) for f in files]
         bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         todo = range(len(files))
         if only is not None:
@@ -488,7 +503,7 @@ class TableReader:
 
     def _frame_from_parts(self, spec: TableSpec, keep: list[str], files: list[Path]
                           ) -> pd.DataFrame:
-        sizes = [pq.ParquetFile(f, **READ).metadata.num_rows for f in files]
+        sizes = [part_rows(f) for f in files]
         builder = frames.FrameBuilder(spec, keep, sum(sizes))
         self._scan_parts(files, keep, builder.put)
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int).tolist()
