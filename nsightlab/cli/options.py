@@ -78,10 +78,11 @@ def report_options(f: Callable) -> Callable:
                   help="nsys executable used to export .nsys-rep files [PATH].")
     @functools.wraps(f)
     def wrapper(*args, no_cache: bool, cache_dir: str | None, nsys_path: str | None, **kw):
-        from nsightlab.read.parallel import ONE_BLAS_THREAD
+        from nsightlab.read.parallel import ONE_BLAS_THREAD, eager_unmap
 
         for name, value in ONE_BLAS_THREAD.items():  # before NumPy loads (the user's own win)
             os.environ.setdefault(name, value)
+        eager_unmap()
         kw["open_options"] = {"cache": not no_cache, "cache_dir": cache_dir, "nsys": nsys_path,
                               "progress": progress}
         return f(*args, **kw)

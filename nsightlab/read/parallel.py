@@ -34,6 +34,26 @@ DURATION_SQL = "SELECT max(max(duration), max(stopTime) - min(startTime)) FROM A
 ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+#: glibc's mallopt parameter: allocations of at least this many bytes are mapped alone
+M_MMAP_THRESHOLD = -3
+#: big arrays mapped on their own, and unmapped when freed (``eager_unmap``)
+MMAP_FROM_BYTES = 1 << 20
+
+
+def eager_unmap() -> None:
+    """Have glibc map every allocation of ``MMAP_FROM_BYTES`` or more on its own, in this
+    process, from now on. By default its threshold rises to 32 MB after the first big free, and
+    later NumPy temporaries of up to 32 MB (chunks of millions of rows, on each of 16 threads)
+    come from per-thread heaps that keep them after they are freed. Nothing where the C
+    library has no ``mallopt``."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
+    except (OSError, AttributeError):
+        pass
+
+
 def duration_limit(query) -> int:
     """The longest any activity of a trace can last: the trace itself. ``query(sql)`` answers
     the first row of ``DURATION_SQL`` (None, or an error, without ANALYSIS_DETAILS: then only
