@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nsightlab.read.frames import pick_rows
 from nsightlab.read.report import Report
 
 
@@ -116,7 +117,7 @@ def launches(report: Report, table: str = "kernels",
     if len(op_idx) == len(ops) and (len(ops) < 2 or np.all(op_idx[1:] > op_idx[:-1])):
         out = ops  # every operation matched once, in order: no copy
     else:
-        out = ops.iloc[op_idx].reset_index(drop=True)
+        out = pick_rows(ops, op_idx)
     del ops, op_idx
     if "correlation_id" not in op_columns:
         out = out.drop(columns="correlation_id")

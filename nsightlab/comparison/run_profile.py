@@ -29,6 +29,7 @@ from nsightlab.analysis.launches import first_of_call, launches
 from nsightlab.analysis.timeline import busy_time
 from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
+from nsightlab.read.frames import pick_rows
 from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
@@ -360,7 +361,7 @@ def _steady_only(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int
         return lk, iters, n
     new = np.cumsum(keep) - 1
     rows = keep[lk["iter"].to_numpy()]
-    lk = lk[rows].reset_index(drop=True)
+    lk = pick_rows(lk, rows)
     lk["iter"] = new[lk["iter"].to_numpy()].astype(np.int32)
     return lk, iters[keep].reset_index(drop=True), int(keep.sum())
 

@@ -143,6 +143,20 @@ class FrameBuilder:
         return pd.DataFrame(out, copy=False)
 
 
+def pick_rows(df: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """The rows ``rows`` (positions, or a boolean mask) of ``df`` as a new frame, taken one
+    column at a time and each of ``df``'s columns dropped once copied: the peak is ``df`` plus
+    one column, not two whole frames (8M launches: ~300 MB less). ``df`` is emptied; the caller
+    replaces it with the result."""
+    if rows.dtype == bool:
+        rows = np.flatnonzero(rows)
+    out = {}
+    for c in list(df.columns):
+        out[c] = df[c].take(rows).reset_index(drop=True)
+        del df[c]
+    return pd.DataFrame(out, copy=False)
+
+
 def release_memory() -> None:
     """Give freed heap memory back to the operating system (glibc's ``malloc_trim``). NumPy
     temporaries freed in worker threads stay in those threads' malloc arenas otherwise: ~300 MB
