@@ -209,3 +209,22 @@ def test_reader_processes_and_analysis_commands_start_one_blas_thread_capture_do
                         str(tmp_path / "store"), "--no-nsys", "--", sys.executable, "-c", probe],
                        capture_output=True, text=True, env=clean, timeout=180)
     assert p.returncode == 0, (p.stdout + p.stderr)[-1500:]
+
+
+def test_picking_rows_column_by_column_equals_iloc_and_frees_the_source():
+    from nsightlab.read.frames import pick_rows
+
+    rng = np.random.default_rng(5)
+    n = 1000
+    df = pd.DataFrame({
+        "start_ns": rng.integers(0, 10**9, n),
+        "name": pd.Categorical(rng.choice(["gemm", "norm", "copy"], n)),
+        "stream": pd.array(np.where(rng.random(n) < 0.1, None, rng.integers(0, 8, n)),
+                           dtype="Int64"),
+        "ratio": rng.random(n)})
+    for rows in (np.sort(rng.choice(n, 300, replace=False)), rng.random(n) < 0.5):
+        src = df.copy()
+        want = df.iloc[np.flatnonzero(rows) if rows.dtype == bool else rows].reset_index(drop=True)
+        got = pick_rows(src, rows)
+        pd.testing.assert_frame_equal(got, want)
+        assert src.columns.empty  # the source was emptied as it was copied
