@@ -66,8 +66,8 @@ def start_reading(path: str | os.PathLike, prefetch: tuple[str, ...] = ("kernels
                   nsys: str | os.PathLike | None = None,
                   progress: Callable[[str], None] | None = None) -> None:
     """``open``'s first step alone: start the reader processes on ``path``'s big tables now,
-    for a command that imports pandas before it opens the report (``report``, ``diff``): the
-    open then takes the reads over. Nothing without a cache; a path that cannot be opened is
+    for a command that imports pyarrow or pandas before it opens the report (``recipe run``,
+    ``report``, ``diff``): the open then takes the reads over. Nothing without a cache; a path that cannot be opened is
     left for the open to explain."""
     from nsightlab.errors import NsightlabError
     from nsightlab.read import trace

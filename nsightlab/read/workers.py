@@ -182,6 +182,7 @@ class Workers:
         env = {**os.environ, **ONE_BLAS_THREAD, "PYTHONPATH": os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         self.lock = threading.Lock()
+        self.traced: set[int] = set()  # workers whose start NSIGHTLAB_TRACE has shown
         self.logs = [tempfile.TemporaryFile() for _ in range(n)]
         self.procs = [subprocess.Popen([sys.executable, "-m", "nsightlab.read.workers"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -216,7 +217,9 @@ class Workers:
                     answer = json.loads(line)
                     if trace.ON and "t" in answer:
                         born, t0, t1 = answer["t"]
-                        trace.mark(f"reader {w} started", born)
+                        if w not in self.traced:  # its start, once
+                            self.traced.add(w)
+                            trace.mark(f"reader {w} started", born)
                         trace.mark(f"reader {w} job {busy[w]} {answer.get('rows')} rows "
                                    f"took {t1 - t0:.3f} s", t1)
                     done(busy.pop(w), answer)
