@@ -42,10 +42,12 @@ from nsightlab.read.parallel import (
 
 _POOL: "Workers | None" = None
 #: tables of at least this many rows have their cache entry built by worker processes, when
-#: at least PROCESS_MIN_WORKERS cores are free for them (on 2 cores, threads were ~12% faster:
-#: the processes' start-up and reading the entry back cost more than the GIL there)
+#: at least PROCESS_MIN_WORKERS cores are free for them. On 2 cores threads were ~12% faster
+#: while every worker imported pandas and spun OpenBLAS threads; without those, 2 processes
+#: took launch_compute's cold read of 16M calls 14.03 -> 13.62 s (4 runs each, the 2-core VM)
+#: and kernel_sum's 8M kernels the same time (5.05 s)
 PROCESS_MIN_ROWS = 1_000_000
-PROCESS_MIN_WORKERS = 4
+PROCESS_MIN_WORKERS = 2
 #: the tables whose first read ``prestart`` may start, and their cache entries
 _FIRST_READ = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
 
