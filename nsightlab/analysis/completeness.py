@@ -214,7 +214,7 @@ def _facts(report: Report, name: str, invalid: bool = False, ahead: bool = False
     rowid ranges in parallel (never a read of the table); once per export. ``ahead``: start it
     on a thread (``ExportDB.ahead``), answer nothing."""
     spec = report.spec(name)
-    if not spec.present(report.db) or not {"start", "end"} <= set(report.db.columns(spec.source)):
+    if not report.timed(name):
         return {}  # a damaged or missing table: reading it says so
 
     def compute() -> dict:
@@ -247,15 +247,22 @@ def _facts(report: Report, name: str, invalid: bool = False, ahead: bool = False
     return report.db.once(f"facts:{name}:{invalid}", compute)
 
 
+def _launch_codes(report: Report) -> tuple[np.ndarray, list[int], list[int]]:
+    """The API table's name column as codes (-1: no name), and the codes of kernel launch
+    calls and of graph launch calls (``LAUNCH_CALLS``, ``GRAPH_LAUNCH``)."""
+    names = report.cuda_api(["name"])["name"]
+    cats = [str(c) for c in names.cat.categories]
+    return (names.cat.codes.to_numpy(), [i for i, c in enumerate(cats) if LAUNCH_CALLS.match(c)],
+            [i for i, c in enumerate(cats) if GRAPH_LAUNCH.match(c)])
+
+
 def _cached_launches(report: Report) -> dict:
     """Kernel and graph launch calls counted on the cached API table's name column (its
     dictionary codes, ~0.2 s at 16M calls, against ~2 s for the SQL pass on 2 cores)."""
-    names = report.cuda_api(["name"])["name"]
-    counts = np.bincount(names.cat.codes.to_numpy() + 1, minlength=len(names.cat.categories) + 1)
-    cats = [str(c) for c in names.cat.categories]
-    del names
-    return {"launch": int(sum(counts[i + 1] for i, c in enumerate(cats) if LAUNCH_CALLS.match(c))),
-            "graph": int(sum(counts[i + 1] for i, c in enumerate(cats) if GRAPH_LAUNCH.match(c)))}
+    codes, launch, graph = _launch_codes(report)
+    counts = np.bincount(codes + 1, minlength=max([*launch, *graph], default=-1) + 2)
+    return {"launch": int(counts[np.asarray(launch, np.int64) + 1].sum()),
+            "graph": int(counts[np.asarray(graph, np.int64) + 1].sum())}
 
 
 def _launch_ids(report: Report) -> tuple[list[int], list[int]]:
@@ -323,12 +330,7 @@ def _launch_calls(report: Report, kernels: int) -> tuple[int, int]:
     launch, graph = facts.get("launch", 0), facts.get("graph", 0)
     if kernels >= KERNEL_RECORD_SHARE * (launch - graph):
         return launch, graph
-    names = report.cuda_api(["name"])["name"]
-    cats = names.cat.categories.astype(str)
-    launch_ids = [i for i, c in enumerate(cats) if LAUNCH_CALLS.match(c)]
-    graph_ids = [i for i, c in enumerate(cats) if GRAPH_LAUNCH.match(c)]
-    codes = names.cat.codes.to_numpy()
-    del names
+    codes, launch_ids, graph_ids = _launch_codes(report)
 
     def calls(ids: list[int]) -> int:
         rows = np.flatnonzero(np.isin(codes, ids))

@@ -92,13 +92,15 @@ class Groups:
             out["max"][g] = seg.max()
             out["stddev"][g] = _stddev(seg) if n > 1 else 0.0
 
-        big = [g for g in range(self.n) if self.bounds[g + 1] - self.bounds[g] >= PARALLEL_ROWS]
+        big = {g for g in range(self.n) if self.bounds[g + 1] - self.bounds[g] >= PARALLEL_ROWS}
         threads = min(len(big), readers())
-        if threads > 1:  # NumPy's sums, partitions and extremes release the GIL
+        if threads < 2:
+            big = set()
+        if big:  # NumPy's sums, partitions and extremes release the GIL
             with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(one, big))
+                list(pool.map(one, sorted(big)))
         for g in range(self.n):
-            if threads <= 1 or g not in big:
+            if g not in big:
                 one(g)
         return out
 

@@ -57,7 +57,7 @@ def _without(value: T, rows: np.ndarray) -> T:
     keep = np.ones(len(value), bool)
     keep[rows] = False
     if isinstance(value, pd.DataFrame):
-        return value[keep].reset_index(drop=True)
+        return frames.pick_rows(value, keep)  # (every caller replaces the frame it passed)
     return value.filter(pa.array(keep))
 
 

@@ -294,19 +294,31 @@ class Report:
         return self.cache is not None and self.cache.files(
             spec.first.name if spec.later else spec.name) is not None
 
+    def timed(self, table: str) -> bool:
+        """Whether the export has activity table ``table`` with its start and end columns
+        (absent or damaged otherwise: reading it says which)."""
+        spec = self.spec(table)
+        return spec.present(self.db) and {"start", "end"} <= set(self.db.columns(spec.source))
+
+    def _over_kept_rows(self, table: str, select: str, where: str = "1") -> list[tuple]:
+        """``SELECT select`` over the rows of ``table`` that every read keeps and ``where``
+        holds for, one row per rowid range, the ranges scanned in parallel."""
+        source = self.spec(table).source
+        return self.db.over_ranges(
+            f'SELECT {select} FROM "{source}" '
+            f"WHERE NOT ({invalid_sql(duration_limit(self.db))}) AND ({where})",
+            source, readers(self.db.rowid_span(source) or 0))
+
     def extent(self, table: str) -> tuple[int, int] | None:
         """(first start, last end) in ns of an activity table's rows that every read keeps
         (None: no such row): from its cache entry's statistics when it is cached, else one
         SQL aggregate over rowid ranges in parallel, never a read of the table."""
-        spec = self.spec(table)
-        if not spec.present(self.db) or not {"start", "end"} <= set(self.db.columns(spec.source)):
-            return None  # a damaged table: reading it says so
+        if not self.timed(table):
+            return None
         if self.is_cached(table):
+            spec = self.spec(table)
             return extent(self.cache.files(spec.first.name if spec.later else spec.name))
-        rows = self.db.over_ranges(
-            f'SELECT min(start), max("end") FROM "{spec.source}" '
-            f"WHERE NOT ({invalid_sql(duration_limit(self.db))})",
-            spec.source, readers(self.db.rowid_span(spec.source) or 0))
+        rows = self._over_kept_rows(table, 'min(start), max("end")')
         los = [r[0] for r in rows if r[0] is not None]
         his = [r[1] for r in rows if r[1] is not None]
         return (int(min(los)), int(max(his))) if los else None
@@ -314,14 +326,9 @@ class Report:
     def count_where(self, table: str, where: str) -> int:
         """Rows of an activity table that every read keeps and SQL ``where`` (on the source
         columns) holds for: one aggregate over rowid ranges in parallel."""
-        spec = self.spec(table)
-        if not spec.present(self.db) or not {"start", "end"} <= set(self.db.columns(spec.source)):
+        if not self.timed(table):
             return 0
-        rows = self.db.over_ranges(
-            f'SELECT count(*) FROM "{spec.source}" '
-            f"WHERE NOT ({invalid_sql(duration_limit(self.db))}) AND ({where})",
-            spec.source, readers(self.db.rowid_span(spec.source) or 0))
-        return int(sum(r[0] or 0 for r in rows))
+        return int(sum(r[0] or 0 for r in self._over_kept_rows(table, "count(*)", where)))
 
     def duplicate_rows(self, table: str) -> int | None:
         """Exact duplicate rows of an activity table left out of every read (same correlation
