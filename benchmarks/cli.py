@@ -84,6 +84,19 @@ def byte_compiled() -> None:
             compileall.compile_dir(root / folder, quiet=1)
 
 
+def engine_in_use() -> str:
+    """What ``NSIGHTLAB_ENGINE`` gives on this machine: big reports go to DuckDB under
+    ``auto`` only where it is installed (it is a dependency; a bare checkout may lack it)."""
+    import importlib.util
+
+    how = os.environ.get("NSIGHTLAB_ENGINE", "auto") or "auto"
+    if importlib.util.find_spec("duckdb") is None:
+        return f"{how} (DuckDB not installed: NumPy in memory)"
+    import duckdb
+
+    return f"{how} (DuckDB {duckdb.__version__})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", type=int, default=100)
@@ -106,7 +119,8 @@ def main() -> None:
         return d
 
     cores = len(os.sched_getaffinity(0))
-    print(f"report: {report} ({report.stat().st_size / 2**30:.2f} GiB), {cores} cores", flush=True)
+    print(f"report: {report} ({report.stat().st_size / 2**30:.2f} GiB), {cores} cores, "
+          f"engine: {engine_in_use()}", flush=True)
     print(f"{'command':<40} {'time_s':>7} {'main_rss_mb':>12} {'tree_pss_mb':>12} {'out_mb':>7}",
           flush=True)
 
