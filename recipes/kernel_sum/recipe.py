@@ -67,19 +67,14 @@ def summarize(report, windows):
 
 def summarize_sql(db, windows):
     """The same summary in DuckDB, out of core: groups in order of first appearance too."""
-    k = db.view("kernels", rows=True)
-    if windows is None:
-        source, tables = k, {}
-    else:  # the window starting last at or before each kernel, if the kernel starts in it
-        source = (f"(SELECT k.* FROM {k} k ASOF JOIN windows w ON k.start_ns >= w.start_ns "
-                  "WHERE k.start_ns < w.end_ns)")
-        tables = {"windows": windows}
+    source = (db.view("kernels", rows=True) if windows is None else  # the kernels inside, once
+              db.rows_inside("kernels", windows, ["name", "duration_ns", "row"]))
     out = db.frame(f"""
         SELECT name, count(*) AS instances, sum(duration_ns)::BIGINT AS total_ns,
                avg(duration_ns) AS avg_ns, min(duration_ns) AS min_ns, max(duration_ns) AS max_ns,
                coalesce(stddev_samp(duration_ns), 0) AS stddev_ns
-        FROM {source} GROUP BY name ORDER BY min(row)""", **tables)
-    out["med_ns"] = engine.medians_at(db, out, source, "name", "duration_ns", tables)
+        FROM {source} GROUP BY name ORDER BY min(row)""")
+    out["med_ns"] = engine.medians_at(db, out, source, "name", "duration_ns")
     out["name"] = out["name"].astype("category")
     return out[COLUMNS].astype({"instances": np.int64, "total_ns": np.int64,
                                 "min_ns": np.int64, "max_ns": np.int64})
