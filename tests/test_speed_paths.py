@@ -228,3 +228,54 @@ def test_picking_rows_column_by_column_equals_iloc_and_frees_the_source():
         got = pick_rows(src, rows)
         pd.testing.assert_frame_equal(got, want)
         assert src.columns.empty  # the source was emptied as it was copied
+
+
+# ---- duplicates found in bounded memory ------------------------------------------------------
+def _reference_ties(s: np.ndarray) -> np.ndarray:
+    values, counts = np.unique(s, return_counts=True)
+    return np.flatnonzero(np.isin(s, values[counts > 1]))
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_tied_starts_chunk_by_chunk_equal_the_whole_column(monkeypatch, shuffled):
+    """``tables.tied_rows`` reads the start column a chunk at a time; rows out of time order
+    are split into value ranges (RANGE_ROWS made small here, so every case takes several).
+    The tied rows equal those of the whole column sorted at once, ties across chunk edges
+    included."""
+    from nsightlab.read import tables
+
+    monkeypatch.setattr(tables, "RANGE_ROWS", 97)
+    rng = np.random.default_rng(29)
+    for case in range(300):
+        n = int(rng.integers(0, 700))
+        s = np.sort(rng.integers(0, max(n // 3, 1) * int(rng.choice([1, 4, 1000])), n))
+        if shuffled and n:
+            s = s[rng.permutation(n)]
+        cuts = np.sort(rng.choice(np.arange(1, max(n, 2)), int(rng.integers(0, 6)),
+                                  replace=True)) if n > 1 else []
+        chunks = np.split(s, cuts)
+        got = tables.tied_rows(lambda: iter(chunks))
+        np.testing.assert_array_equal(got, _reference_ties(s), err_msg=f"case {case}")
+
+
+def test_duplicates_are_found_in_value_ranges_through_the_cache(sqlite_of, tmp_path,
+                                                                monkeypatch):
+    """A real report with 100 kernels recorded twice, appended after the others (so out of
+    time order), read through the cache with value ranges of 500 rows: the same 100 rows
+    are left out as with the whole start column at once."""
+    import sqlite3
+
+    from nsightlab.read import tables
+
+    path = tmp_path / "doubled.sqlite"
+    path.write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    k = "CUPTI_ACTIVITY_KIND_KERNEL"
+    with sqlite3.connect(path) as c:
+        c.execute(f"INSERT INTO {k} SELECT * FROM {k} WHERE rowid % 31 = 0")
+    found = {}
+    for rows in (tables.RANGE_ROWS, 500):
+        monkeypatch.setattr(tables, "RANGE_ROWS", rows)
+        r = nsightlab.open(path, cache_dir=tmp_path / f"cache-{rows}")
+        found[rows] = len(r.kernels(["start_ns", "name"]))
+        assert r.duplicate_rows("kernels") == 100
+    assert found[500] == found[tables.RANGE_ROWS] == 3120

@@ -27,6 +27,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from nsightlab.errors import CorruptReportError
@@ -59,6 +60,27 @@ def _without(value: T, rows: np.ndarray) -> T:
     if isinstance(value, pd.DataFrame):
         return frames.pick_rows(value, keep)  # (every caller replaces the frame it passed)
     return value.filter(pa.array(keep))
+
+
+def _part_columns(files: list[Path], schema: pa.Schema):
+    """(starts, keys) for ``tables.duplicate_positions`` over the cache parts ``files``:
+    the start column one part at a time, and the key columns of given rows, read only from
+    the parts that hold them (one part's columns in memory at a time)."""
+    sizes = np.array([pq.ParquetFile(f).metadata.num_rows for f in files], np.int64)
+    first = np.concatenate([[0], np.cumsum(sizes)])
+
+    def starts():
+        for f in files:
+            col = pq.read_table(f, columns=["start_ns"], schema=schema, **READ).column(0)
+            yield pc.fill_null(col, 0).to_numpy()
+
+    def keys(rows: np.ndarray):
+        part = np.searchsorted(first, rows, "right") - 1
+        for i in np.unique(part):
+            mine = rows[part == i]
+            t = pq.read_table(files[i], columns=list(DUPLICATE_KEY), schema=schema, **READ)
+            yield mine, t.take(pa.array(mine - first[i]))
+    return starts, keys
 
 
 def _rewrite(part: Path, table: pa.Table, schema: pa.Schema, ident: dict) -> None:
@@ -310,10 +332,7 @@ class TableReader:
             meta = self.cache.meta(spec.base.name) or {}
             rows = np.asarray(meta.get("duplicate_rows", []), np.int64)
         else:  # the start column first: without tied starts there is no duplicate to look for
-            starts = pq.read_table(files, columns=["start_ns"], schema=spec.schema, **READ)
-            rows = duplicate_positions(starts, lambda picked: pq.read_table(
-                files, columns=list(DUPLICATE_KEY), schema=spec.schema, **READ).take(picked))
-            del starts
+            rows = duplicate_positions(*_part_columns(files, spec.schema))
         if len(rows):
             at = 0
             for f in files:
@@ -334,7 +353,9 @@ class TableReader:
             return np.empty(0, np.int64)
         def find() -> np.ndarray:
             keys = self._collect(whole, None, list(DUPLICATE_KEY))[1]
-            return duplicate_positions(keys, keys.take)
+            return duplicate_positions(
+                lambda: iter([pc.fill_null(keys.column("start_ns"), 0).to_numpy()]),
+                lambda rows: iter([(rows, keys.take(pa.array(rows)))]))
         rows = self.db.once(f"duplicates:{whole.name}", find)
         self.duplicates[spec.name] = rows
         return rows

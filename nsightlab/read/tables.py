@@ -193,28 +193,79 @@ def drop_invalid(batch: pa.RecordBatch, limit: int) -> pa.RecordBatch:
     return batch if pc.all(ok).as_py() else batch.filter(ok)
 
 
-def duplicate_positions(starts: pa.Table, keys: Callable[[pa.Array], pa.Table]) -> np.ndarray:
+#: rows of starts sorted at once when an export's rows are out of time order (int64 values
+#: and positions, their order: ~260 MB); more rows are split into value ranges of about this
+#: many, one pass over the start column each (``tied_rows``)
+RANGE_ROWS = 1 << 23
+#: every SAMPLE_STEP-th start is kept to choose those value ranges
+SAMPLE_STEP = 64
+
+
+def duplicate_positions(starts: Callable[[], Iterator[np.ndarray]],
+                        keys: Callable[[np.ndarray], Iterator[tuple[np.ndarray, pa.Table]]]
+                        ) -> np.ndarray:
     """Row positions of a table that repeat an earlier row exactly (its ``DUPLICATE_KEY``
-    columns), sorted. Duplicates share a start, so only rows whose start (``starts``, a table
-    with start_ns) is tied with another's are compared, their keys read by ``keys(positions)``:
-    one pass when the rows are in start order, one sort when not (nsys 2025.6 and later
-    export rows out of time order)."""
-    start = pc.fill_null(starts.column("start_ns"), 0).to_numpy()
-    if len(start) < 2:
-        return np.empty(0, np.int64)
-    order = None if np.all(start[1:] >= start[:-1]) else np.argsort(start, kind="stable")
-    s = start if order is None else start[order]
-    tied = np.flatnonzero(s[1:] == s[:-1])
+    columns), sorted. Duplicates share a start, so only rows whose start is tied with
+    another's (``tied_rows`` over ``starts()``: the start column chunk by chunk, in row order)
+    are compared, their keys read by ``keys(positions)`` (yielding (positions, their key
+    columns) a piece at a time). Memory stays bounded however long the table: a cached
+    table is never read whole (at 100M kernels that had taken kernel_sum's process to
+    1.9 GB)."""
+    tied = tied_rows(starts)
     if not len(tied):
         return np.empty(0, np.int64)
-    rows = np.unique(np.concatenate([tied, tied + 1]))
-    rows = rows if order is None else np.sort(order[rows])
     import pandas as pd
 
-    picked = keys(pa.array(rows))
-    df = pd.DataFrame({c: pc.fill_null(picked.column(c).cast(pa.int64()), -1).to_numpy()
-                       for c in DUPLICATE_KEY})
-    return rows[df.duplicated().to_numpy()].astype(np.int64)
+    pos, cols = [], {c: [] for c in DUPLICATE_KEY}
+    for at, picked in keys(tied):
+        pos.append(at)
+        for c in DUPLICATE_KEY:
+            cols[c].append(pc.fill_null(picked.column(c).cast(pa.int64()), -1).to_numpy())
+    df = pd.DataFrame({c: np.concatenate(v) for c, v in cols.items()})
+    return np.concatenate(pos)[df.duplicated().to_numpy()].astype(np.int64)
+
+
+def tied_rows(starts: Callable[[], Iterator[np.ndarray]]) -> np.ndarray:
+    """Sorted positions of the rows whose start equals another row's. ``starts()`` yields
+    the start column (nulls as 0) in chunks in row order; it is called again for each value
+    range when the rows are out of time order (nsys 2025.6 and later) and more than
+    ``RANGE_ROWS``. In time order: one pass, holding one chunk and the ties."""
+    ties, sample, ordered, prev, n = [], [], True, None, 0
+    for s in starts():
+        if not len(s):
+            continue
+        if ordered and (np.any(s[1:] < s[:-1]) or (prev is not None and s[0] < prev)):
+            ordered = False
+        if ordered:
+            t = np.flatnonzero(s[1:] == s[:-1]) + n
+            ties += [t, t + 1] + ([np.array([n - 1, n])] if prev == s[0] else [])
+            prev = s[-1]
+        sample.append(s[::SAMPLE_STEP].copy())
+        n += len(s)
+    if ordered:
+        return np.unique(np.concatenate(ties)) if ties else np.empty(0, np.int64)
+    k = -(-n // RANGE_ROWS)
+    cuts = np.unique(np.quantile(np.concatenate(sample), np.linspace(0, 1, k + 1)[1:-1],
+                                 method="lower")) if k > 1 else np.empty(0, np.int64)
+    del sample
+    found = []
+    for lo, hi in zip([None, *cuts], [*cuts, None]):  # [lo, hi) of start values
+        pos, val, at = [], [], 0
+        for s in starts():
+            inside = np.ones(len(s), bool) if lo is None else s >= lo
+            if hi is not None:
+                inside &= s < hi
+            pos.append(np.flatnonzero(inside) + at)
+            val.append(s[inside])
+            at += len(s)
+        p, v = np.concatenate(pos), np.concatenate(val)
+        del pos, val
+        order = np.argsort(v, kind="stable")
+        v = v[order]
+        t = np.flatnonzero(v[1:] == v[:-1])
+        if len(t):
+            found.append(p[order[np.concatenate([t, t + 1])]])
+    return np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
 
 
 def contract_batches(spec: "TableSpec", db: ExportDB, sql: str, limit: int | None
