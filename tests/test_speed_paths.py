@@ -279,3 +279,29 @@ def test_duplicates_are_found_in_value_ranges_through_the_cache(sqlite_of, tmp_p
         found[rows] = len(r.kernels(["start_ns", "name"]))
         assert r.duplicate_rows("kernels") == 100
     assert found[500] == found[tables.RANGE_ROWS] == 3120
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_start_order_is_checked_part_by_part_as_the_whole_column_says(sqlite_of, tmp_path,
+                                                                      cache):
+    """``Report.in_start_order`` (sync_gaps asks it instead of holding 16M-200M API starts)
+    agrees with the whole column, on a real export in time order and on the same export
+    with its API rows shuffled (as nsys 2025.6 and later write them)."""
+    import sqlite3
+
+    src = sqlite_of("h200-launchbound")
+    shuffled = tmp_path / "shuffled.sqlite"
+    shuffled.write_bytes(src.read_bytes())
+    api = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    with sqlite3.connect(shuffled) as c:
+        c.execute(f"CREATE TABLE s AS SELECT * FROM {api} ORDER BY (rowid * 7919) % 10007")
+        c.execute(f"DROP TABLE {api}")
+        c.execute(f"ALTER TABLE s RENAME TO {api}")
+    for path, ordered in ((src, True), (shuffled, False)):
+        r = nsightlab.open(path, cache=cache, cache_dir=tmp_path / "cache")
+        if cache:
+            r.prefetch(["cuda_api"])
+            assert r.is_cached("cuda_api")
+        s = r.cuda_api(["start_ns"])["start_ns"].to_numpy()
+        assert bool(np.all(s[1:] >= s[:-1])) is ordered
+        assert r.in_start_order("cuda_api") is ordered

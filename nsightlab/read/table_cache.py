@@ -247,6 +247,15 @@ class Parts:
 STATISTICS = ("correlation_id", "start_ns", "end_ns")
 
 
+def part_column(path: Path, column: str) -> np.ndarray:
+    """One column of one cache part file as a NumPy array (nulls, which the cache does not
+    hold in timestamp columns, as 0)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    return pc.fill_null(pq.read_table(path, columns=[column], **READ).column(0), 0).to_numpy()
+
+
 def extent(files: list[Path], lo: str = "start_ns", hi: str = "end_ns") -> tuple | None:
     """(min of ``lo``, max of ``hi``) over cache parts, from their row groups' statistics
     (a row group without them is read); None when no row has both."""

@@ -120,11 +120,9 @@ def _previous_sql(report, ai, max_back=256):
     (rows in time order; otherwise by time over the whole table),
     ``PREVIOUS_CHUNK`` calls at a time in row order (all at once, 1.5M gaps held GBs of row numbers;
     a chunk reads only the cache parts its rows lie in)."""
-    starts = report.cuda_api(["start_ns"])["start_ns"].to_numpy()
-    if len(starts) > 1 and not np.all(starts[1:] >= starts[:-1]):  # rows out of time order
+    if not report.in_start_order("cuda_api"):  # rows out of time order
         return previous_on_thread(report.cuda_api(["tid"])["tid"].to_numpy(), ai,
-                                  starts=starts)
-    del starts
+                                  starts=report.cuda_api(["start_ns"])["start_ns"].to_numpy())
     out = np.full(len(ai), -1, np.int64)
     order = np.argsort(ai, kind="stable")
     for lo in range(0, len(ai), PREVIOUS_CHUNK):
