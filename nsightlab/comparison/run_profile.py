@@ -103,13 +103,21 @@ def _compute(report: Report, label: str) -> RunProfile:
     warnings = [w for w in completeness.check(report) if w["severity"] != "note"]
     warnings += _trace_gaps(report)
     ranges, iters, found_source = _iteration_ranges(report)
-    outside = [0.0]  # kernel time of launches outside every iteration (left out of lk)
+    # kernel time of launches left out of lk: outside every iteration, and in the warm-up
+    # and outlier iterations (left out here, not copied out of an 8M-row table later)
+    outside, unsteady = [0.0], [0.0]
+    steady_ = _steady_iterations(report, iters, len(iters))
 
     def inside(api_start: np.ndarray, op_rows: np.ndarray) -> np.ndarray:
-        keep = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start) >= 0
+        it = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start)
+        keep = it >= 0
+        if steady_ is not None:
+            keep &= steady_[np.maximum(it, 0)]
         if not keep.all():
             k = report.take("kernels", ["start_ns", "end_ns"], op_rows[~keep])
-            outside[0] = float((k["end_ns"] - k["start_ns"]).sum())
+            dur = (k["end_ns"] - k["start_ns"]).to_numpy()
+            out = it[~keep] < 0
+            outside[0], unsteady[0] = float(dur[out].sum()), float(dur[~out].sum())
         return keep
 
     lk = launches(report, op_columns=("start_ns", "end_ns", "name"),
@@ -122,11 +130,12 @@ def _compute(report: Report, label: str) -> RunProfile:
             report.missing_hint("cuda_api") if report.has_rows("kernels") else None)
         raise NsightlabError(f"{report.source}: no kernel launches to compare "
                              f"({why or 'profile with --trace=cuda'})")
-    all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0]
+    all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0] + unsteady[0]
     lk, n, source = _assign_iterations(lk, ranges, iters, found_source)
     total = n
-    inside_ns = float((lk["end_ns"] - lk["start_ns"]).sum())  # warm-up and outliers included
-    lk, iters, n = _steady_only(report, lk, iters, n)
+    # warm-up and outliers included
+    inside_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + unsteady[0]
+    lk, iters, n = _steady_only(lk, iters, n, steady_)
     calls = _launch_calls(lk, n)
     for c in ("api_start_ns", "api_end_ns", "api_row"):  # in place: 150 MB at 8M launches
         del lk[c]
@@ -341,27 +350,36 @@ def _graph_level(report: Report) -> dict | None:
                        "N)'; profile with --cuda-graph-trace=node to compare their kernels"}
 
 
-def _steady_only(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int
-                 ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """The launches, iteration ranges and count of the steady iterations only (the time
-    budget's phases: ``nsightlab.analysis.steady``), renumbered; unchanged when the budget has
-    no phases for these iterations."""
+def _steady_iterations(report: Report, iters: pd.DataFrame, n: int) -> np.ndarray | None:
+    """Which of the ``n`` iterations are steady (the time budget's phases:
+    ``nsightlab.analysis.steady``); None when all are, none is, or the budget has no phases
+    for these iterations (then every iteration counts)."""
     try:
         it = recipes.run("budget", report)["iterations"]
     except recipes.NoDataError:
-        return lk, iters, n
+        return None
     if not len(it) or "phase" not in it:
-        return lk, iters, n
+        return None
     it = it[it["device_id"] == it["device_id"].iloc[0]]
     phase = it["phase"].to_numpy()
     if len(phase) != n or len(iters) != n:
-        return lk, iters, n
+        return None
     keep = phase == steady.STEADY
-    if keep.all() or not keep.any():
+    return None if keep.all() or not keep.any() else keep
+
+
+def _steady_only(lk: pd.DataFrame, iters: pd.DataFrame, n: int, keep: np.ndarray | None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """The launches, iteration ranges and count of the steady iterations only (``keep``:
+    ``_steady_iterations``), renumbered; unchanged when ``keep`` is None. The kernel launches
+    of other iterations were left out when lk was built; graph executions are left out
+    here."""
+    if keep is None:
         return lk, iters, n
     new = np.cumsum(keep) - 1
     rows = keep[lk["iter"].to_numpy()]
-    lk = pick_rows(lk, rows)
+    if not rows.all():
+        lk = pick_rows(lk, rows)
     lk["iter"] = new[lk["iter"].to_numpy()].astype(np.int32)
     return lk, iters[keep].reset_index(drop=True), int(keep.sum())
 
