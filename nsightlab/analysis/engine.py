@@ -8,8 +8,8 @@ spilling to a private folder beside the cache: kernel_sum's statistics (medians 
 memory, ``medians``), sync_gaps' GPU gaps and the time budget (``budget_stream``: sorted
 streams, the next batch read on another thread while NumPy works, ``read_ahead``), launch_compute's
 launch table, statistics and NVTX projection, and the completeness checks. On the 16-core GPU
-machine at 100M kernels kernel_sum peaked at 0.25 GB, sync_gaps at 0.94 GB and launch_compute
-at 1.21 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
+machine at 100M kernels (commit e65ed4b, cold commands) kernel_sum's process peaked at
+0.26 GB, sync_gaps' at 0.88 GB and launch_compute's at 1.03 GB (12.6 GB in memory). The NumPy path stays the reference: the tests run every recipe
 both ways on real reports and compare (counts exact, sums within 1e-9 relative).
 
 A step that runs inside another's analysis (launch_compute computes the time budget) gets the
