@@ -34,7 +34,7 @@ from nsightlab.errors import CorruptReportError
 from nsightlab.read import frames, trace
 from nsightlab.read.db import BATCH_ROWS, ExportDB
 from nsightlab.read.parallel import range_count, readers
-from nsightlab.read.table_cache import READ, TableCache, part_column
+from nsightlab.read.table_cache import READ, TableCache, part_columns
 from nsightlab.read.tables import (
     CHECKED,
     DEDUPED,
@@ -70,7 +70,7 @@ def _part_columns(files: list[Path], schema: pa.Schema):
     first = np.concatenate([[0], np.cumsum(sizes)])
 
     def starts():
-        return (part_column(f, "start_ns") for f in files)
+        return part_columns(files, "start_ns")
 
     def keys(rows: np.ndarray):
         part = np.searchsorted(first, rows, "right") - 1

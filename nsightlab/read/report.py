@@ -23,7 +23,7 @@ from nsightlab.read.db import ExportDB
 from nsightlab.read.reader import TableReader
 from nsightlab.read.result_store import ResultStore
 from nsightlab.read.parallel import readers
-from nsightlab.read.table_cache import TableCache, extent, identity, part_column, remove_stale
+from nsightlab.read.table_cache import TableCache, extent, identity, part_columns, remove_stale
 from nsightlab.read.tables import (
     NVTX_TYPES,
     TABLES,
@@ -334,7 +334,7 @@ class Report:
             files = self.cache.files(spec.first.name if spec.later else spec.name) \
                 if self.is_cached(table) else None
             chunks = (self.table(table, ["start_ns"])["start_ns"].to_numpy(),) \
-                if files is None else (part_column(f, "start_ns") for f in files)
+                if files is None else part_columns(files, "start_ns")
             last = None
             for s in chunks:
                 if len(s) and ((last is not None and s[0] < last) or np.any(s[1:] < s[:-1])):

@@ -253,7 +253,29 @@ def part_column(path: Path, column: str) -> np.ndarray:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    return pc.fill_null(pq.read_table(path, columns=[column], **READ).column(0), 0).to_numpy()
+    col = pq.ParquetFile(path, **READ).read(columns=[column]).column(0)
+    return (pc.fill_null(col, 0) if col.null_count else col).to_numpy()
+
+
+def part_columns(files: list[Path], column: str):
+    """``part_column`` of each of ``files``, in order, read a few parts ahead on threads (one
+    at a time, 16 parts of 8M kernels took 0.39 s on 2 cores; the whole column at once 0.12 s,
+    but that holds it whole); memory holds at most ``AHEAD`` parts."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(AHEAD) as pool:
+        pending = deque()
+        for f in files:
+            pending.append(pool.submit(part_column, f, column))
+            if len(pending) >= AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+#: cache parts ``part_columns`` reads ahead
+AHEAD = 8
 
 
 def extent(files: list[Path], lo: str = "start_ns", hi: str = "end_ns") -> tuple | None:
