@@ -66,8 +66,7 @@ def _part_columns(files: list[Path], schema: pa.Schema):
     """(starts, keys) for ``tables.duplicate_positions`` over the cache parts ``files``:
     the start column one part at a time, and the key columns of given rows, read only from
     the parts that hold them (one part's columns in memory at a time)."""
-    sizes = np.array([pq.ParquetFile(f).metadata.num_rows for f in files], np.int64)
-    first = np.concatenate([[0], np.cumsum(sizes)])
+    first = np.concatenate([[0], np.cumsum([part_rows(f) for f in files])]).astype(np.int64)
 
     def starts():
         return part_columns(files, "start_ns")

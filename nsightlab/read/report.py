@@ -28,6 +28,7 @@ from nsightlab.read.tables import (
     NVTX_TYPES,
     TABLES,
     TableSpec,
+    breaks_order,
     duration_limit,
     invalid_sql,
     to_pandas,
@@ -290,9 +291,14 @@ class Report:
 
     def is_cached(self, table: str) -> bool:
         """Whether ``table`` (its first read) has a valid cache entry: reading it is cheap."""
+        return self._cache_files(table) is not None
+
+    def _cache_files(self, table: str) -> list[Path] | None:
+        """The cache part files of ``table``'s first read; None when it has no valid entry."""
+        if self.cache is None:
+            return None
         spec = self.spec(table)
-        return self.cache is not None and self.cache.files(
-            spec.first.name if spec.later else spec.name) is not None
+        return self.cache.files(spec.first.name if spec.later else spec.name)
 
     def timed(self, table: str) -> bool:
         """Whether the export has activity table ``table`` with its start and end columns
@@ -315,9 +321,9 @@ class Report:
         SQL aggregate over rowid ranges in parallel, never a read of the table."""
         if not self.timed(table):
             return None
-        if self.is_cached(table):
-            spec = self.spec(table)
-            return extent(self.cache.files(spec.first.name if spec.later else spec.name))
+        files = self._cache_files(table)
+        if files is not None:
+            return extent(files)
         rows = self._over_kept_rows(table, 'min(start), max("end")')
         los = [r[0] for r in rows if r[0] is not None]
         his = [r[1] for r in rows if r[1] is not None]
@@ -330,16 +336,14 @@ class Report:
         whole for a yes or no (at 100M kernels that had taken sync_gaps to 2 GB). Once per
         export."""
         def check() -> bool:
-            spec = self.spec(table)
-            files = self.cache.files(spec.first.name if spec.later else spec.name) \
-                if self.is_cached(table) else None
+            files = self._cache_files(table)
             chunks = (self.table(table, ["start_ns"])["start_ns"].to_numpy(),) \
                 if files is None else part_columns(files, "start_ns")
             last = None
-            for s in chunks:
-                if len(s) and ((last is not None and s[0] < last) or np.any(s[1:] < s[:-1])):
+            for s in (c for c in chunks if len(c)):
+                if breaks_order(s, last):
                     return False
-                last = s[-1] if len(s) else last
+                last = s[-1]
             return True
         return self.db.once(f"in_start_order:{table}", check)
 

@@ -225,6 +225,12 @@ def duplicate_positions(starts: Callable[[], Iterator[np.ndarray]],
     return np.concatenate(pos)[df.duplicated().to_numpy()].astype(np.int64)
 
 
+def breaks_order(s: np.ndarray, prev) -> bool:
+    """Whether the chunk ``s`` (not empty) of a column read in chunks is out of order, within
+    itself or after ``prev`` (the last value of the chunks before it; None: the first)."""
+    return bool((prev is not None and s[0] < prev) or np.any(s[1:] < s[:-1]))
+
+
 def tied_rows(starts: Callable[[], Iterator[np.ndarray]]) -> np.ndarray:
     """Sorted positions of the rows whose start equals another row's. ``starts()`` yields
     the start column (nulls as 0) in chunks in row order; it is called again for each value
@@ -234,7 +240,7 @@ def tied_rows(starts: Callable[[], Iterator[np.ndarray]]) -> np.ndarray:
     for s in starts():
         if not len(s):
             continue
-        if ordered and (np.any(s[1:] < s[:-1]) or (prev is not None and s[0] < prev)):
+        if ordered and breaks_order(s, prev):
             ordered = False
         if ordered:
             t = np.flatnonzero(s[1:] == s[:-1]) + n
