@@ -69,19 +69,40 @@ def command(args: list[str], out: Path, cache: Path) -> dict:
     return m
 
 
-def byte_compiled() -> None:
-    """Compile nsightlab and its recipes to bytecode in place before timing, as ``pip
-    install`` does. A checkout copied to another machine has none, and where
-    PYTHONDONTWRITEBYTECODE is set (the GPU machine) every command then compiled ~150 modules
-    (0.4-0.6 s a command there, ``builtins.compile`` in its profile): a cost an installed user
-    never pays. (Not PYTHONPYCACHEPREFIX: Python then looks for every module's bytecode, pandas'
-    too, under the prefix alone, and compiles them all in every command.)"""
+#: the packages a command imports (altair only renders charts: not on these commands' path)
+IMPORTED = ("numpy", "pandas", "pyarrow", "duckdb", "click")
+
+
+def byte_compiled() -> int:
+    """Compile nsightlab, its recipes and the packages the commands import to bytecode in
+    place before timing, as ``pip install`` does; returns the modules that had none.
+
+    A checkout copied to another machine has none, and where PYTHONDONTWRITEBYTECODE is set
+    (the GPU machine) every command then compiled ~150 modules of ours (0.4-0.6 s a command,
+    ``builtins.compile`` in its profile). The GPU machine's NumPy has no bytecode either
+    (its image installs without it), nor does a DuckDB unpacked there by hand: 0.4-0.6 s more
+    a command (``-X importtime``: numpy 0.64 s). An installed user pays neither. (Not
+    PYTHONPYCACHEPREFIX: Python then looks for every module's bytecode under the prefix
+    alone, and compiles the packages not there in every command.)"""
     import compileall
+    import importlib.util
 
     root = Path(__file__).resolve().parent.parent
-    for folder in ("nsightlab", "recipes"):
-        if os.access(root / folder, os.W_OK):
-            compileall.compile_dir(root / folder, quiet=1)
+    folders = [root / "nsightlab", root / "recipes"]
+    for name in IMPORTED:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            folders += [Path(p) for p in spec.submodule_search_locations]
+    missing = 0
+    for folder in folders:
+        if not os.access(folder, os.W_OK):
+            continue
+        sources = [p for p in folder.rglob("*.py")
+                   if not Path(importlib.util.cache_from_source(str(p))).exists()]
+        missing += len(sources)
+        if sources:
+            compileall.compile_dir(folder, quiet=2, workers=os.cpu_count() or 1)
+    return missing
 
 
 def engine_in_use() -> str:
@@ -106,7 +127,7 @@ def main() -> None:
                     help="which cases (recipes, report, diff, served)")
     args = ap.parse_args()
     report = scaled_report(args.work, args.copies)
-    byte_compiled()
+    compiled = byte_compiled()
     only = set(args.only.split(","))
     outs = args.work / "cli-out"
     shutil.rmtree(outs, ignore_errors=True)
@@ -120,7 +141,7 @@ def main() -> None:
 
     cores = len(os.sched_getaffinity(0))
     print(f"report: {report} ({report.stat().st_size / 2**30:.2f} GiB), {cores} cores, "
-          f"engine: {engine_in_use()}", flush=True)
+          f"engine: {engine_in_use()}; {compiled} modules compiled to bytecode first", flush=True)
     print(f"{'command':<40} {'time_s':>7} {'main_rss_mb':>12} {'tree_pss_mb':>12} {'out_mb':>7}",
           flush=True)
 

@@ -31,7 +31,8 @@ What is here, by the question it answers:
 - big reports out of core: ``engine`` (``engine.analyse(report, in_duckdb, in_numpy)``,
   ``engine.runs``, ``engine.medians``, ``engine.medians_at``);
 - GPU metrics samples (``gpu_metrics``) and Nsight Compute reports (``ncu``);
-- another recipe's tables, cached: ``run_recipe(name, report)``.
+- another recipe's tables, cached: ``run_recipe(name, report)``;
+- where a recipe's time goes: ``trace.mark(what)`` (printed with NSIGHTLAB_TRACE=1).
 
 This module sits in the layer order (``nsightlab._layers``) above the analysis and the recipe
 runner and below the built-in recipes, so a recipe can use all of it and nothing it uses can
@@ -55,6 +56,7 @@ from nsightlab.analysis.stats import STATS, Groups, describe, group_ids, median_
 from nsightlab.analysis.timeline import busy_time, covered, gaps, union
 from nsightlab.errors import NoDataError, NsightlabError
 from nsightlab.formats import ncu
+from nsightlab.read import trace
 from nsightlab.read.frames import release_memory
 from nsightlab.read.report import Report
 from nsightlab.read.tables import TABLES, nullable_int64
@@ -65,4 +67,4 @@ __all__ = ["ITERATION", "WHOLE_RUN", "STATS", "TABLES", "Groups", "NoDataError",
            "describe", "engine", "first_of_call", "gaps", "gpu_metrics", "group_ids", "median_in_place",
            "join_keys", "launches", "launches_sql", "match", "ncu", "nullable_int64",
            "once_sql", "project", "project_sql", "release_memory", "run_recipe", "sync_kind",
-           "union"]
+           "trace", "union"]

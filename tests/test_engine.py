@@ -389,6 +389,36 @@ def test_streamed_budget_two_gpus_synthetic_from_real(reports, tmp_path, monkeyp
                 assert_same(tables[table], got[table], f"two GPUs {recipe}.{table} ({rows})")
 
 
+def test_streamed_budget_tied_starts_synthetic_from_real(reports, tmp_path, monkeypatch):
+    """Synthetic edit of a real export: kernel and copy starts rounded down to 200 us, so
+    operations tie in start on a GPU (launched at different times, ending at different
+    times, kernels tied with copies). DuckDB sorts the start-order pass by (GPU, start) only
+    and the ties are put in time order batch by batch, held back across batch edges; in
+    batches of 997, 5 and 2 the budget, launch_compute (busy time from that pass) and
+    sync_gaps must equal the in-memory ones, which sort ties as a whole."""
+    import shutil
+    import sqlite3
+
+    from nsightlab.analysis import budget_stream
+
+    path = tmp_path / "tied.sqlite"
+    shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
+    with sqlite3.connect(path) as c:
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"):
+            c.execute(f"UPDATE {table} SET start = start - start % 200000")
+        tied = c.execute("SELECT count(*) - count(DISTINCT start) FROM "
+                         "CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    assert tied > 1000  # many ties, not a handful
+    ref = {r: _run(path, r, "numpy", tmp_path, monkeypatch)
+           for r in ("budget", "launch_compute", "sync_gaps")}
+    for rows in (997, 5, 2):
+        monkeypatch.setattr(budget_stream, "BATCH_ROWS", rows)
+        for recipe in ("launch_compute", "budget", "sync_gaps"):  # launch_compute: budget inside
+            got = _run(path, recipe, "duckdb", tmp_path / f"{recipe}-{rows}", monkeypatch)
+            for table in ref[recipe]:
+                assert_same(ref[recipe][table], got[table], f"tied {recipe}.{table} ({rows})")
+
+
 @pytest.mark.parametrize("folder,prefix,name", REPORTS, ids=[r[2] for r in REPORTS])
 def test_launch_table_left_by_the_budget_join_equals_numpy(reports, folder, prefix, name,
                                                             tmp_path, monkeypatch):
@@ -626,3 +656,38 @@ def test_all_cores_for_joins_and_aggregations_then_back(reports, tmp_path, monke
             with db.all_cores():
                 db.one("SELECT * FROM no_such_table")
         assert threads() == 1
+
+
+def test_ties_put_in_time_order_batch_by_batch_equal_one_whole_sort():
+    """``budget_stream._tied_in_time_order`` gets batches sorted by (GPU, start) only, ties
+    in any order, and must give what one sort of everything by (GPU, start, launch call
+    start with none last, end, table, row) gives: 300 random streams with many ties, some
+    runs of ties longer than a batch, batches of random sizes."""
+    import pyarrow as pa
+
+    from nsightlab.analysis.budget_stream import _tied_in_time_order
+
+    rng = np.random.default_rng(7)
+    for case in range(300):
+        n = int(rng.integers(1, 400))
+        dev = rng.integers(0, 2, n).astype(np.int32)
+        start = rng.integers(0, int(rng.integers(1, 60)), n).astype(np.int64)
+        end = start + rng.integers(0, 5, n)
+        api = np.where(rng.random(n) < 0.2, np.nan, rng.integers(0, 8, n).astype(float))
+        tbl = rng.integers(0, 3, n).astype(np.int8)
+        row = rng.permutation(n).astype(np.int64)
+        pid = np.full(n, 7, np.int64)
+        shuffled = np.lexsort((rng.random(n), start, dev))  # ties in random order
+        cols = [dev, start, end, np.zeros(n, np.int8), api, row, tbl, row, pid]
+        names = ["device_id", "start_ns", "end_ns", "part", "api_start", "api_row", "tbl", "row",
+                 "pid"]
+        table = pa.table({k: pa.array(v[shuffled], from_pandas=True) for k, v in zip(names, cols)})
+        cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 12))))
+        edges = [0, *cuts, n]
+        batches = [b for a, z in zip(edges[:-1], edges[1:]) if z > a
+                   for b in table.slice(a, z - a).to_batches()]
+        got = [np.concatenate(c) for c in zip(*_tied_in_time_order(iter(batches)))]
+        want = np.lexsort((row, tbl, end, np.nan_to_num(api, nan=np.inf), start, dev))
+        for i, name in enumerate(names):
+            np.testing.assert_array_equal(got[i], np.asarray(cols[i], dtype=got[i].dtype)[want],
+                                          err_msg=f"case {case} {name}")

@@ -191,6 +191,9 @@ class Engine:
         self.wanted_launches: tuple | None = None
         self.left_launches: tuple | None = None  # the columns of an ``lk`` left that way
         self.filtered: dict[str, tuple[str, str]] = {}
+        #: GPU busy time of the launch table's kernels per (pid, device), when the budget's
+        #: start-order pass went over the join that left the launch table
+        self.launched_busy: dict[tuple[int, int], int] | None = None
 
     def want_launches(self, op_columns: tuple[str, ...], api_columns: tuple[str, ...]) -> None:
         """Say that ``launches.launches_sql`` will follow with these columns: the time

@@ -164,7 +164,7 @@ def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("sta
 
     cols = ", ".join([*(f"o.{c} AS {c}" for c in op_columns),
                       *(f"a.{c} AS api_{c}" for c in api_columns)])
-    db._once, db.left_launches = None, None  # a new launch table
+    db._once, db.left_launches, db.launched_busy = None, None, None  # a new launch table
     if db.filtered.pop("lk", None):
         db.con.execute("DROP VIEW lk")
     db.con.execute(f"""CREATE OR REPLACE TABLE lk AS

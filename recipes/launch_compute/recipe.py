@@ -21,6 +21,7 @@ from nsightlab.recipe_api import (
     project_sql,
     release_memory,
     run_recipe,
+    trace,
 )
 
 OP_COLUMNS = ("start_ns", "end_ns", "device_id", "name")
@@ -39,9 +40,13 @@ def in_duckdb(report, db, params):
     budget = run_recipe("budget", report)["summary"]
     if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
         raise _no_launches(report)
+    trace.mark("launch_compute: launch table")
     ranges = by_range(project_sql(report, db, int(params["max_ranges"])), params)
-    return {"per_kernel": per_kernel_sql(db),
-            "summary": summary(summary_sql(db, params), params, budget), "by_range": ranges}
+    trace.mark("launch_compute: NVTX ranges")
+    out = {"per_kernel": per_kernel_sql(db)}
+    trace.mark("launch_compute: per kernel")
+    out.update(summary=summary(summary_sql(db, params), params, budget), by_range=ranges)
+    return out
 
 
 def in_numpy(report, params):
@@ -253,8 +258,11 @@ def summary_sql(db, params):
 
 
 def _busy_sql(db) -> dict:
-    """GPU busy time (the union of kernel intervals) per (pid, device) of ``lk``."""
-
+    """GPU busy time (the union of kernel intervals) per (pid, device) of ``lk``: summed by the
+    budget's pass over the same operations in start order when it left ``lk``
+    (``Engine.launched_busy``), else from a sort of its own."""
+    if db.launched_busy is not None:
+        return db.launched_busy
     total, reach = {}, {}
     for batch in db.stream("SELECT pid, device_id, start_ns, end_ns FROM lk "
                            "ORDER BY pid, device_id, start_ns", 1 << 20):
