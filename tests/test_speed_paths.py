@@ -305,3 +305,36 @@ def test_start_order_is_checked_part_by_part_as_the_whole_column_says(sqlite_of,
         s = r.cuda_api(["start_ns"])["start_ns"].to_numpy()
         assert bool(np.all(s[1:] >= s[:-1])) is ordered
         assert r.in_start_order("cuda_api") is ordered
+
+
+@pytest.mark.parametrize("chunk,dense_keys", [(1 << 20, 1 << 22), (7, 1 << 22), (7, 1)])
+def test_group_ids_and_group_order_equal_pandas(monkeypatch, chunk, dense_keys):
+    """``stats.group_ids`` numbers groups through a lookup table when the key combinations
+    are few (categorical keys), and ``stats.Groups`` orders rows by a counting sort a chunk
+    at a time. On 200 random key frames (categorical keys with missing values, numeric keys
+    that vary or are constant, one key or three) the ids are pandas' groups in order of first
+    appearance, the key rows those of each group's first row, and the order a stable sort of
+    the ids; in chunks of 7 rows too (every chunk edge taken), and with ids from
+    ``pd.factorize`` (the path of many key combinations)."""
+    from nsightlab.analysis import stats
+
+    monkeypatch.setattr(stats, "CHUNK", chunk)
+    monkeypatch.setattr(stats, "DENSE_KEYS", dense_keys)  # 1: ids from pd.factorize
+    rng = np.random.default_rng(11)
+    for case in range(200):
+        n = int(rng.integers(1, 3000))
+        names = pd.Categorical.from_codes(rng.integers(-1, 5, n), [f"k{i}" for i in range(5)])
+        frame = pd.DataFrame({"name": names,
+                              "tid": rng.integers(0, int(rng.integers(1, 4)), n) * 1000 + 7,
+                              "kind": pd.Categorical(rng.choice(["rt", "drv"], n))})
+        by = [["name"], ["name", "tid", "kind"], ["tid"]][case % 3]
+        gid, keys = stats.group_ids(frame[by])
+        want = frame[by].astype(object).fillna("<NA>").apply(tuple, axis=1)
+        ref, _ = pd.factorize(want)
+        np.testing.assert_array_equal(gid, ref, err_msg=f"case {case}")
+        first = pd.Series(np.arange(n)).groupby(ref).min().to_numpy()
+        assert keys.astype(object).fillna("<NA>").values.tolist() == \
+            frame[by].iloc[first].astype(object).fillna("<NA>").values.tolist(), case
+        groups = stats.Groups(gid, len(keys))
+        np.testing.assert_array_equal(groups.order, np.argsort(gid, kind="stable"),
+                                      err_msg=f"case {case}")

@@ -20,25 +20,47 @@ from nsightlab.read.parallel import readers
 STATS = ("count", "total", "avg", "med", "min", "max", "stddev")
 
 
+#: key combinations up to which ``group_ids`` numbers groups through a lookup table (12
+#: bytes per combination), not a hash table
+DENSE_KEYS = 1 << 22
+#: rows per step of the chunked passes over a whole key or id column
+CHUNK = 1 << 20
+
+
 def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """Dense group id per row for the key columns, and one row of key values per group
-    (groups in order of first appearance)."""
-    combined = np.zeros(len(keys), np.int64)
+    (groups in order of first appearance).
+
+    Every column's codes (categorical codes as they are; a constant column skipped; others
+    factorized) are combined into one integer per row. When the combinations fit
+    ``DENSE_KEYS`` (categorical keys: API or kernel names with their kinds), groups are
+    numbered through a lookup table and the ids are int32 in the combined array itself: 16M
+    API calls by (name, kind) took ~400 MB of int64 keys, ids and hash table in
+    ``pd.factorize``, now 64 MB."""
+    cols, size = [], 1
     for c in keys.columns:
         col = keys[c]
         if isinstance(col.dtype, pd.CategoricalDtype):  # its codes already: no hash table
-            codes, n = col.cat.codes.to_numpy(), len(col.cat.categories) + 1  # -1: missing
-        elif _constant(col):  # one process, thread or GPU (the usual run): no hash table
-            continue
-        else:
+            cols.append((col.cat.codes.to_numpy(), len(col.cat.categories) + 1))  # -1: missing
+        elif not _constant(col):  # one process, thread or GPU (the usual run): skipped
             codes, uniques = pd.factorize(col, use_na_sentinel=False)
-            n = len(uniques)
-        combined *= n + 1  # in place: 8M-row keys cost one 64 MB array, not one per step
+            cols.append((codes, len(uniques)))
+    size = 1
+    for _, n in cols:
+        size *= n + 1
+    dense = size <= min(DENSE_KEYS, max(len(keys), 1 << 16))  # the table no bigger than the rows
+    combined = np.zeros(len(keys), np.int32 if dense else np.int64)
+    for codes, n in cols:  # codes in [-1, n): shifted to [0, n]
+        combined *= n + 1  # in place: 8M-row keys cost one array, not one per step
         combined += codes
-        del codes
-    gid, uniques = pd.factorize(combined)
-    del combined
-    gid = gid.astype(np.int32) if len(uniques) < 2**31 else gid
+        combined += 1
+    del cols
+    if dense:
+        gid = _dense_ids(combined, size)
+    else:
+        gid, _ = pd.factorize(combined)
+        del combined
+        gid = gid.astype(np.int32) if gid.max(initial=0) < 2**31 else gid
     # ids count up in order of first appearance: a group's first row is where the running
     # maximum of the ids grows (no 8M-row index array)
     grows = np.empty(len(gid), bool)
@@ -46,6 +68,22 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     np.greater(gid[1:], np.maximum.accumulate(gid)[:-1], out=grows[1:])
     first = np.flatnonzero(grows)
     return gid, keys.iloc[first].reset_index(drop=True)
+
+
+def _dense_ids(combined: np.ndarray, size: int) -> np.ndarray:
+    """Group ids in order of first appearance for keys in [0, size), written over
+    ``combined`` (int32), ``CHUNK`` rows at a time."""
+    first = np.full(size, len(combined), np.int64)
+    for a in reversed(range(0, len(combined), CHUNK)):  # last chunk first: earlier rows win
+        part = combined[a:a + CHUNK]
+        first[part[::-1]] = np.arange(a + len(part) - 1, a - 1, -1)
+    present = np.flatnonzero(first < len(combined))
+    rank = np.full(size, -1, np.int32)
+    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present),
+                                                                         dtype=np.int32)
+    for a in range(0, len(combined), CHUNK):
+        combined[a:a + CHUNK] = rank[combined[a:a + CHUNK]]
+    return combined
 
 
 def _constant(col: pd.Series) -> bool:
@@ -60,12 +98,27 @@ class Groups:
     """Rows ordered by group once (radix sort for < 32k groups), reused for every column."""
 
     def __init__(self, gid: np.ndarray, ngroups: int):
-        small = gid.astype(np.int16) if ngroups < 2**15 else gid
-        self.order = np.argsort(small, kind="stable")
-        if len(gid) < 2**31:  # half the memory while every column is summarized
-            self.order = self.order.astype(np.int32)
-        self.bounds = np.concatenate([[0], np.cumsum(np.bincount(gid, minlength=ngroups))])
+        counts = np.bincount(gid, minlength=ngroups)
+        self.bounds = np.concatenate([[0], np.cumsum(counts)])
         self.n = ngroups
+        if ngroups >= 2**15 or len(gid) <= CHUNK or len(gid) >= 2**31:
+            small = gid.astype(np.int16) if ngroups < 2**15 else gid
+            self.order = np.argsort(small, kind="stable")
+            if len(gid) < 2**31:  # half the memory while every column is summarized
+                self.order = self.order.astype(np.int32)
+            return
+        # a stable counting sort, ``CHUNK`` rows at a time, into int32 positions: an argsort
+        # of 16M ids held 128 MB of int64 positions beside the int32 copy
+        self.order = np.empty(len(gid), np.int32)
+        fill = self.bounds[:-1].copy()
+        for a in range(0, len(gid), CHUNK):
+            g = gid[a:a + CHUNK].astype(np.int16)
+            o = np.argsort(g, kind="stable")
+            g = g[o]
+            c = np.bincount(g, minlength=ngroups)
+            before = np.concatenate([[0], np.cumsum(c)[:-1]])  # this chunk's group starts
+            self.order[fill[g] + np.arange(len(g)) - before[g]] = o + a
+            fill += c
 
     def summarize(self, values: np.ndarray) -> dict[str, np.ndarray]:
         """count/total/avg/med/min/max/stddev of ``values`` per group; NaN values are left
