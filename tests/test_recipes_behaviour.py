@@ -153,3 +153,44 @@ def test_call_stacks_for_any_number_of_ids(sqlite_of, cache_dir):
     few = r.call_stacks(ids)
     many = r.call_stacks(list(range(40_000)) + list(ids))
     assert few and all(many[i] == s for i, s in few.items())
+
+
+@pytest.mark.parametrize("stem", ["h200-vit-fp8", "h200-vit-fp16-cudagraph", "pub-realcugan-trt10",
+                                  "pub-fuser-matmul-h100", "pub-pipit-cloverleaf-a100",
+                                  "two-gpus"])
+def test_tensor_core_estimate_per_name_equals_per_kernel(stem, sqlite_of, cache_dir, tmp_path):
+    """Without GPU metrics, tensor_core sums kernels per (GPU, name) and labels the names
+    (``per_name``); labelling every kernel and summing those (the path GPU metrics take) must
+    give the same summary and by_kernel tables, exactly: real reports of several programs and
+    nsys versions, and a two-GPU edit of one (every other kernel on device 1)."""
+    import shutil
+    import sqlite3
+
+    import numpy as np
+    import pandas as pd
+
+    from nsightlab.recipe_api import annotate
+
+    if stem == "two-gpus":
+        path = tmp_path / "two-gpus.sqlite"
+        shutil.copy(sqlite_of("h200-vit-fp8"), path)
+        with sqlite3.connect(path) as c:
+            c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1 WHERE correlationId % 2 = 1")
+    else:
+        path = sqlite_of(stem)
+    report = nsightlab.open(path)
+    got = R.run("tensor_core", report)
+    mod = R.get("tensor_core").module
+    k = annotate(report.kernels(["device_id", "name", "start_ns", "end_ns", "duration_ns"]))
+    k["uses_tensor_cores"] = k["tensor_core"]
+    want = {"summary": mod.summary(k, None, None),
+            "by_kernel": mod.by_kernel(k, pd.DataFrame(columns=["activity_pct", "covered_ns"]))}
+    assert sorted(got) == ["by_kernel", "summary"]
+    if stem == "two-gpus":
+        assert list(got["summary"]["gpu"]) == [0, 1]
+    for table, frame in want.items():
+        pd.testing.assert_frame_equal(got[table].reset_index(drop=True),
+                                      R.plain_text(frame).reset_index(drop=True),
+                                      check_dtype=False, obj=f"{stem} {table}")
+        assert np.array_equal(got[table]["instances" if table == "by_kernel" else "gpu"],
+                              frame["instances" if table == "by_kernel" else "gpu"])
