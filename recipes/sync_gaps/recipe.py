@@ -12,6 +12,7 @@ from nsightlab.recipe_api import (
     nullable_int64,
     release_memory,
     sync_kind,
+    trace,
 )
 
 OPS = ("kernels", "memcpy", "memset")
@@ -46,7 +47,9 @@ def run_sql(report, db, params):
     api = db.view("cuda_api", rows=True)
     names = [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]
     rows = db.rows_named("cuda_api", names, f"{', '.join(SYNC_COLUMNS)}, row", "row")
+    trace.mark("sync_gaps: sync calls")
     gaps, after = _stream_gaps(report, db, rows, float(params["min_gap_ms"]) * 1e6)
+    trace.mark("sync_gaps: GPU gaps")
     db.release()  # the sorted stream's buffers, before the syncs are described
     # freed heap arenas back, before and after the syncs are described (937k syncs on 2
     # cores: 562 -> 515 MB after them; no change measured on 16 cores)
@@ -60,6 +63,7 @@ def run_sql(report, db, params):
                          ORDER BY q.i, a.row""",
                      ending=ending.assign(i=np.arange(len(ending))))
     gi, ai = found["i"].to_numpy(np.int64), found["row"].to_numpy(np.int64)
+    trace.mark("sync_gaps: the calls that ended the gaps")
     db.release()  # the rest is pandas and cache reads
     gaps = _finish(report, syncs, gaps, gi, ai, _previous_sql(report, ai))
     return {"syncs": syncs, "gaps": gaps, "by_api": by_api(syncs, gaps)}
