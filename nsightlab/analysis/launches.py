@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsightlab.read.frames import pick_rows
 from nsightlab.read.report import Report
 
 
@@ -113,12 +112,14 @@ def launches(report: Report, table: str = "kernels",
         del keep
     api_row, op_idx = _int32(api_idx), _int32(op_idx)  # 32 MB each at 8M
     del api_idx
-    ops = report.table(table, list(dict.fromkeys(["pid", "correlation_id", *op_columns])))
-    if len(op_idx) == len(ops) and (len(ops) < 2 or np.all(op_idx[1:] > op_idx[:-1])):
-        out = ops  # every operation matched once, in order: no copy
-    else:
-        out = pick_rows(ops, op_idx)
-    del ops, op_idx
+    columns = list(dict.fromkeys(["pid", "correlation_id", *op_columns]))
+    every = (len(op_idx) < 2 or np.all(op_idx[1:] > op_idx[:-1])) and (
+        len(op_idx) == 0 or op_idx[-1] == len(op_idx) - 1)  # rows 0..n-1, once each
+    if every and len(op_idx) == report.row_count(table):
+        out = report.table(table, columns)  # every operation matched once, in order
+    else:  # only the matched rows: the whole columns and a picked copy were both held
+        out = report.take(table, columns, op_idx)
+    del op_idx
     if "correlation_id" not in op_columns:
         out = out.drop(columns="correlation_id")
     out["api_row"] = api_row
