@@ -392,10 +392,11 @@ def test_streamed_budget_two_gpus_synthetic_from_real(reports, tmp_path, monkeyp
 def test_streamed_budget_tied_starts_synthetic_from_real(reports, tmp_path, monkeypatch):
     """Synthetic edit of a real export: kernel and copy starts rounded down to 200 us, so
     operations tie in start on a GPU (launched at different times, ending at different
-    times, kernels tied with copies). DuckDB sorts the start-order pass by (GPU, start) only
-    and the ties are put in time order batch by batch, held back across batch edges; in
-    batches of 997, 5 and 2 the budget, launch_compute (busy time from that pass) and
-    sync_gaps must equal the in-memory ones, which sort ties as a whole."""
+    times, kernels tied with copies). DuckDB sorts the budget's start-order pass by (GPU,
+    start) only and sync_gaps' by (process, GPU, context, start), and the ties are put in
+    order batch by batch, held back across batch edges; in batches of 997, 5 and 2 the
+    budget, launch_compute (busy time from that pass) and sync_gaps must equal the in-memory
+    ones, which sort ties as a whole."""
     import shutil
     import sqlite3
 
@@ -411,8 +412,10 @@ def test_streamed_budget_tied_starts_synthetic_from_real(reports, tmp_path, monk
     assert tied > 1000  # many ties, not a handful
     ref = {r: _run(path, r, "numpy", tmp_path, monkeypatch)
            for r in ("budget", "launch_compute", "sync_gaps")}
+    sync_gaps = R.get("sync_gaps").module
     for rows in (997, 5, 2):
         monkeypatch.setattr(budget_stream, "BATCH_ROWS", rows)
+        monkeypatch.setattr(sync_gaps, "GAP_BATCH_ROWS", rows)
         for recipe in ("launch_compute", "budget", "sync_gaps"):  # launch_compute: budget inside
             got = _run(path, recipe, "duckdb", tmp_path / f"{recipe}-{rows}", monkeypatch)
             for table in ref[recipe]:
@@ -691,3 +694,29 @@ def test_ties_put_in_time_order_batch_by_batch_equal_one_whole_sort():
         for i, name in enumerate(names):
             np.testing.assert_array_equal(got[i], np.asarray(cols[i], dtype=got[i].dtype)[want],
                                           err_msg=f"case {case} {name}")
+
+
+def test_ties_in_order_of_sync_gaps_shape_equal_one_whole_sort():
+    """``engine.ties_in_order`` as sync_gaps uses it: a stream sorted by (process, GPU,
+    context, start) only, ties in random order, batches of random sizes; the rows must come
+    out as one sort by (process, GPU, context, start, table, row) puts them (200 streams)."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(5)
+    for case in range(200):
+        n = int(rng.integers(1, 300))
+        cols = {"pid": rng.integers(0, 2, n), "device_id": rng.integers(0, 2, n),
+                "context_id": rng.integers(0, 2, n),
+                "start_ns": rng.integers(0, int(rng.integers(1, 30)), n),
+                "end_ns": rng.integers(0, 100, n), "correlation_id": rng.permutation(n),
+                "tbl": rng.integers(0, 3, n), "row": rng.permutation(n)}
+        v = list(cols.values())
+        shuffled = np.lexsort((rng.random(n), v[3], v[2], v[1], v[0]))
+        table = pa.table({k: x[shuffled] for k, x in cols.items()})
+        edges = [0, *np.sort(rng.integers(0, n + 1, int(rng.integers(0, 10)))), n]
+        batches = [b for a, z in zip(edges[:-1], edges[1:]) if z > a
+                   for b in table.slice(a, z - a).to_batches()]
+        got = [np.concatenate(c) for c in zip(*engine.ties_in_order(iter(batches), 4, (6, 7)))]
+        want = np.lexsort((v[7], v[6], v[3], v[2], v[1], v[0]))
+        for i, name in enumerate(cols):
+            np.testing.assert_array_equal(got[i], v[i][want], err_msg=f"case {case} {name}")

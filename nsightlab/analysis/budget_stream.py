@@ -39,7 +39,7 @@ from nsightlab.analysis.budget_parts import (
     max_end_per_iteration,
 )
 from nsightlab.analysis.classify import sync_kind
-from nsightlab.analysis.engine import RowBits, runs
+from nsightlab.analysis.engine import RowBits, runs, ties_in_order
 from nsightlab.analysis.launches import SharedCalls, know_shared_calls
 from nsightlab.analysis.timeline import busy_time, covered, union
 from nsightlab.read import trace
@@ -289,37 +289,17 @@ def _tied_in_time_order(stream):
     """The batches of a stream sorted by (GPU, start) as NumPy columns (device, start, end,
     part, api_start as float with NaN for none, api_row, tbl, row, and any more), with
     operations that start together on a GPU ordered as in memory
-    (``budget._ties_in_time_order``): by launch call start (none last), end, table, row. The
-    rows tied with a batch's last start are held back for the next batch, so a tie is never
-    split between two."""
-    held = None
-    for batch in stream:
-        col = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(batch.num_columns)]
+    (``budget._ties_in_time_order``): by launch call start (none last), end, table, row
+    (``engine.ties_in_order``)."""
+    def prepare(col):
         col[4] = col[4].astype(np.float64)  # NULL -> NaN
         col[1], col[2], col[5], col[7] = (col[i].astype(np.int64, copy=False) for i in (1, 2, 5, 7))
-        if held is not None:
-            col = [np.concatenate([h, c]) for h, c in zip(held, col)]
-        dev, s = col[0], col[1]
-        other = np.flatnonzero((s != s[-1]) | (dev != dev[-1]))
-        tail = int(other[-1]) + 1 if len(other) else 0
-        held = [c[tail:] for c in col]
-        if tail:
-            yield _ties_sorted([c[:tail] for c in col])
-    if held is not None and len(held[0]):
-        yield _ties_sorted(held)
-
-
-def _ties_sorted(col: list) -> list:
-    dev, s = col[0], col[1]
-    tied = np.flatnonzero((s[1:] == s[:-1]) & (dev[1:] == dev[:-1]))
-    if not len(tied):
         return col
-    rows = np.unique(np.concatenate([tied, tied + 1]))
-    api = np.nan_to_num(col[4][rows], nan=np.inf)
-    sub = np.lexsort((col[7][rows], col[6][rows], col[2][rows], api, s[rows], dev[rows]))
-    order = np.arange(len(s))
-    order[rows] = rows[sub]
-    return [c[order] for c in col]
+
+    def launched(col):  # a call's start, none last
+        return np.nan_to_num(col[4], nan=np.inf)
+
+    return ties_in_order(stream, 2, (launched, 2, 6, 7), prepare)
 
 
 class _LaunchedBusy:

@@ -482,6 +482,49 @@ def _medians_sorted(db: Engine, source: str, keys: list[str], value: str) -> pd.
     return counts
 
 
+def ties_in_order(batches, keys: int, tie_by: tuple, prepare=None):
+    """The batches of a stream sorted by its first ``keys`` columns only, as lists of NumPy
+    columns, with the rows tied on all of those keys put in order of ``tie_by`` (column
+    indices, or functions of the columns giving a sort key; most significant first).
+
+    A sort with the tie-breaking columns in its ORDER BY costs DuckDB more than this (the
+    budget's start-order sort of 8M operations on 16 cores: 0.99 s with four tie keys, 0.47 s
+    without). The rows tied with a batch's last row are held back for the next batch, so a
+    tie is never split between two. ``prepare(columns)`` converts a batch's columns first."""
+    held = None
+    for batch in batches:
+        col = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(batch.num_columns)]
+        if prepare is not None:
+            col = prepare(col)
+        if held is not None:
+            col = [np.concatenate([h, c]) for h, c in zip(held, col)]
+        other = np.zeros(len(col[0]), bool)
+        for c in col[:keys]:
+            other |= c != c[-1]
+        found = np.flatnonzero(other)
+        tail = int(found[-1]) + 1 if len(found) else 0
+        held = [c[tail:] for c in col]
+        if tail:
+            yield _ties_sorted([c[:tail] for c in col], keys, tie_by)
+    if held is not None and len(held[0]):
+        yield _ties_sorted(held, keys, tie_by)
+
+
+def _ties_sorted(col: list, keys: int, tie_by: tuple) -> list:
+    same = np.ones(max(len(col[0]) - 1, 0), bool)
+    for c in col[:keys]:
+        same &= c[1:] == c[:-1]
+    tied = np.flatnonzero(same)
+    if not len(tied):
+        return col
+    rows = np.unique(np.concatenate([tied, tied + 1]))
+    by = [(t(col) if callable(t) else col[t])[rows] for t in tie_by]
+    sub = np.lexsort([*by[::-1], *(c[rows] for c in col[keys - 1::-1])])
+    order = np.arange(len(col[0]))
+    order[rows] = rows[sub]
+    return [c[order] for c in col]
+
+
 def runs(*keys: np.ndarray):
     """(lo, hi) of each run of equal keys in a batch of a stream sorted by ``keys`` (the
     groups of that batch: one GPU, one process...), in order."""

@@ -69,21 +69,26 @@ def run_sql(report, db, params):
     return {"syncs": syncs, "gaps": gaps, "by_api": by_api(syncs, gaps)}
 
 
-def _stream_gaps(report, db, calls, min_gap_ns, batch_rows=1 << 20):
+#: operations per batch of ``_stream_gaps``' sorted stream
+GAP_BATCH_ROWS = 1 << 20
+
+
+def _stream_gaps(report, db, calls, min_gap_ns, batch_rows=None):
     """(reported gaps with the correlation id of the operation ending each, GPU idle after
     each of ``calls``), from one sorted pass over the operations (see ``run_sql``)."""
     selects = [f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id, {i} AS tbl, "
                f"row FROM {db.view(t, rows=True)}" for i, t in enumerate(OPS) if report.has_rows(t)]
+    # ties in (table, row) order put so batch by batch (``engine.ties_in_order``): DuckDB
+    # sorts on the four keys alone
     stream = db.stream(
-        f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id FROM "
-        f"({' UNION ALL '.join(selects)}) ORDER BY pid, device_id, context_id, start_ns, tbl, row",
-        batch_rows)
+        f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id, tbl, row FROM "
+        f"({' UNION ALL '.join(selects)}) ORDER BY pid, device_id, context_id, start_ns",
+        batch_rows or GAP_BATCH_ROWS)
     call_pid, call_end = calls["pid"].to_numpy(), calls["end_ns"].to_numpy(np.int64)
     after = np.zeros(len(calls), np.int64)
     reach: dict[tuple, int] = {}  # per (pid, device, context): the latest end so far
     kept = []
-    for batch in stream:
-        col = [batch.column(i).to_numpy() for i in range(6)]
+    for col in engine.ties_in_order(stream, 4, (6, 7)):
         pid, dev, ctx = col[0], col[1], col[2]
         for lo, hi in engine.runs(pid, dev, ctx):
             key = (int(pid[lo]), int(dev[lo]), int(ctx[lo]))
