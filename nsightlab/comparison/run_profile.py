@@ -29,7 +29,7 @@ from nsightlab.analysis.launches import first_of_call, launches
 from nsightlab.analysis.timeline import busy_time
 from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
-from nsightlab.read.frames import pick_rows
+from nsightlab.read.frames import pick_rows, release_memory
 from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
@@ -81,10 +81,10 @@ def profile(report: Report, label: str | None = None) -> RunProfile:
     """Summarize ``report`` per iteration (kept in the report's result store)."""
     label = label or report.source.name
     if report.results is None:
-        return _compute(report, label)
+        return _computed(report, label)
     tables, attrs = report.results.get_or_compute(
         "profile", {}, [report.path], code_fingerprint(),
-        lambda: _split(_compute(report, label)))
+        lambda: _split(_computed(report, label)))
     return RunProfile(**attrs, **tables, label=label)
 
 
@@ -93,6 +93,14 @@ def _split(p: RunProfile) -> tuple[dict[str, pd.DataFrame], dict]:
     it is how the caller names the run)."""
     attrs = {k: v for k, v in p.__dict__.items() if k not in FRAMES and k != "label"}
     return {f: getattr(p, f) for f in FRAMES}, attrs
+
+
+def _computed(report: Report, label: str) -> RunProfile:
+    """``_compute``, then the memory its 8M-row temporaries freed given back to the system
+    (glibc keeps it in its arenas: ~300 MB at 8M kernels on 16 cores) before the next step."""
+    out = _compute(report, label)
+    release_memory()
+    return out
 
 
 def _compute(report: Report, label: str) -> RunProfile:
