@@ -265,6 +265,8 @@ class StreamedOps:
                                 f"coalesce(api_row, -1), tbl, row{', pid' if lk else ''} "
                                 "FROM bops ORDER BY device_id, start_ns", self.batch_rows)
         for col in _tied_in_time_order(stream):
+            if state is None:
+                trace.mark("budget: start-order pass, first batch")
             dev, s, e, part, api, row = col[:6]
             for lo, hi in runs(dev):
                 d = int(dev[lo])

@@ -30,6 +30,7 @@ from nsightlab.analysis.timeline import busy_time
 from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
 from nsightlab.read.frames import pick_rows, release_memory
+from nsightlab.read import trace
 from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
@@ -128,9 +129,11 @@ def _compute(report: Report, label: str) -> RunProfile:
             outside[0], unsteady[0] = float(dur[out].sum()), float(dur[~out].sum())
         return keep
 
+    trace.mark("profile: budget, checks, iterations")
     lk = launches(report, op_columns=("start_ns", "end_ns", "name"),
                   api_columns=("start_ns", "end_ns"), where=inside if len(iters) else None
                   ).drop(columns="pid")
+    trace.mark("profile: launch table")
     if report.has_rows("graph_execs"):  # a graph-level trace: each replay as one operation
         lk = _with_graph_execs(report, lk, iters)
     if lk.empty:
@@ -144,6 +147,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     # warm-up and outliers included
     inside_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + unsteady[0]
     lk, iters, n = _steady_only(lk, iters, n, steady_)
+    trace.mark("profile: iterations and layers assigned")
     calls = _launch_calls(lk, n)
     for c in ("api_start_ns", "api_end_ns", "api_row"):  # in place: 150 MB at 8M launches
         del lk[c]
@@ -151,31 +155,15 @@ def _compute(report: Report, label: str) -> RunProfile:
     dur = (lk["end_ns"] - lk["start_ns"]).to_numpy()
     lk["dur"] = dur
     # GPU span per iteration, and the time inside it with a kernel running
-    spans = lk.groupby("iter", sort=True).agg(s=("start_ns", "min"), e=("end_ns", "max"))
+    spans = _spans(lk)
     span_ns = float((spans["e"] - spans["s"]).mean()) if len(spans) else 0.0
     busy_i = _busy_per_iteration(lk)
     busy = float(busy_i.mean()) if len(busy_i) else 0.0
-    by_class = (lk.groupby("kernel_class", observed=True)["dur"].agg(["sum", "size"])
-                .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
-    by_class["kernel_class"] = by_class["kernel_class"].astype(str)
-    by_class["count"] = _counts(by_class["count"])
-    by_prec = (lk.groupby(["precision", "kernel_class"], observed=True)["dur"].sum() / n
-               ).rename("time_ns").reset_index()
-    by_prec[["precision", "kernel_class"]] = by_prec[["precision", "kernel_class"]].astype(str)
-    by_layer = (lk.groupby("layer", observed=True)["dur"].agg(["sum", "size"])
-                .rename(columns={"sum": "time_ns", "size": "count"}) / n).reset_index()
-    by_layer["layer"] = by_layer["layer"].astype(str)
-    by_layer["count"] = _counts(by_layer["count"])
-    by_layer = by_layer.iloc[sorted(range(len(by_layer)),  # block2 before block10
-                                    key=lambda i: natural_key(by_layer["layer"].iat[i]))
-                             ].reset_index(drop=True)
-    # the precision a layer computes in: that of its GEMM / conv / attention kernels
-    math = lk[lk["kernel_class"].isin(MATH)]
-    gp = math.groupby("layer", observed=True)["precision"].agg(
-        lambda s: ",".join(sorted(set(map(str, s)) - {"unknown"})))
-    by_layer["math_precision"] = by_layer["layer"].map(gp).astype(object).fillna("")
+    by_class, by_prec, by_layer = _per_label(lk, dur, n)
+    trace.mark("profile: by class, precision and layer")
     slots = _slots(lk, n)
     flat_slots = _slots(lk, n, by_layer=False)
+    trace.mark("profile: slots")
     # the headline's iteration: the median steady one (the budget's parts add up to the mean)
     wall = summary.get("wall_med_ns") or summary.get("wall_ns") or span_ns
     return RunProfile(
@@ -392,6 +380,66 @@ def _steady_only(lk: pd.DataFrame, iters: pd.DataFrame, n: int, keep: np.ndarray
     return lk, iters[keep].reset_index(drop=True), int(keep.sum())
 
 
+def _spans(lk: pd.DataFrame) -> pd.DataFrame:
+    """First kernel start (``s``) and last kernel end (``e``) per iteration, indexed by
+    ``iter``; launches in iteration order (as ``_assign_iterations`` leaves them) are reduced
+    slice by slice, not grouped by a hash of 8M keys."""
+    it = lk["iter"].to_numpy()
+    if not len(it) or not np.all(it[1:] >= it[:-1]):
+        return lk.groupby("iter", sort=True).agg(s=("start_ns", "min"), e=("end_ns", "max"))
+    first = np.concatenate([[0], np.flatnonzero(it[1:] != it[:-1]) + 1])
+    return pd.DataFrame({"s": np.minimum.reduceat(lk["start_ns"].to_numpy(), first),
+                         "e": np.maximum.reduceat(lk["end_ns"].to_numpy(), first)},
+                        index=pd.Index(it[first], name="iter"))
+
+
+def _per_label(lk: pd.DataFrame, dur: np.ndarray, n: int):
+    """(by_class, by_precision, by_layer): kernel time and count per iteration by kernel
+    class, by (precision, class) and by layer with the precision of its math kernels; sums
+    over the categorical codes (``np.bincount``), in the order pandas' groupby of the
+    categories gives (float sums of integer nanoseconds: exact below 2**53)."""
+    cls, prec, lay = (lk[c] for c in ("kernel_class", "precision", "layer"))
+    cc, pc, lc = (c.cat.codes.to_numpy().astype(np.int32) for c in (cls, prec, lay))
+
+    def sums(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ok = codes >= 0  # a missing label is no group (groupby drops it)
+        d, c = (dur[ok], codes[ok]) if not ok.all() else (dur, codes)
+        count = np.bincount(c, minlength=size)
+        present = np.flatnonzero(count)
+        return present, np.bincount(c, weights=d, minlength=size)[present], count[present]
+
+    def cats(col: pd.Series, at: np.ndarray) -> np.ndarray:
+        return np.asarray(col.cat.categories.astype(str), dtype=object)[at]
+
+    k = len(cls.cat.categories)
+    at, t, c = sums(cc, k)
+    by_class = pd.DataFrame({"kernel_class": cats(cls, at), "time_ns": t / n, "count": c / n})
+    by_class["count"] = _counts(by_class["count"])
+    both = np.where((pc >= 0) & (cc >= 0), pc * k + cc, -1)
+    at, t, _ = sums(both, len(prec.cat.categories) * k)
+    by_prec = pd.DataFrame({"precision": cats(prec, at // k), "kernel_class": cats(cls, at % k),
+                            "time_ns": t / n})
+    at, t, c = sums(lc, len(lay.cat.categories))
+    by_layer = pd.DataFrame({"layer": cats(lay, at), "time_ns": t / n, "count": c / n})
+    by_layer["count"] = _counts(by_layer["count"])
+    by_layer = by_layer.iloc[sorted(range(len(by_layer)),  # block2 before block10
+                                    key=lambda i: natural_key(by_layer["layer"].iat[i]))
+                             ].reset_index(drop=True)
+    # the precision a layer computes in: that of its GEMM / conv / attention kernels
+    math = np.isin(cc, [i for i, name in enumerate(cls.cat.categories) if name in MATH])
+    p_names = [*map(str, prec.cat.categories), "nan"]  # "nan": no precision (pandas' str)
+    pairs = np.flatnonzero(np.bincount(  # the (layer, precision) pairs present
+        lc[math] * len(p_names) + np.where(pc[math] >= 0, pc[math], len(p_names) - 1),
+        minlength=len(lay.cat.categories) * len(p_names)))
+    seen: dict[str, set] = {}
+    for layer, p_code in zip(pairs // len(p_names), pairs % len(p_names)):
+        if layer >= 0:
+            seen.setdefault(str(lay.cat.categories[layer]), set()).add(p_names[p_code])
+    by_layer["math_precision"] = [",".join(sorted(seen[x] - {"unknown"})) if x in seen else ""
+                                  for x in by_layer["layer"]]
+    return by_class, by_prec, by_layer
+
+
 def _busy_per_iteration(lk: pd.DataFrame) -> np.ndarray:
     """Time with at least one of an iteration's kernels running, per iteration (in iteration
     order); one small union per iteration instead of one over millions of kernels."""
@@ -453,23 +501,26 @@ def _slots(lk: pd.DataFrame, n: int, by_layer: bool = True) -> pd.DataFrame:
 
 def _occurrence(group: np.ndarray, it: np.ndarray) -> np.ndarray:
     """For each row, how many earlier rows of the same iteration have the same group (rows in
-    launch order, iterations non-decreasing)."""
+    launch order, iterations non-decreasing): rows ordered by group with a stable sort (a
+    radix sort of 16-bit codes when the groups present are fewer than 32768: two passes,
+    where one pass per group or a sort of 64-bit keys took 0.3-0.9 s at 8M launches), then
+    counted within each run of one (group, iteration)."""
     slot = np.empty(len(group), np.int32)
-    if len(group) and group.min() >= 0:
-        groups = np.flatnonzero(np.bincount(group))  # the groups present, without a sort
-    else:
-        groups = np.unique(group)
-    if len(groups) <= 64:  # few groups: one pass each, no sort of millions of keys
-        for g in groups:
-            idx = np.flatnonzero(group == g)
-            its = it[idx]
-            slot[idx] = np.arange(len(idx)) - np.searchsorted(its, its, "left")
+    if not len(group):
         return slot
-    within = it.astype(np.int64) * (int(group.max()) + 1) + group
-    order = np.argsort(within, kind="stable")
-    w = within[order]
-    starts = np.searchsorted(w, w, "left")
-    slot[order] = np.arange(len(w)) - starts
+    codes = group
+    if group.min() >= 0 and group.max() < 1 << 24:  # the groups present, numbered densely
+        present = np.bincount(group) > 0
+        if present.sum() < 1 << 15:
+            codes = (np.cumsum(present) - 1).astype(np.int16)[group]
+    order = np.argsort(codes, kind="stable")
+    g, i = codes[order], it[order]
+    new = np.empty(len(g), bool)
+    new[0] = True
+    np.not_equal(g[1:], g[:-1], out=new[1:])
+    new[1:] |= i[1:] != i[:-1]
+    pos = np.arange(len(g), dtype=np.int64)
+    slot[order] = pos - np.maximum.accumulate(np.where(new, pos, 0))
     return slot
 
 
