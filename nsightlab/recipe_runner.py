@@ -41,7 +41,6 @@ from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result
 from nsightlab.errors import NoDataError, NsightlabError, RecipeError  # noqa: F401  (recipe errors)
 from nsightlab.read import trace
-from nsightlab.read.frames import release_memory
 from nsightlab.read.locate import expand_inputs
 from nsightlab.read.table_cache import code_fingerprint
 
@@ -172,6 +171,8 @@ class Recipe:
         # what the recipe's temporaries freed, back to the system before the next step (in
         # report at 8M kernels on 16 cores: 679 MB still held after kernel_sum, 340 MB once
         # given back, under sync_gaps' sort)
+        from nsightlab.read.frames import release_memory  # pandas: not for served answers
+
         release_memory()
         trace.mark(f"computed {self.name}")
         return out
