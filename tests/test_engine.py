@@ -85,6 +85,30 @@ def test_kernel_sum_iterations_only_same_both_ways(reports, tmp_path, monkeypatc
     assert_same(ref, got, "kernel_sum iterations_only")
 
 
+def test_inside_windows_sql_equals_a_search_per_row():
+    """``engine.inside_sql`` (binary lifting over two lists) on 300 random cases in DuckDB:
+    windows in any order whose end reaches past the next start, empty ones, one window, up to
+    a few thousand, times on every edge; the rows it keeps are those of a search per row (the
+    window starting last at or before t, t before its end)."""
+    import duckdb
+
+    rng = np.random.default_rng(13)
+    con = duckdb.connect()
+    for case in range(300):
+        w = int(rng.integers(1, [70, 3000][case % 2]))
+        ws = np.unique(rng.integers(0, 20 * w, w))
+        we = ws + rng.integers(0, 40, len(ws))
+        t = rng.integers(-10, 20 * w + 60, 400)
+        i = np.searchsorted(ws, t, "right") - 1
+        want = (i >= 0) & (t < we[np.maximum(i, 0)])
+        shuffled = rng.permutation(len(ws))
+        windows = pd.DataFrame({"start_ns": ws[shuffled], "end_ns": we[shuffled]})
+        con.register("ts", pd.DataFrame({"start_ns": t, "k": np.arange(len(t))}))
+        got = con.execute(f"SELECT k FROM ({engine.inside_sql(con, 'win', 'ts', windows)}) "
+                          "ORDER BY k").fetchnumpy()["k"]
+        np.testing.assert_array_equal(got, np.flatnonzero(want), err_msg=f"case {case}")
+
+
 def test_engine_choice_and_spill_folder(reports, tmp_path, monkeypatch):
     path = reports("nsys", "", "h200-launchbound")
     monkeypatch.setenv("NSIGHTLAB_ENGINE", "auto")

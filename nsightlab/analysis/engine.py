@@ -248,28 +248,17 @@ class Engine:
         (``start_ns`` <= t < ``end_ns`` of the window that starts last at or before t).
         A text ``name`` column is stored as the table's ENUM (``enum``).
 
-        The test is a vectorised Python function (a binary search per batch of 2,048 rows in
-        NumPy), not an ASOF join: DuckDB's ASOF join sorts the rows with their payload, and
-        with kernel names that took 2.4-2.8 s a pass at 8M kernels on 2 cores; this table,
-        0.8 s once."""
-        import pyarrow as pa
-
-        ws = windows["start_ns"].to_numpy(np.int64)
-        order = np.argsort(ws, kind="stable")
-        ws, we = ws[order], windows["end_ns"].to_numpy(np.int64)[order]
-
-        def inside(t):
-            t = t.to_numpy(zero_copy_only=False)
-            i = np.searchsorted(ws, t, "right") - 1
-            return pa.array((i >= 0) & (t < we[np.maximum(i, 0)]))
-
+        The test is a binary search in SQL (``inside_sql``), vectorised on every core. It
+        was a Python function (a search per batch of 2,048 rows in NumPy, under the GIL:
+        0.66 s for 8M kernels on 2 cores, 1.2-1.8 s on 16; the SQL search 0.15 s on 2
+        cores); an ASOF join sorts the rows with their payload (2.4-2.8 s on 2 cores)."""
         n = len(self._views)
-        self.con.create_function(f"in_windows_{n}", inside, ["BIGINT"], "BOOLEAN", type="arrow")
         cols = ", ".join(f"name::{self.enum(table, 'name')} AS name" if c == "name" else c
                          for c in columns)
         key = f"inside_{table}_{n}"
-        self.con.execute(f"CREATE TABLE {key} AS SELECT {cols} FROM {self.view(table, rows=True)} "
-                         f"WHERE in_windows_{n}(start_ns)")
+        inside = inside_sql(self.con, f"windows_{n}", self.view(table, rows=True), windows)
+        with self.all_cores():  # a filter and a copy: no sort
+            self.con.execute(f"CREATE TABLE {key} AS SELECT {cols} FROM ({inside})")
         self._views.add(key)
         return key
 
@@ -480,6 +469,30 @@ def _medians_sorted(db: Engine, source: str, keys: list[str], value: str) -> pd.
         pos, j = pos + len(v), hi
     counts["med"] = (got[:len(n)] + got[len(n):]) / 2
     return counts
+
+
+def inside_sql(con, name: str, source: str, windows: pd.DataFrame) -> str:
+    """SQL: the rows of ``source`` whose ``start_ns`` lies in [start_ns, end_ns) of the window
+    of ``windows`` that starts last at or before it. The windows' starts and ends are two
+    lists in a one-row table ``name``; each row finds its window by binary lifting (one step
+    per bit of the window count, each a list lookup: vectorised, no join, no sort)."""
+    import pyarrow as pa
+
+    order = np.argsort(windows["start_ns"].to_numpy(np.int64), kind="stable")
+    ws = windows["start_ns"].to_numpy(np.int64)[order]
+    we = windows["end_ns"].to_numpy(np.int64)[order]
+    con.register(f"_{name}", pa.table({"ws": pa.array([ws], pa.list_(pa.int64())),
+                                       "we": pa.array([we], pa.list_(pa.int64()))}))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM _{name}")
+    con.unregister(f"_{name}")
+    step = 1 << max(len(ws).bit_length() - 1, 0)
+    sql = f"SELECT s.*, 0 AS lo_, w.ws AS ws_, w.we AS we_ FROM {source} s, {name} w"
+    while step:  # lo_: how many window starts lie at or before start_ns (1-based list index)
+        sql = (f"SELECT * REPLACE (lo_ + CASE WHEN lo_ + {step} <= {len(ws)} AND "
+               f"start_ns >= ws_[lo_ + {step}] THEN {step} ELSE 0 END AS lo_) FROM ({sql})")
+        step //= 2
+    return (f"SELECT * EXCLUDE (lo_, ws_, we_) FROM ({sql}) "
+            f"WHERE lo_ >= 1 AND start_ns < we_[lo_]")
 
 
 def ties_in_order(batches, keys: int, tie_by: tuple, prepare=None):
