@@ -105,14 +105,16 @@ def launches(report: Report, table: str = "kernels",
     if not report.has(table) or not report.has("cuda_api"):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
     op_idx, api_idx = pairs(report, table)  # first: the big API cache before the ops are held
+    api_start = None  # the calls' starts, when ``where`` needed them: not read twice
     if where is not None and len(op_idx):
-        keep = where(report.take("cuda_api", ["start_ns"], api_idx)["start_ns"].to_numpy(), op_idx)
+        api_start = report.take("cuda_api", ["start_ns"], api_idx)["start_ns"].to_numpy()
+        keep = where(api_start, op_idx)
         if not keep.all():
-            op_idx, api_idx = op_idx[keep], api_idx[keep]
+            op_idx, api_idx, api_start = op_idx[keep], api_idx[keep], api_start[keep]
         del keep
     api_row, op_idx = _int32(api_idx), _int32(op_idx)  # 32 MB each at 8M
     del api_idx
-    columns = list(dict.fromkeys(["pid", "correlation_id", *op_columns]))
+    columns = list(dict.fromkeys(["pid", *op_columns]))
     every = (len(op_idx) < 2 or np.all(op_idx[1:] > op_idx[:-1])) and (
         len(op_idx) == 0 or op_idx[-1] == len(op_idx) - 1)  # rows 0..n-1, once each
     if every and len(op_idx) == report.row_count(table):
@@ -120,13 +122,15 @@ def launches(report: Report, table: str = "kernels",
     else:  # only the matched rows: the whole columns and a picked copy were both held
         out = report.take(table, columns, op_idx)
     del op_idx
-    if "correlation_id" not in op_columns:
-        out = out.drop(columns="correlation_id")
     out["api_row"] = api_row
-    picked = report.take("cuda_api", list(api_columns), api_row)  # only the matched rows
+    rest = [c for c in api_columns if not (c == "start_ns" and api_start is not None)]
+    picked = report.take("cuda_api", rest, api_row) if rest else None  # the matched rows
     for c in api_columns:
-        out[f"api_{c}"] = picked[c].to_numpy() if not isinstance(
-            picked[c].dtype, pd.CategoricalDtype) else picked[c]
+        if c == "start_ns" and api_start is not None:
+            out["api_start_ns"] = api_start
+        else:
+            out[f"api_{c}"] = picked[c].to_numpy() if not isinstance(
+                picked[c].dtype, pd.CategoricalDtype) else picked[c]
     return out[cols]
 
 

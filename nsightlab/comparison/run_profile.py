@@ -519,8 +519,12 @@ def _occurrence(group: np.ndarray, it: np.ndarray) -> np.ndarray:
     new[0] = True
     np.not_equal(g[1:], g[:-1], out=new[1:])
     new[1:] |= i[1:] != i[:-1]
-    pos = np.arange(len(g), dtype=np.int64)
-    slot[order] = pos - np.maximum.accumulate(np.where(new, pos, 0))
+    pos = np.arange(len(g), dtype=np.int32 if len(g) < 2**31 else np.int64)  # 32 MB at 8M
+    first = np.where(new, pos, 0)
+    np.maximum.accumulate(first, out=first)  # each run's first position
+    pos -= first
+    del first
+    slot[order] = pos
     return slot
 
 
