@@ -506,11 +506,16 @@ def ties_in_order(batches, keys: int, tie_by: tuple, prepare=None):
     tie is never split between two. ``prepare(columns)`` converts a batch's columns first."""
     held = None
     for batch in batches:
+        if not batch.num_rows:
+            continue
         col = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(batch.num_columns)]
         if prepare is not None:
             col = prepare(col)
         if held is not None:
-            col = [np.concatenate([h, c]) for h, c in zip(held, col)]
+            if all(h[-1] == c[0] for h, c in zip(held[:keys], col[:keys])):  # the tie goes on
+                col = [np.concatenate([h, c]) for h, c in zip(held, col)]
+            else:  # the held rows are a whole tie: not copied in front of this batch
+                yield _ties_sorted(held, keys, tie_by)
         other = np.zeros(len(col[0]), bool)
         for c in col[:keys]:
             other |= c != c[-1]
