@@ -21,7 +21,8 @@ What is here, by the question it answers:
   note), ``NsightlabError``;
 - statistics as ``nsys stats`` computes them: ``describe``, ``Groups``, ``group_ids``,
   ``STATS``;
-- interval arithmetic on timelines: ``union``, ``covered``, ``gaps``, ``busy_time``;
+- interval arithmetic on timelines: ``union``, ``covered``, ``gaps``, ``busy_time``,
+  ``BusyByKey`` (busy time per key over a sorted stream);
 - which call launched which GPU operation: ``launches``, ``launches_sql``, ``first_of_call``,
   ``match``, ``join_keys``, ``once_sql``;
 - NVTX ranges projected onto the GPU: ``project``, ``project_sql``;
@@ -53,7 +54,7 @@ from nsightlab.analysis.launches import (
 )
 from nsightlab.analysis.projection import project, project_sql
 from nsightlab.analysis.stats import STATS, Groups, describe, group_ids, median_in_place
-from nsightlab.analysis.timeline import busy_time, covered, gaps, union
+from nsightlab.analysis.timeline import BusyByKey, busy_time, covered, gaps, union
 from nsightlab.errors import NoDataError, NsightlabError
 from nsightlab.formats import ncu
 from nsightlab.read import trace
@@ -62,7 +63,7 @@ from nsightlab.read.report import Report
 from nsightlab.read.tables import TABLES, nullable_int64
 from nsightlab.recipe_runner import run as run_recipe
 
-__all__ = ["ITERATION", "WHOLE_RUN", "STATS", "TABLES", "Groups", "NoDataError",
+__all__ = ["ITERATION", "WHOLE_RUN", "STATS", "TABLES", "BusyByKey", "Groups", "NoDataError",
            "NsightlabError", "Report", "annotate", "base_name", "budget", "busy_time", "covered",
            "describe", "engine", "first_of_call", "gaps", "gpu_metrics", "group_ids", "median_in_place",
            "join_keys", "launches", "launches_sql", "match", "ncu", "nullable_int64",

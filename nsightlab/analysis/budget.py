@@ -48,6 +48,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     idle_pieces,
     in_gap_chunks,
     max_end_per_iteration,
+    none_last,
 )
 from nsightlab.analysis import iterations, steady
 from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
@@ -140,17 +141,13 @@ def _ties_in_time_order(ops: dict) -> dict:
     """``ops`` (in start order) with operations that start together ordered by when they were
     launched, then by end: "the operation that ends a gap" is then the same whatever the
     export's row order (nsys 2025.6 and later write rows out of time order). Only the tied
-    rows are sorted."""
-    s = ops["start_ns"]
-    tied = np.flatnonzero(s[1:] == s[:-1]) if len(s) > 1 else np.empty(0, np.int64)
-    if not len(tied):
-        return ops
-    rows = np.unique(np.concatenate([tied, tied + 1]))
-    api = np.nan_to_num(ops["api_start_ns"][rows], nan=np.inf)
-    sub = np.lexsort((ops["end_ns"][rows], api, s[rows]))
-    order = np.arange(len(s))
-    order[rows] = rows[sub]
-    return {c: v[order] for c, v in ops.items()}
+    rows are sorted (``engine.sort_ties``)."""
+    from nsightlab.analysis.engine import sort_ties
+
+    names = ["start_ns", *(c for c in ops if c != "start_ns")]
+    col = sort_ties([ops[c] for c in names], 1, ((names.index("api_start_ns"), none_last),
+                                                 names.index("end_ns")))
+    return {c: col[names.index(c)] for c in ops}
 
 
 def _copy_codes(copies: pd.DataFrame) -> np.ndarray:

@@ -168,3 +168,9 @@ def idle_pieces(gs: np.ndarray, ge: np.ndarray, launch_at: np.ndarray, quick: np
     idle = (before + np.where(known, during, 0))[synced]
     return (out, np.bincount(code, weights=idle, minlength=m).astype(np.int64),
             np.bincount(code, minlength=m).astype(np.int64))
+
+
+def none_last(launched: np.ndarray) -> np.ndarray:
+    """Launch call starts as a sort key for operations that start together (the in-memory
+    budget and the streamed one order them alike): no recorded call (NaN) last."""
+    return np.nan_to_num(launched, nan=np.inf)

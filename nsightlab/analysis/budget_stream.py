@@ -37,11 +37,12 @@ from nsightlab.analysis.budget_parts import (
     idle_context,
     idle_pieces,
     max_end_per_iteration,
+    none_last,
 )
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.engine import RowBits, runs, ties_in_order
 from nsightlab.analysis.launches import SharedCalls, know_shared_calls
-from nsightlab.analysis.timeline import busy_time, covered, union
+from nsightlab.analysis.timeline import BusyByKey, covered, union
 from nsightlab.read import trace
 from nsightlab.read.reader import readers
 
@@ -257,7 +258,10 @@ class StreamedOps:
     def _start_pass(self, present: pd.DataFrame, ctx: dict, pool) -> dict:
         out, state = {}, None
         lk = self._left_view or self.db.left_launches is not None
-        busy = _LaunchedBusy() if lk else None
+        # GPU busy time of the launch table's kernels (those with a launch call) per (process,
+        # GPU), summed on this pass: launch_compute's run summary then needs no sort of its
+        # own (``Engine.launched_busy``)
+        busy = BusyByKey() if lk else None
         # sorted by (GPU, start) alone; ties put in time order here (``_tied_in_time_order``):
         # with the four tie keys in the ORDER BY, DuckDB's sort of 8M operations took 0.99 s
         # on 16 cores, with two 0.47 s
@@ -277,8 +281,10 @@ class StreamedOps:
                     state = _Device(d, codes, ctx, self._quick, pool)
                 state.add(s[lo:hi], e[lo:hi], part[lo:hi], api[lo:hi], row[lo:hi])
                 if busy is not None:
-                    busy.add(d, col[8][lo:hi], s[lo:hi], e[lo:hi],
-                             (col[6][lo:hi] == 0) & (row[lo:hi] >= 0))
+                    pid, launched = col[8][lo:hi], (col[6][lo:hi] == 0) & (row[lo:hi] >= 0)
+                    for p in np.unique(pid[launched]):
+                        mine = launched & (pid == p)
+                        busy.add((int(p), d), s[lo:hi][mine], e[lo:hi][mine])
         if state is not None:
             out[state.device] = state.finish()
         if busy is not None:
@@ -298,28 +304,7 @@ def _tied_in_time_order(stream):
         col[1], col[2], col[5], col[7] = (col[i].astype(np.int64, copy=False) for i in (1, 2, 5, 7))
         return col
 
-    def launched(col):  # a call's start, none last
-        return np.nan_to_num(col[4], nan=np.inf)
-
-    return ties_in_order(stream, 2, (launched, 2, 6, 7), prepare)
-
-
-class _LaunchedBusy:
-    """GPU busy time of the launch table's kernels (those with a launch call) per (process,
-    GPU), summed on the start-order pass: launch_compute's run summary then needs no sort of
-    its own (``Engine.launched_busy``)."""
-
-    def __init__(self):
-        self.total: dict[tuple[int, int], int] = {}
-        self.reach: dict[tuple[int, int], int] = {}
-
-    def add(self, device: int, pid, s, e, launched) -> None:
-        for p in np.unique(pid[launched]):
-            mine = launched & (pid == p)
-            key = (int(p), device)
-            before = self.reach.get(key, np.iinfo(np.int64).min)
-            self.total[key] = self.total.get(key, 0) + busy_time(s[mine], e[mine], reach=before)
-            self.reach[key] = max(before, int(e[mine].max()))
+    return ties_in_order(stream, 2, ((4, none_last), 2, 6, 7), prepare)
 
 
 class _Device:

@@ -50,6 +50,23 @@ def busy_time(starts: np.ndarray, ends: np.ndarray, chunk: int = 1 << 20,
     return total
 
 
+class BusyByKey:
+    """``busy_time`` per key (process and GPU...) over a stream of intervals that come in
+    start order within each key, batch by batch: the latest end reached is carried per key.
+    ``total``: {key: busy ns}."""
+
+    def __init__(self):
+        self.total: dict = {}
+        self.reach: dict = {}
+
+    def add(self, key, starts: np.ndarray, ends: np.ndarray) -> None:
+        if not len(starts):
+            return
+        before = self.reach.get(key, np.iinfo(np.int64).min)
+        self.total[key] = self.total.get(key, 0) + busy_time(starts, ends, reach=before)
+        self.reach[key] = max(before, int(ends.max()))
+
+
 def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Time covered by disjoint sorted intervals (ms, me) inside each window [a, b)."""
     return _covered_before(ms, me, np.asarray(b)) - _covered_before(ms, me, np.asarray(a))

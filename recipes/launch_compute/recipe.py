@@ -7,6 +7,7 @@ import pandas as pd
 
 from nsightlab.recipe_api import (
     STATS,
+    BusyByKey,
     Groups,
     NoDataError,
     busy_time,
@@ -263,16 +264,13 @@ def _busy_sql(db) -> dict:
     (``Engine.launched_busy``), else from a sort of its own."""
     if db.launched_busy is not None:
         return db.launched_busy
-    total, reach = {}, {}
+    busy = BusyByKey()
     for batch in db.stream("SELECT pid, device_id, start_ns, end_ns FROM lk "
                            "ORDER BY pid, device_id, start_ns", 1 << 20):
         pid, dev, s, e = (batch.column(i).to_numpy() for i in range(4))
         for lo, hi in engine.runs(pid, dev):
-            key = (int(pid[lo]), int(dev[lo]))
-            before = reach.get(key, np.iinfo(np.int64).min)
-            total[key] = total.get(key, 0) + busy_time(s[lo:hi], e[lo:hi], reach=before)
-            reach[key] = max(before, int(e[lo:hi].max()))
-    return total
+            busy.add((int(pid[lo]), int(dev[lo])), s[lo:hi], e[lo:hi])
+    return busy.total
 
 
 def summary(numbers, params, budget):

@@ -73,7 +73,7 @@ def run_sql(report, db, params):
 GAP_BATCH_ROWS = 1 << 20
 
 
-def _stream_gaps(report, db, calls, min_gap_ns, batch_rows=None):
+def _stream_gaps(report, db, calls, min_gap_ns):
     """(reported gaps with the correlation id of the operation ending each, GPU idle after
     each of ``calls``), from one sorted pass over the operations (see ``run_sql``)."""
     selects = [f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id, {i} AS tbl, "
@@ -83,7 +83,7 @@ def _stream_gaps(report, db, calls, min_gap_ns, batch_rows=None):
     stream = db.stream(
         f"SELECT pid, device_id, context_id, start_ns, end_ns, correlation_id, tbl, row FROM "
         f"({' UNION ALL '.join(selects)}) ORDER BY pid, device_id, context_id, start_ns",
-        batch_rows or GAP_BATCH_ROWS)
+        GAP_BATCH_ROWS)
     call_pid, call_end = calls["pid"].to_numpy(), calls["end_ns"].to_numpy(np.int64)
     after = np.zeros(len(calls), np.int64)
     reach: dict[tuple, int] = {}  # per (pid, device, context): the latest end so far
