@@ -744,3 +744,69 @@ def test_ties_in_order_of_sync_gaps_shape_equal_one_whole_sort():
         want = np.lexsort((v[7], v[6], v[3], v[2], v[1], v[0]))
         for i, name in enumerate(cols):
             np.testing.assert_array_equal(got[i], v[i][want], err_msg=f"case {case} {name}")
+
+
+@pytest.mark.parametrize("folder,prefix,name", REPORTS, ids=[r[2] for r in REPORTS])
+def test_pairs_left_by_the_budget_join_equal_numpy_match(reports, folder, prefix, name,
+                                                          tmp_path, monkeypatch):
+    """``report`` and ``diff`` ask for the kernel/call pairs (``launches.want_pairs``) before
+    the time budget runs; its join in DuckDB then leaves them, and the run profile's launch
+    table joins nothing in NumPy. They must be the pairs ``launches.match`` finds: same
+    kernels, same calls, same order. Where an export holds two API rows for one call the
+    budget keeps one, so it leaves nothing and the NumPy join runs.
+    Nine real exports: NVTX iterations, graph replays, TensorRT, copies, several streams,
+    iterations found in the trace, 2022-era duplicate API rows."""
+    from nsightlab.analysis import budget_stream
+    from nsightlab.analysis.launches import keys, leave_pairs, match, want_pairs
+
+    left = []
+    monkeypatch.setattr(budget_stream, "leave_pairs", lambda report, table, api_of_row: (
+        left.append(api_of_row.copy()), leave_pairs(report, table, api_of_row)))
+    path = reports(folder, prefix, name)
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    report = nsightlab.open(path, cache_dir=tmp_path)
+    report.results = None  # computed here, not served
+    want_pairs(report)
+    source = R.run("budget", report)["summary"]["iteration_source"].iloc[0]
+    ops, calls = match(*keys(report.table("kernels", ["pid", "correlation_id"]),
+                             report.cuda_api(["pid", "correlation_id"])))
+    duplicates = len(ops) > len(np.unique(ops))
+    # without NVTX iteration ranges the iterations were found from the operations with their
+    # calls (``iterations.find``): the pairs were joined in NumPy then, and nothing is left
+    from_ops = source.startswith(("no NVTX", "found in the trace"))
+    assert len(left) == (0 if duplicates or not len(ops) or from_ops else 1), (name, source)
+    if left:
+        assert len(left[0]) == report.row_count("kernels")
+        np.testing.assert_array_equal(np.flatnonzero(left[0] >= 0), ops, name)
+        np.testing.assert_array_equal(left[0][ops], calls, name)
+        got_ops, got_calls = report.db.once("pairs:kernels", None)
+        np.testing.assert_array_equal(got_ops, ops, name)
+        np.testing.assert_array_equal(got_calls, calls, name)
+
+
+def test_pairs_not_left_where_calls_have_two_api_rows(reports, tmp_path, monkeypatch):
+    """Synthetic edit of a real export with NVTX iterations: every 5th launch call's API row
+    recorded twice (as 2022-era exports did with CUDA backtraces). ``match`` pairs those
+    kernels with both rows; the budget's join keeps one, so it must leave no pairs, and the
+    run profile's launch table joins in NumPy as before."""
+    import shutil
+    import sqlite3
+
+    from nsightlab.analysis import budget_stream
+    from nsightlab.analysis.launches import want_pairs
+
+    path = tmp_path / "twice.sqlite"
+    shutil.copy(reports("nsys", "", "h200-launchbound"), path)
+    with sqlite3.connect(path) as c:
+        c.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM "
+                  "CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid % 5 = 0 AND correlationId IN "
+                  "(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    left = []
+    monkeypatch.setattr(budget_stream, "leave_pairs", lambda *a: left.append(a))
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    report = nsightlab.open(path, cache_dir=tmp_path / "cache")
+    report.results = None
+    want_pairs(report)
+    source = R.run("budget", report)["summary"]["iteration_source"].iloc[0]
+    assert "NVTX iteration ranges" in source and not source.startswith("no ")
+    assert left == [] and not report.db.knows("pairs:kernels")

@@ -41,7 +41,7 @@ from nsightlab.analysis.budget_parts import (
 )
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.engine import RowBits, runs, ties_in_order
-from nsightlab.analysis.launches import SharedCalls, know_shared_calls
+from nsightlab.analysis.launches import SharedCalls, know_shared_calls, leave_pairs, pairs_wanted
 from nsightlab.analysis.timeline import BusyByKey, covered, union
 from nsightlab.read import trace
 from nsightlab.read.reader import readers
@@ -73,10 +73,12 @@ class StreamedOps:
         self.count, self.lo, self.hi = 0, 0, 0
         self._left_view = False  # the launch table left as a view of bops
         self._gpu_end, self._quick = None, None
+        self._kernels, self._one_call_row = 0, True  # kernels; one API row per call
         if not selects:
             return
-        ops = sum(db.one(f"SELECT count(*) FROM {db.view(t)}")[0]
-                  for t in TABLES if report.has_rows(t))  # Parquet metadata: no scan
+        counts = {t: db.one(f"SELECT count(*) FROM {db.view(t)}")[0]
+                  for t in TABLES if report.has_rows(t)}  # Parquet metadata: no scan
+        ops, self._kernels = sum(counts.values()), counts.get("kernels", 0)
         api = db.view("cuda_api", rows=True)
         if share:
             api = (f"(SELECT pid, correlation_id, start_ns, row, "
@@ -102,6 +104,7 @@ class StreamedOps:
         if share:
             self._leave_launches(share, keep=self.count > ops)
         if self.count > ops:  # an export with two API rows for one call: the last one wins
+            self._one_call_row = False
             db.con.execute(f"""CREATE OR REPLACE TABLE bops AS
                 SELECT any_value(device_id) AS device_id, any_value(start_ns) AS start_ns,
                        {"any_value(pid) AS pid," if share else ""}
@@ -211,7 +214,7 @@ class StreamedOps:
         (``budget._idle``'s stretch test), and each iteration's GPU end."""
         if self._quick is not None:
             return
-        n_api = self.db.one("SELECT coalesce(max(api_row), -1) + 1 FROM bops")[0]
+        n_api = self._n_api = self.db.one("SELECT coalesce(max(api_row), -1) + 1 FROM bops")[0]
         bits = RowBits(n_api)
         # the launch table left as a view of this join (``_leave_launches``): whether a call
         # launched several of its kernels (``launches.once_sql``), found on the way here
@@ -262,6 +265,11 @@ class StreamedOps:
         # GPU), summed on this pass: launch_compute's run summary then needs no sort of its
         # own (``Engine.launched_busy``)
         busy = BusyByKey() if lk else None
+        # each kernel's API row (-1: none), when a later step asked for the pairs
+        # (``launches.want_pairs``): written nearly in order, as kernels are cached by start
+        pairs = np.full(self._kernels, -1, np.int32) if (
+            self._kernels and self._one_call_row and self._n_api < 2**31
+            and pairs_wanted(self.report, "kernels")) else None
         # sorted by (GPU, start) alone; ties put in time order here (``_tied_in_time_order``):
         # with the four tie keys in the ORDER BY, DuckDB's sort of 8M operations took 0.99 s
         # on 16 cores, with two 0.47 s
@@ -280,6 +288,9 @@ class StreamedOps:
                     codes = present.loc[present["device_id"] == d, "part"].to_numpy()
                     state = _Device(d, codes, ctx, self._quick, pool)
                 state.add(s[lo:hi], e[lo:hi], part[lo:hi], api[lo:hi], row[lo:hi])
+                if pairs is not None:
+                    k = col[6][lo:hi] == 0
+                    pairs[col[7][lo:hi][k]] = row[lo:hi][k]
                 if busy is not None:
                     pid, launched = col[8][lo:hi], (col[6][lo:hi] == 0) & (row[lo:hi] >= 0)
                     for p in np.unique(pid[launched]):
@@ -289,6 +300,8 @@ class StreamedOps:
             out[state.device] = state.finish()
         if busy is not None:
             self.db.launched_busy = busy.total
+        if pairs is not None:
+            leave_pairs(self.report, "kernels", pairs)
         trace.mark("budget: start-order pass done")
         return out
 

@@ -86,6 +86,33 @@ def pairs(report: Report, table: str) -> tuple[np.ndarray, np.ndarray]:
         _int32(x) for x in engine.analyse(report, in_duckdb, in_numpy, auto=False)))
 
 
+def want_pairs(report: Report, table: str = "kernels") -> None:
+    """Say that ``pairs(report, table)`` will be asked for: the time budget's join in DuckDB,
+    when it runs, then leaves them behind (``leave_pairs``) and the NumPy join is not done
+    (``report`` and ``diff``: the run profile's launch table after launch_compute or the
+    budget; 0.5-0.9 s of 8M kernels' keys read and matched)."""
+    report.db.wanted.add(f"pairs:{table}")
+
+
+def pairs_wanted(report: Report, table: str) -> bool:
+    """Whether ``want_pairs`` asked for the pairs of ``table`` and none are known yet."""
+    key = f"pairs:{table}"
+    return key in report.db.wanted and not report.db.knows(key)
+
+
+def leave_pairs(report: Report, table: str, api_of_row: np.ndarray) -> None:
+    """``pairs(report, table)`` from another join: ``api_of_row`` holds each operation's
+    API row (-1 for none), one entry per row of ``table``. Only for exports with one API row
+    per call (``match`` pairs an operation with each of its duplicates)."""
+    launched = api_of_row >= 0
+    if launched.all():  # the usual case: every operation has its call (no 8M-row copies)
+        got = (np.arange(len(api_of_row), dtype=np.int32), api_of_row)
+    else:
+        ops = np.flatnonzero(launched)
+        got = (_int32(ops), api_of_row[ops])
+    report.db.remember(f"pairs:{table}", got)
+
+
 def launches(report: Report, table: str = "kernels",
              op_columns: tuple[str, ...] = ("start_ns", "end_ns", "device_id", "name"),
              api_columns: tuple[str, ...] = ("start_ns", "end_ns", "tid", "name"),

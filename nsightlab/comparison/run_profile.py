@@ -25,7 +25,7 @@ from nsightlab import recipe_runner as recipes
 from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, steady
 from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
-from nsightlab.analysis.launches import first_of_call, launches
+from nsightlab.analysis.launches import first_of_call, launches, want_pairs
 from nsightlab.analysis.timeline import busy_time
 from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
@@ -107,7 +107,9 @@ def _computed(report: Report, label: str) -> RunProfile:
 def _compute(report: Report, label: str) -> RunProfile:
     """The profile itself (``profile`` adds the result store around it)."""
     # first the budget and the completeness checks: their scratch memory is gone before the
-    # launch table (the big one) is read
+    # launch table (the big one) is read; the budget's join, in DuckDB, leaves that table's
+    # kernel/call pairs
+    want_pairs(report)
     summary = _budget(report)
     warnings = [w for w in completeness.check(report) if w["severity"] != "note"]
     warnings += _trace_gaps(report)

@@ -16,6 +16,7 @@ from nsightlab import recipe_runner as recipes
 from nsightlab.analysis import budget, completeness, steady
 from nsightlab.analysis.budget import busy_pct, iteration_ranges
 from nsightlab.analysis.classify import MATH_CLASSES
+from nsightlab.analysis.launches import want_pairs
 from nsightlab.comparison.run_profile import RunProfile, profile
 from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result, json_records, json_value
@@ -130,7 +131,10 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     has_kernels = r.has_rows("kernels")
     # launch_compute before the profile: in DuckDB it computes the time budget with the join
     # of kernels and calls it needs itself (one join of 8M kernels and 16M calls, not two:
-    # 5.7 s of report on 2 cores); the profile then takes the stored budget
+    # 5.7 s of report on 2 cores); the profile then takes the stored budget, and the
+    # kernel/call pairs of its launch table from that join
+    if has_kernels:
+        want_pairs(r)
     lc = _table(r, "launch_compute", "summary")
     p = None
     if has_kernels:

@@ -116,6 +116,9 @@ class ExportDB:
         self.views: set[str] = {r[0] for r in rows if r[1] == "view"}
         self._once: dict[str, object] = {}
         self._ahead: dict[str, threading.Thread] = {}  # once() keys started by ahead()
+        #: once() keys a command will ask for, which a step that runs anyway may answer on
+        #: its way (``remember``): the time budget's join leaves the kernel/call pairs
+        self.wanted: set[str] = set()
         self._columns: dict[str, list[str]] = {}
         self._enums: dict[str, dict[int, str]] = {}
         self._strings: StringTable | None = None
@@ -174,6 +177,11 @@ class ExportDB:
 
             self._ahead[key] = threading.Thread(target=run, daemon=True, name=f"nsightlab {key}")
             self._ahead[key].start()
+
+    def remember(self, key: str, value) -> None:
+        """Give ``once(key, ...)`` its answer, found by another step (nothing when it has one)."""
+        with self._lock:
+            self._once.setdefault(key, value)
 
     def knows(self, key: str) -> bool:
         """Whether ``once(key, ...)`` has its answer already."""
