@@ -359,3 +359,80 @@ def test_occurrence_of_each_launch_equals_counting_row_by_row():
             want[r] = seen.get(key, 0)
             seen[key] = want[r] + 1
         np.testing.assert_array_equal(rp._occurrence(group, it), want, err_msg=f"case {case}")
+
+
+def test_first_operation_of_each_call_equals_pandas_duplicated():
+    """``first_of_call`` marks each call's first operation by writing positions in reverse
+    (the first write of a row lands last) where pandas hashed every row: same marks for
+    sorted, shuffled, repeated (graph launches) and sparse call rows (over 4x the rows:
+    pandas then), and for rows in iteration order with a few swapped."""
+    from nsightlab.analysis.launches import first_of_call
+
+    rng = np.random.default_rng(29)
+    cases = [np.arange(5)[::-1], np.array([3, 3, 3]), np.array([0, 10**9, 0])]
+    for trial in range(300):
+        n = int(rng.integers(2, 3000))
+        a = rng.integers(0, int(rng.integers(1, 6 * n)), n)
+        cases.append(np.sort(a) if trial % 3 == 0 else rng.permutation(n) if trial % 5 == 0 else a)
+    swapped = np.arange(100_000)
+    swapped[::97], swapped[1::97] = swapped[1::97].copy(), swapped[::97].copy()
+    cases.append(swapped)
+    for a in cases:
+        np.testing.assert_array_equal(first_of_call(a), ~pd.Series(a).duplicated().to_numpy())
+
+
+@pytest.mark.parametrize("chunk", [1 << 21, 7, 1])
+def test_api_sums_per_iteration_by_slices_equal_bincounts(monkeypatch, chunk):
+    """The run profile's API time, calls, sync time and syncs per iteration: for calls in
+    start order each iteration's calls are one slice (``_slices``, ``_sliced_sums``), where
+    every call was located by a search and counted by bincounts. Same sums for random
+    ranges (touching, gapped, empty, calls on their edges), in chunks of any size; and
+    ``_slices`` declines calls out of order and overlapping ranges."""
+    from nsightlab.comparison import run_profile as rp
+
+    monkeypatch.setattr(rp, "API_CHUNK", chunk)
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        t = np.sort(rng.integers(0, 1000, int(rng.integers(0, 400))))
+        cuts = np.sort(rng.choice(np.arange(-50, 1100), 2 * int(rng.integers(1, 12)), replace=False))
+        lo, hi = cuts[::2], cuts[1::2]
+        dur = rng.integers(0, 10**6, len(t))
+        codes = rng.integers(0, 5, len(t)).astype(np.int8)
+        sync_codes = [1, 3]
+        edges = rp._slices(lo, hi, t)
+        got = rp._sliced_sums(edges, dur, codes, sync_codes)
+        w = rp._containing(lo, hi, t) + 1
+        sync = np.isin(codes, sync_codes)
+        n = len(lo) + 1
+        want = (np.bincount(w, weights=dur, minlength=n)[1:], np.bincount(w, minlength=n)[1:],
+                np.bincount(w[sync], weights=dur[sync], minlength=n)[1:],
+                np.bincount(w[sync], minlength=n)[1:])
+        for g, x in zip(got, want):
+            np.testing.assert_array_equal(g, x)
+    assert rp._slices(np.array([0, 5]), np.array([6, 9]), np.arange(10)) is None  # overlap
+    assert rp._slices(np.array([0]), np.array([9]), np.array([3, 1])) is None  # out of order
+
+
+def test_launch_calls_per_iteration_by_slices_equal_bincounts():
+    """The run profile's launch time and calls per iteration: launches in iteration order
+    are summed slice by slice (``reduceat``), others by bincounts. Same numbers, same
+    dtypes, for sorted and unsorted iterations, empty iterations, and graph launches (a
+    call's time counted once: ``first_of_call``)."""
+    from nsightlab.comparison import run_profile as rp
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        m, n = int(rng.integers(0, 500)), int(rng.integers(1, 30))
+        it = rng.integers(0, n, m).astype(np.int32)
+        it = np.sort(it) if trial % 2 else it
+        rows = rng.integers(0, m + 1, m) if trial % 3 else np.arange(m)
+        s = rng.integers(0, 10**9, m)
+        e = s + rng.integers(0, 10**5, m)
+        lk = pd.DataFrame({"api_row": rows.astype(np.int32), "iter": it,
+                           "api_start_ns": s, "api_end_ns": e})
+        once = rp.first_of_call(rows)
+        want = (np.bincount(it[once], weights=(e - s)[once], minlength=n),
+                np.bincount(it[once], minlength=n))
+        for g, w in zip(rp._launch_calls(lk, n), want):
+            np.testing.assert_array_equal(g, w)
+            assert g.dtype == w.dtype

