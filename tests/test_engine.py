@@ -32,7 +32,7 @@ REPORTS = [
     ("scenarios", "h100-", "h2d_pageable"),       # copies
     ("scenarios", "h100-", "overlap"),            # kernels on several streams
 ]
-RECIPES = ["kernel_sum", "budget", "launch_compute", "sync_gaps"]
+RECIPES = ["kernel_sum", "budget", "launch_compute", "sync_gaps", "api_sum"]
 
 
 @pytest.fixture(scope="module")
