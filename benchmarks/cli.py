@@ -35,22 +35,23 @@ from recipes import RECIPES, run_nsys
 #: runs ``nsightlab`` with argv in this fresh interpreter, its stdout into a file; prints one
 #: JSON line (its own peak RSS) on the real stdout at exit
 COMMAND = r"""
-import json, os, resource, sys
+import atexit, json, os, resource, sys
 out, argv = sys.argv[1], sys.argv[2:]
 real = os.dup(1)
 fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 os.dup2(fd, 1)
-code = 0
-try:
-    from nsightlab.cli import main
-    sys.argv = ["nsightlab", *argv]
-    main()
-except SystemExit as e:
-    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-finally:
+
+
+def done():  # registered first, so it runs last: after the command's own exit handlers
     sys.stdout.flush()
-    os.write(real, (json.dumps({"rc": code, "peak_rss_mb":
+    os.write(real, (json.dumps({"rc": 0, "peak_rss_mb":
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}) + "\n").encode())
+
+
+atexit.register(done)
+from nsightlab.cli import main
+sys.argv = ["nsightlab", *argv]
+main()  # exits as the installed command does (``nsightlab.cli.leave``)
 """
 
 

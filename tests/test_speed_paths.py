@@ -192,15 +192,13 @@ def test_reader_processes_and_analysis_commands_start_one_blas_thread_capture_do
     clean = {k: v for k, v in os.environ.items()
              if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
-        import os, sys
+        import atexit, os, sys
         from nsightlab.cli import main
         sys.argv = ["nsightlab", "info", {str(sqlite_of("h200-vit-fp16"))!r},
                     "--cache-dir", {str(tmp_path / "c")!r}]
-        try:
-            main()
-        except SystemExit:
-            pass
-        print("blas", os.environ.get("OPENBLAS_NUM_THREADS"), file=sys.stderr)
+        atexit.register(lambda: print("blas", os.environ.get("OPENBLAS_NUM_THREADS"),
+                                      file=sys.stderr))  # main() leaves through the handlers
+        main()
         """)], capture_output=True, text=True, env=clean, timeout=180)
     assert "blas 1" in p.stderr, p.stderr[-1000:]
     probe = ("import os, sys; sys.exit(3 if any(k in os.environ for k in "
