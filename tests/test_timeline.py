@@ -28,3 +28,23 @@ def test_slice_reduce():
     lo, hi = np.array([0, 1, 3, 2]), np.array([2, 4, 5, 2])
     assert list(slice_reduce(np.minimum, v, lo, hi, -1)) == [3, 1, 1, -1]
     assert list(slice_reduce(np.maximum, v, lo, hi, -1)) == [5, 8, 9, -1]
+
+
+def test_union_in_order_first_positions_are_where_a_search_finds_each_start():
+    """The streamed budget takes the operation that ends each idle gap from
+    ``union_in_order``'s first positions instead of searching the batch's starts: for
+    intervals in start order without negative lengths (ties, zero lengths, nesting) they
+    are the first operation with each merged interval's start, as ``searchsorted`` 'left'
+    found it; and the union is ``union``'s."""
+    from nsightlab.analysis.timeline import union_in_order
+
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        n = int(rng.integers(1, 300))
+        s = np.sort(rng.integers(0, int(rng.integers(1, 2000)), n)).astype(np.int64)
+        e = s + rng.integers(0, 50, n) * (rng.random(n) < 0.8)
+        us, ue, first = union_in_order(s, e)
+        np.testing.assert_array_equal(first, np.searchsorted(s, us, "left"))
+        ref_s, ref_e = union(s, e)
+        np.testing.assert_array_equal(us, ref_s)
+        np.testing.assert_array_equal(ue, ref_e)

@@ -42,7 +42,7 @@ from nsightlab.analysis.budget_parts import (
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.engine import RowBits, runs, ties_in_order
 from nsightlab.analysis.launches import SharedCalls, know_shared_calls, leave_pairs, pairs_wanted
-from nsightlab.analysis.timeline import BusyByKey, covered, union
+from nsightlab.analysis.timeline import BusyByKey, covered, union_in_order
 from nsightlab.read import trace
 from nsightlab.read.reader import readers
 
@@ -340,30 +340,38 @@ class _Device:
 
     def _advance(self, key: tuple, s: np.ndarray, e: np.ndarray, into: np.ndarray):
         """Union of the carried interval and ``s``/``e`` (sorted by start): covered time of
-        every final interval into ``into``; the last interval is carried. Returns the union."""
+        every final interval into ``into``; the last interval is carried. Returns the union
+        and the position in ``s`` of each of its intervals' first operation (-1: the
+        carried one)."""
         held = self.carry.get(key)
         if held is not None:
             s, e = np.concatenate([[held[0]], s]), np.concatenate([[held[1]], e])
-        us, ue = union(s, e)
-        if len(us):
-            into += covered(us[:-1], ue[:-1], self.ctx["start"], self.ctx["end"])
-            self.carry[key] = (int(us[-1]), int(ue[-1]))
-        return us, ue
+        if not len(s):
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.intp)
+        us, ue, first = union_in_order(s, e)
+        into += covered(us[:-1], ue[:-1], self.ctx["start"], self.ctx["end"])
+        self.carry[key] = (int(us[-1]), int(ue[-1]))
+        return us, ue, (first - 1 if held is not None else first)
 
     def add(self, s, e, part, api, row) -> None:
         top = self.codes[-1]
         for c in self.codes:
             sel = part <= c if c != top else slice(None)
-            us, ue = self._advance(("level", c), s[sel], e[sel], self.level[c])
+            us, ue, first = self._advance(("level", c), s[sel], e[sel], self.level[c])
             if c in self.alone:
                 mine = part == c
                 self._advance(("alone", c), s[mine], e[mine], self.alone[c])
-        # the gaps between this batch's union intervals of everything (the top level)
-        gs, ge = ue[:-1], us[1:]
+        # the gaps between this batch's union intervals of everything (the top level), each
+        # ended by the first operation of the interval after it
+        gs, ge, nxt = ue[:-1], us[1:], first[1:]
         if self.first:  # the stretch before the GPU's first operation
             gs, ge = np.concatenate([[_MIN], gs]), np.concatenate([[us[0]], ge])
+            nxt = first
             self.first = False
-        nxt = np.searchsorted(s, ge, "left")  # the operation that ends each gap
+        if len(nxt) and (nxt[0] > 0 and s[nxt[0] - 1] == ge[0] or np.any(
+                s[nxt[1:] - 1] == ge[1:])):  # an earlier operation with the same start (one
+            # ending before it started): the first of them, as a search finds it
+            nxt = np.searchsorted(s, ge, "left")
         launch_at, r = api[nxt], row[nxt]
         quick = (r >= 0) & self.bits.has(np.maximum(r, 0))
         self._idle(gs, ge, launch_at, quick)

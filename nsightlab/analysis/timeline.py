@@ -19,6 +19,13 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     else:
         order = np.argsort(starts, kind="stable")
         s, e = starts[order].astype(np.int64), ends[order].astype(np.int64)
+    us, ue, _ = union_in_order(s, e)
+    return us, ue
+
+
+def union_in_order(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``union`` of intervals already in start order (int64), with the position of each
+    merged interval's first interval in ``s``."""
     reach = np.maximum.accumulate(e)
     # a new merged interval begins where a start lies beyond everything reached before it
     new = np.empty(len(s), bool)
@@ -26,7 +33,7 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     new[1:] = s[1:] > reach[:-1]
     first = np.flatnonzero(new)
     last = np.append(first[1:], len(s)) - 1
-    return s[first], reach[last]
+    return s[first], reach[last], first
 
 
 def busy_time(starts: np.ndarray, ends: np.ndarray, chunk: int = 1 << 20,
@@ -69,14 +76,17 @@ class BusyByKey:
 
 def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Time covered by disjoint sorted intervals (ms, me) inside each window [a, b)."""
-    return _covered_before(ms, me, np.asarray(b)) - _covered_before(ms, me, np.asarray(a))
-
-
-def _covered_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Covered time in (-inf, t) for each t."""
+    a, b = np.asarray(a), np.asarray(b)
     if len(ms) == 0:
-        return np.zeros(np.shape(t), np.int64)
-    cum = np.concatenate([[0], np.cumsum(me - ms)])
+        return np.zeros(np.broadcast_shapes(a.shape, b.shape), np.int64)
+    cum = np.zeros(len(ms) + 1, np.int64)  # covered time up to each interval: once for both
+    np.cumsum(me - ms, out=cum[1:])
+    return _covered_before(ms, me, b, cum) - _covered_before(ms, me, a, cum)
+
+
+def _covered_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray, cum: np.ndarray
+                    ) -> np.ndarray:
+    """Covered time in (-inf, t) for each t (``cum``: covered time before each interval)."""
     i = np.searchsorted(ms, t, "right")  # intervals starting at or before t
     full = cum[i]
     last = np.maximum(i - 1, 0)
