@@ -24,10 +24,12 @@ PARTS = (*BUSY_PARTS, *IDLE_PARTS)
 #: work; CPU stretches longer than this between launches are the application's own work
 LAUNCH_STRETCH_NS = 100_000
 #: idle gaps attributed per pass (bounds scratch memory on reports of millions of kernels:
-#: ~10 MB a pass), by up to IDLE_THREADS threads at once (one per core: the scratch in flight
-#: is the same ~160 MB as 4 threads of 4x the gaps, and a 16-core machine uses them all)
+#: ~10 MB a pass), by up to IDLE_THREADS threads at once. Eight, not one per core: the budget's
+#: start-order pass hands out ~1M gaps a second, which 8 threads attribute with time to
+#: spare, and 16 held ~160 MB of scratch in flight beside DuckDB's sort (launch_compute's
+#: main process at 100M kernels on 16 cores: 1013 MB)
 GAP_CHUNK = 1 << 16
-IDLE_THREADS = 16
+IDLE_THREADS = 8
 
 
 def copy_part(copy_kind: str, src_kind: str, dst_kind: str) -> str:
