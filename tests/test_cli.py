@@ -88,6 +88,29 @@ def test_console_script_runs_as_a_module(sqlite_of, cache_dir):
     assert out.returncode == 0 and "NVIDIA H200" in out.stdout
 
 
+def test_the_command_leaves_through_its_exit_handlers_without_teardown(tmp_path):
+    """``nsightlab.cli.leave`` skips the interpreter's teardown but not the exit handlers: a
+    --no-cache decompression's scratch folder is removed, the whole answer reaches a pipe, and
+    exit codes are kept (0; 1 with one line for a missing file; 2 for a usage error)."""
+    import os
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "nsys" / "h200-launchbound.sqlite.xz"
+    env = {**os.environ, "TMPDIR": str(tmp_path), "NSIGHTLAB_NO_CACHE": "1"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "nsightlab", *a],  # noqa: E731
+                                    capture_output=True, text=True, env=env, timeout=300)
+    out = run("recipe", "run", "kernel_sum", str(data), "--format", "csv")
+    assert out.returncode == 0, out.stderr[-1000:]
+    # every row flushed before the exit: the same bytes as the command run in-process
+    inside = CliRunner().invoke(cli, ["recipe", "run", "kernel_sum", str(data), "--format", "csv",
+                                      "--no-cache"])
+    assert inside.exit_code == 0 and out.stdout == inside.stdout and out.stdout.count("\n") > 3
+    assert not list(tmp_path.glob("nsightlab-*")), "the scratch folder was left behind"
+    missing = run("recipe", "run", "kernel_sum", str(tmp_path / "nope.sqlite"))
+    assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1
+    assert run("recipe", "run").returncode == 2
+
+
 def test_docs_precision_md_is_current():
     from pathlib import Path
 
