@@ -810,3 +810,26 @@ def test_pairs_not_left_where_calls_have_two_api_rows(reports, tmp_path, monkeyp
     source = R.run("budget", report)["summary"]["iteration_source"].iloc[0]
     assert "NVTX iteration ranges" in source and not source.startswith("no ")
     assert left == [] and not report.db.knows("pairs:kernels")
+
+
+def test_checks_started_beside_the_budget_join_find_what_they_find_alone(reports, tmp_path,
+                                                                          monkeypatch):
+    """Once the budget's join has cached the API table, the completeness checks' facts (launch
+    calls counted on the names' codes) start on a thread beside it (``start_cached``), not in
+    the first check launch_compute's nested budget run makes. Same findings as the checks of
+    a fresh report computed alone."""
+    from nsightlab.analysis import completeness
+
+    started = []
+    facts = completeness._facts
+    monkeypatch.setattr(completeness, "_facts", lambda report, name, invalid=False, ahead=False: (
+        started.append((name, ahead)), facts(report, name, invalid, ahead))[1])
+    path = reports("nsys", "", "h200-launchbound")
+    got = _run(path, "launch_compute", "duckdb", tmp_path / "a", monkeypatch)
+    assert ("cuda_api", True) in started
+    assert len(got["per_kernel"])
+    monkeypatch.setattr(completeness, "_facts", facts)
+    alone = completeness.check(nsightlab.open(path, cache_dir=tmp_path / "b"))
+    beside = completeness.check(nsightlab.open(path, cache_dir=tmp_path / "a" / "duckdb"))
+    assert [(w["check"], w["message"]) for w in beside] == \
+        [(w["check"], w["message"]) for w in alone]

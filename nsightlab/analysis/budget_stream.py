@@ -39,6 +39,7 @@ from nsightlab.analysis.budget_parts import (
     max_end_per_iteration,
     none_last,
 )
+from nsightlab.analysis import completeness
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.engine import RowBits, runs, ties_in_order
 from nsightlab.analysis.launches import SharedCalls, know_shared_calls, leave_pairs, pairs_wanted
@@ -80,6 +81,7 @@ class StreamedOps:
                   for t in TABLES if report.has_rows(t)}  # Parquet metadata: no scan
         ops, self._kernels = sum(counts.values()), counts.get("kernels", 0)
         api = db.view("cuda_api", rows=True)
+        completeness.start_cached(report)  # the API table is cached now: its facts beside the join
         if share:
             api = (f"(SELECT pid, correlation_id, start_ns, row, "
                    f"{', '.join(a for _, a in share['api'])} FROM {api})")
