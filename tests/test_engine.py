@@ -833,3 +833,37 @@ def test_checks_started_beside_the_budget_join_find_what_they_find_alone(reports
     beside = completeness.check(nsightlab.open(path, cache_dir=tmp_path / "a" / "duckdb"))
     assert [(w["check"], w["message"]) for w in beside] == \
         [(w["check"], w["message"]) for w in alone]
+
+
+def test_pairs_left_leave_out_kernels_without_a_call(reports, tmp_path, monkeypatch):
+    """Synthetic edit of a real export with NVTX iterations: the launch calls of every 7th
+    kernel deleted. The pairs the budget leaves skip those kernels, as ``launches.match``
+    does (``leave_pairs``' path for kernels without a call)."""
+    import shutil
+    import sqlite3
+
+    from nsightlab.analysis.launches import keys, match, want_pairs
+
+    path = tmp_path / "unlaunched.sqlite"
+    shutil.copy(reports("nsys", "", "h200-launchbound"), path)
+    with sqlite3.connect(path) as c:
+        c.execute("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IN (SELECT "
+                  "correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 0)")
+    from nsightlab.analysis import budget_stream
+    from nsightlab.analysis.launches import leave_pairs
+
+    left = []
+    monkeypatch.setattr(budget_stream, "leave_pairs", lambda report, table, api_of_row: (
+        left.append(api_of_row.copy()), leave_pairs(report, table, api_of_row)))
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    report = nsightlab.open(path, cache_dir=tmp_path / "cache")
+    report.results = None
+    want_pairs(report)
+    R.run("budget", report)
+    assert len(left) == 1 and (left[0] < 0).any()  # left by the budget, some without a call
+    left_ops, left_calls = report.db.once("pairs:kernels", None)
+    ops, calls = match(*keys(report.table("kernels", ["pid", "correlation_id"]),
+                             report.cuda_api(["pid", "correlation_id"])))
+    assert 0 < len(ops) < report.row_count("kernels")  # some kernels have no call
+    np.testing.assert_array_equal(left_ops, ops)
+    np.testing.assert_array_equal(left_calls, calls)
