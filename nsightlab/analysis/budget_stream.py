@@ -290,11 +290,11 @@ class StreamedOps:
                     codes = present.loc[present["device_id"] == d, "part"].to_numpy()
                     state = _Device(d, codes, ctx, self._quick, pool)
                 state.add(s[lo:hi], e[lo:hi], part[lo:hi], api[lo:hi], row[lo:hi])
+                kernel = col[6][lo:hi] == 0
                 if pairs is not None:
-                    k = col[6][lo:hi] == 0
-                    pairs[col[7][lo:hi][k]] = row[lo:hi][k]
+                    pairs[col[7][lo:hi][kernel]] = row[lo:hi][kernel]
                 if busy is not None:
-                    pid, launched = col[8][lo:hi], (col[6][lo:hi] == 0) & (row[lo:hi] >= 0)
+                    pid, launched = col[8][lo:hi], kernel & (row[lo:hi] >= 0)
                     for p in np.unique(pid[launched]):
                         mine = launched & (pid == p)
                         busy.add((int(p), d), s[lo:hi][mine], e[lo:hi][mine])

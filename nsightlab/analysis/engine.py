@@ -439,6 +439,26 @@ def medians(db: Engine, source: str, keys: str | list[str], value: str,
     return found
 
 
+def describe_sql(db: Engine, source: str, keys: list[str], value: str) -> pd.DataFrame:
+    """``stats.describe`` in DuckDB over the relation ``source`` (with a ``row`` column): per
+    group of ``keys``, in order of first appearance, count, total_ns, avg_ns, med_ns, min_ns,
+    max_ns and stddev_ns of ``value`` (nsys's statistics: the sample standard deviation, 0
+    for one value); medians by ``medians_at``, keys as categories."""
+    k = ", ".join(keys)
+    with db.all_cores():
+        out = db.frame(f"""
+            SELECT {k}, count(*) AS count, sum({value})::BIGINT AS total_ns,
+                   avg({value}) AS avg_ns, min({value}) AS min_ns, max({value}) AS max_ns,
+                   coalesce(stddev_samp({value}), 0) AS stddev_ns
+            FROM {source} GROUP BY {k} ORDER BY min(row)""")
+    out["med_ns"] = medians_at(db, out, source, keys, value)
+    for c in keys:
+        out[c] = out[c].astype("category")
+    columns = [*keys, "count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"]
+    return out[columns].astype({"count": np.int64, "total_ns": np.int64, "min_ns": np.int64,
+                                "max_ns": np.int64})
+
+
 def medians_at(db: Engine, rows: pd.DataFrame, source: str, keys: str | list[str], value: str,
                tables: dict | None = None) -> np.ndarray:
     """``medians`` in the order of ``rows`` (found by its ``keys`` columns; NaN where a row's

@@ -70,13 +70,21 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     return gid, keys.iloc[first].reset_index(drop=True)
 
 
+def first_rows(keys: np.ndarray, size: int, dtype=np.int64) -> np.ndarray:
+    """The first row of each key in [0, size) (``len(keys)`` where a key does not occur),
+    without a hash or a sort: positions written in reverse, ``CHUNK`` rows at a time, the last
+    chunk first, so a key's earliest row is written last."""
+    first = np.full(size, len(keys), dtype)
+    for a in reversed(range(0, len(keys), CHUNK)):
+        part = keys[a:a + CHUNK]
+        first[part[::-1]] = np.arange(a + len(part) - 1, a - 1, -1, dtype=dtype)
+    return first
+
+
 def _dense_ids(combined: np.ndarray, size: int) -> np.ndarray:
     """Group ids in order of first appearance for keys in [0, size), written over
     ``combined`` (int32), ``CHUNK`` rows at a time."""
-    first = np.full(size, len(combined), np.int64)
-    for a in reversed(range(0, len(combined), CHUNK)):  # last chunk first: earlier rows win
-        part = combined[a:a + CHUNK]
-        first[part[::-1]] = np.arange(a + len(part) - 1, a - 1, -1)
+    first = first_rows(combined, size)
     present = np.flatnonzero(first < len(combined))
     rank = np.full(size, -1, np.int32)
     rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present),

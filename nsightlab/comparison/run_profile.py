@@ -26,7 +26,8 @@ from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iteratio
 from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches, want_pairs
-from nsightlab.analysis.timeline import busy_time
+from nsightlab.analysis.stats import first_rows
+from nsightlab.analysis.timeline import busy_time, slice_reduce
 from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
 from nsightlab.read.frames import pick_rows, release_memory
@@ -488,8 +489,7 @@ def _slots(lk: pd.DataFrame, n: int, by_layer: bool = True) -> pd.DataFrame:
     del group
     codes, uniq = pd.factorize(key)
     del key
-    first = np.empty(len(uniq), np.int64)
-    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # first row of each slot
+    first = first_rows(codes, len(uniq))  # first row of each slot
 
     def at_first(col: str) -> np.ndarray:
         c = lk[col]
@@ -548,10 +548,8 @@ def _launch_calls(lk: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
         it, dur = it[once], dur[once]
     if len(it) and np.all(it[1:] >= it[:-1]) and it[0] >= 0 and it[-1] < n:
         edges = np.searchsorted(it, np.arange(n + 1))
-        count = np.diff(edges)
-        total = np.add.reduceat(np.append(dur, 0), edges[:-1]).astype(np.float64)
-        total[count == 0] = 0.0  # reduceat gives an empty slice's next value
-        return total, count
+        total = slice_reduce(np.add, dur, edges[:-1], edges[1:], 0).astype(np.float64)
+        return total, np.diff(edges)
     return np.bincount(it, weights=dur, minlength=n), np.bincount(it, minlength=n)
 
 
@@ -627,17 +625,14 @@ def _sliced_sums(edges: np.ndarray, dur: np.ndarray, codes: np.ndarray, sync_cod
     out[1] = edges[:, 1] - edges[:, 0]
     for a in range(0, int(edges[:, 1].max(initial=0)), API_CHUNK):
         b = a + API_CHUNK
-        lo, hi = np.clip(edges[:, 0], a, b), np.clip(edges[:, 1], a, b)
-        some = np.flatnonzero(hi > lo)
-        if not len(some):
+        lo, hi = np.clip(edges[:, 0], a, b) - a, np.clip(edges[:, 1], a, b) - a
+        if not np.any(hi > lo):
             continue
         d = dur[a:b]
         sync = np.isin(codes[a:b], sync_codes)
-        cuts = np.stack([lo[some] - a, hi[some] - a], axis=1).ravel()
-        for k, (values, sel) in enumerate(((d, None), (d, sync), (sync, None))):
-            v = values if sel is None else np.where(sel, values, 0)
-            total = np.add.reduceat(np.append(v, 0).astype(np.float64), cuts)[::2]
-            out[(0, 2, 3)[k]][some] += total
+        out[0] += slice_reduce(np.add, d, lo, hi, 0)
+        out[2] += slice_reduce(np.add, np.where(sync, d, 0), lo, hi, 0)
+        out[3] += slice_reduce(np.add, sync.astype(np.int64), lo, hi, 0)
     return out[0], out[1], out[2], out[3]
 
 

@@ -8,8 +8,6 @@ import pandas as pd
 
 from nsightlab.recipe_api import annotate, budget, describe, engine, ncu, run_recipe
 
-COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"]
-
 
 def run(report, params):
     windows = iteration_windows(report) if params["iterations_only"] else None
@@ -69,12 +67,5 @@ def summarize_sql(db, windows):
     """The same summary in DuckDB, out of core: groups in order of first appearance too."""
     source = (db.view("kernels", rows=True) if windows is None else  # the kernels inside, once
               db.rows_inside("kernels", windows, ["name", "duration_ns", "row"]))
-    out = db.frame(f"""
-        SELECT name, count(*) AS instances, sum(duration_ns)::BIGINT AS total_ns,
-               avg(duration_ns) AS avg_ns, min(duration_ns) AS min_ns, max(duration_ns) AS max_ns,
-               coalesce(stddev_samp(duration_ns), 0) AS stddev_ns
-        FROM {source} GROUP BY name ORDER BY min(row)""")
-    out["med_ns"] = engine.medians_at(db, out, source, "name", "duration_ns")
-    out["name"] = out["name"].astype("category")
-    return out[COLUMNS].astype({"instances": np.int64, "total_ns": np.int64,
-                                "min_ns": np.int64, "max_ns": np.int64})
+    return engine.describe_sql(db, source, ["name"], "duration_ns").rename(
+        columns={"count": "instances"})
