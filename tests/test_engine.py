@@ -167,13 +167,14 @@ def test_out_of_memory_in_duckdb_falls_back_with_a_note(reports, tmp_path, monke
     assert any("NSIGHTLAB_MEMORY_MB" in n for n in notes)
 
 
-def _sync_gaps_in_duckdb_equal(ref: dict, path: Path, tmp_path: Path, monkeypatch) -> list:
-    """Run sync_gaps under NSIGHTLAB_ENGINE=duckdb, check its tables equal ``ref``; its notes."""
+def _sync_gaps_in_duckdb_equal(ref: dict, path: Path, tmp_path: Path, monkeypatch,
+                               recipe: str = "sync_gaps") -> list:
+    """Run ``recipe`` under NSIGHTLAB_ENGINE=duckdb, check its tables equal ``ref``; its notes."""
     monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
     notes: list[str] = []
-    got = R.run("sync_gaps", nsightlab.open(path, cache_dir=tmp_path / "oom", progress=notes.append))
+    got = R.run(recipe, nsightlab.open(path, cache_dir=tmp_path / "oom", progress=notes.append))
     for table in ref:
-        assert_same(ref[table], got[table], f"sync_gaps.{table}")
+        assert_same(ref[table], got[table], f"{recipe}.{table}")
     return notes
 
 
@@ -181,13 +182,13 @@ def test_out_of_memory_in_a_sort_tries_again_with_fewer_threads(reports, tmp_pat
     """Simulated: a sorted stream that runs out of memory with more than one sort thread
     (a sort's per-thread buffers outgrow the limit on many cores) is run again in DuckDB with
     fewer threads (``RETRY_THREADS``), down to one: the same tables, no note, no fall-back
-    to the NumPy path."""
+    to the NumPy path. (The budget's two sorted streams: the second runs at one thread.)"""
     import duckdb
 
     from nsightlab.read import reader
 
     path = reports("nsys", "", "h200-vit-fp16-syncy")
-    ref = _run(path, "sync_gaps", "numpy", tmp_path, monkeypatch)
+    ref = _run(path, "budget", "numpy", tmp_path, monkeypatch)
     monkeypatch.setattr(engine, "readers", lambda rows=None: 8)
     monkeypatch.setattr(reader, "readers", lambda rows=None: 8)
     assert engine.threads() > 2 and engine.RETRY_THREADS == (2, 1)
@@ -200,8 +201,8 @@ def test_out_of_memory_in_a_sort_tries_again_with_fewer_threads(reports, tmp_pat
         return stream(self, sql, batch_rows)
 
     monkeypatch.setattr(engine.Engine, "stream", short_of_memory)
-    notes = _sync_gaps_in_duckdb_equal(ref, path, tmp_path, monkeypatch)
-    assert tries == [engine.threads(), 2, 1]
+    notes = _sync_gaps_in_duckdb_equal(ref, path, tmp_path, monkeypatch, "budget")
+    assert tries == [engine.threads(), 2, 1, 1]
     assert not [n for n in notes if "NSIGHTLAB_MEMORY_MB" in n]
 
 
@@ -867,3 +868,85 @@ def test_pairs_left_leave_out_kernels_without_a_call(reports, tmp_path, monkeypa
     assert 0 < len(ops) < report.row_count("kernels")  # some kernels have no call
     np.testing.assert_array_equal(left_ops, ops)
     np.testing.assert_array_equal(left_calls, calls)
+
+
+def test_merged_in_start_order_equals_one_sort_of_the_union():
+    """``engine._merged`` (sync_gaps' operations in start order without a sort): random
+    tables in start order, with many tied starts within and across tables, read in random
+    pieces (empty ones, single rows, a tie spread over several pieces), give every row once
+    in (start, table, row) order: the order of one stable sort of their union."""
+    rng = np.random.default_rng(7)
+    for case in range(200):
+        k = int(rng.integers(1, 4))
+        tables = []
+        for _ in range(k):
+            n = int(rng.integers(0, 60))
+            start = np.sort(rng.integers(0, int(rng.integers(1, 40)), n))  # ties likely
+            tables.append([start, rng.integers(0, 10**6, n)])  # start, a payload column
+
+        def pieces(t):
+            cuts = np.sort(rng.integers(0, len(t[0]) + 1, int(rng.integers(0, 8))))
+            edges = [0, *cuts.tolist(), len(t[0])]
+            for a, b in zip(edges[:-1], edges[1:]):
+                yield [c[a:b] for c in t]
+
+        got = list(engine._merged([pieces(t) for t in tables], 0))
+        start = np.concatenate([t[0] for t in tables])
+        payload = np.concatenate([t[1] for t in tables])
+        tbl = np.concatenate([np.full(len(t[0]), i) for i, t in enumerate(tables)])
+        row = np.concatenate([np.arange(len(t[0])) for t in tables])
+        order = np.lexsort((row, tbl, start))
+        if not len(start):
+            assert got == [], case
+            continue
+        out = [np.concatenate(c) for c in zip(*got)]
+        assert out[0].tolist() == start[order].tolist(), case
+        assert out[1].tolist() == payload[order].tolist(), case
+        assert out[2].tolist() == tbl[order].tolist(), case
+
+
+def test_merged_in_start_order_stops_at_rows_out_of_order():
+    """A table whose rows go back in time (nsys 2025.6 exports) is not merged: the caller
+    sorts instead."""
+    back = [[np.array([1, 5, 9])], [np.array([8, 12])]]  # 8 after 9
+    with pytest.raises(engine.OutOfOrder):
+        list(engine._merged([iter(back), iter([[np.array([2, 3])]])], 0))
+
+
+def test_sync_gaps_merges_tables_in_order_and_sorts_those_out_of_order(reports, tmp_path,
+                                                                        monkeypatch):
+    """sync_gaps' GPU gaps in DuckDB: a real export (kernels and copies, tables in start
+    order) is merged from the cache as read, here in pieces of 7 rows so ties and copies
+    cross piece edges; the same export with its kernel rows shuffled (as nsys 2025.6
+    writes them) falls back to DuckDB's sort. Both equal the in-memory recipe."""
+    import shutil
+    import sqlite3
+
+    from nsightlab.read import table_cache
+
+    path = reports("nsys", "", "h200-vit-fp16-syncy")
+    ref = _run(path, "sync_gaps", "numpy", tmp_path, monkeypatch)
+    parts, sorted_streams = table_cache.part_tables, []
+
+    def in_pieces(files, columns, ahead=4):
+        for cols in parts(files, columns, ahead):
+            for a in range(0, len(cols[0]), 7):
+                yield [c[a:a + 7] for c in cols]
+
+    stream = engine.Engine.stream
+    monkeypatch.setattr(table_cache, "part_tables", in_pieces)
+    monkeypatch.setattr(engine.Engine, "stream", lambda self, sql, rows: (
+        sorted_streams.append(sql), stream(self, sql, rows))[1])
+    assert _sync_gaps_in_duckdb_equal(ref, path, tmp_path / "merged", monkeypatch) == []
+    assert not [s for s in sorted_streams if "context_id, start_ns" in s]
+
+    shuffled = tmp_path / "shuffled.sqlite"
+    shutil.copy(path, shuffled)
+    with sqlite3.connect(shuffled) as c:
+        t = "CUPTI_ACTIVITY_KIND_KERNEL"
+        c.execute(f"CREATE TABLE s AS SELECT * FROM {t} ORDER BY (rowid * 7919) % 10007")
+        c.execute(f"DROP TABLE {t}")
+        c.execute(f"ALTER TABLE s RENAME TO {t}")
+    ref = _run(shuffled, "sync_gaps", "numpy", tmp_path / "s", monkeypatch)
+    _sync_gaps_in_duckdb_equal(ref, shuffled, tmp_path / "sorted", monkeypatch)
+    assert [s for s in sorted_streams if "context_id, start_ns" in s]

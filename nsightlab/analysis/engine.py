@@ -567,6 +567,85 @@ def sort_ties(col: list, keys: int, tie_by: tuple) -> list:
     return [c[order] for c in col]
 
 
+class OutOfOrder(Exception):
+    """A cached table ``in_start_order`` read turned out not to be in start order."""
+
+
+def in_start_order(report: Report, tables: tuple[str, ...], columns: list[str]):
+    """The rows of the cached ``tables`` (each must be in start order: exports before nsys
+    2025.6) merged into (start, table, row) order without a sort, as lists of NumPy columns
+    (``columns``, which hold ``start_ns``, then the table's index in ``tables`` as int8),
+    a cache part or so at a time: the order DuckDB's sort of their union by start gives
+    with ties by (table, row) (``ties_in_order``), at the cost of reading the parts.
+    Raises ``OutOfOrder`` as soon as a table's rows go back in time (the caller sorts)."""
+    from nsightlab.read.table_cache import part_tables
+
+    at = columns.index("start_ns")
+    streams = []
+    for t in tables:
+        report.prefetch([t])
+        files = report.cache.files(t) if report.cache is not None else None
+        if files is None:
+            raise OutOfOrder(t)  # not cached: the caller's SQL path reads it
+        streams.append(part_tables(files, columns))
+    return _merged(streams, at)
+
+
+def _merged(streams: list, at: int):
+    """``in_start_order``'s merge of ``streams`` (each yields lists of columns in start order,
+    column ``at`` the start). Rows starting before the smallest last start among the buffers
+    of the streams not yet done are final: no later row of any stream starts before it."""
+    from nsightlab.read.tables import breaks_order
+
+    k = len(streams)
+    buf: list = [None] * k
+    last: list = [None] * k
+    done = [False] * k
+
+    def pull(i: int) -> None:
+        for cols in streams[i]:
+            s = cols[at]
+            if not len(s):
+                continue
+            if breaks_order(s, last[i]):
+                raise OutOfOrder(i)
+            last[i] = s[-1]
+            buf[i] = cols if buf[i] is None else [np.concatenate([a, b])
+                                                   for a, b in zip(buf[i], cols)]
+            return
+        done[i] = True
+
+    for i in range(k):
+        pull(i)
+    while True:
+        live = [i for i in range(k) if not done[i]]
+        horizon = min((buf[i][at][-1] for i in live), default=None)
+        cuts = [0 if buf[i] is None else len(buf[i][at]) if horizon is None
+                else int(np.searchsorted(buf[i][at], horizon, "left")) for i in range(k)]
+        if not any(cuts):
+            if horizon is None:
+                return
+            for i in live:  # every row left starts at the horizon or later: read on
+                if buf[i][at][-1] == horizon:
+                    pull(i)
+            continue
+        pieces = [(i, [c[:cuts[i]] for c in buf[i]]) for i in range(k) if cuts[i]]
+        for i in range(k):
+            if cuts[i]:
+                rest = [c[cuts[i]:] for c in buf[i]]
+                buf[i] = rest if len(rest[at]) else None
+                if buf[i] is None and not done[i]:
+                    pull(i)
+        if len(pieces) == 1:
+            i, cols = pieces[0]
+            yield [*cols, np.full(len(cols[at]), i, np.int8)]
+            continue
+        cols = [np.concatenate(c) for c in zip(*(p for _, p in pieces))]
+        tbl = np.concatenate([np.full(len(p[at]), i, np.int8) for i, p in pieces])
+        order = np.argsort(cols[at], kind="stable")  # ties: by table, then row
+        yield [c[order] for c in [*cols, tbl]]
+
+
 def runs(*keys: np.ndarray):
     """(lo, hi) of each run of equal keys in a batch of a stream sorted by ``keys`` (the
     groups of that batch: one GPU, one process...), in order."""
