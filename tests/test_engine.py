@@ -950,3 +950,31 @@ def test_sync_gaps_merges_tables_in_order_and_sorts_those_out_of_order(reports, 
     ref = _run(shuffled, "sync_gaps", "numpy", tmp_path / "s", monkeypatch)
     _sync_gaps_in_duckdb_equal(ref, shuffled, tmp_path / "sorted", monkeypatch)
     assert [s for s in sorted_streams if "context_id, start_ns" in s]
+
+
+@pytest.mark.parametrize("name", ["h200-launchbound", "h200-vit-fp16-syncy"])
+def test_join_windows_cut_from_row_group_statistics_are_balanced(reports, name, tmp_path,
+                                                                 monkeypatch):
+    """The budget's join windows are cut at correlation ids read off the cache's row-group
+    statistics (no scan): on real exports every window holds about ``JOIN_ROWS`` operations
+    (at most twice that), counted from the operations themselves."""
+    from nsightlab.analysis import budget_stream
+
+    path = reports("nsys", "", name)
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    monkeypatch.setattr(budget_stream, "JOIN_ROWS", 3000)
+    report = nsightlab.open(path, cache_dir=tmp_path)
+    ids = np.concatenate([report.table(t, ["correlation_id"])["correlation_id"].dropna()
+                          .to_numpy(np.int64) for t in budget_stream.TABLES
+                          if report.has_rows(t)])
+    with engine.Engine(report, 1) as db:
+        ops = budget_stream.StreamedOps.__new__(budget_stream.StreamedOps)
+        ops.report, ops.db = report, db
+        for t in budget_stream.TABLES:
+            if report.has_rows(t):
+                db.view(t)
+        k = -(-len(ids) // 3000)
+        cuts = ops._cuts_from_statistics([i / k for i in range(1, k)])
+    assert cuts is not None and cuts == sorted(cuts)  # None: no statistics, a scan instead
+    per_window = np.diff(np.searchsorted(np.sort(ids), [ids.min(), *cuts, ids.max() + 1]))
+    assert per_window.sum() == len(ids) and per_window.max() <= 6000, per_window

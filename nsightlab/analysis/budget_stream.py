@@ -125,8 +125,11 @@ class StreamedOps:
         k = -(-ops // JOIN_ROWS)
         if k < 2 or not self.report.has_rows("cuda_api"):
             return [("true", "true")]
-        qs = ", ".join(str(i / k) for i in range(1, k))
-        cuts = self.db.one(f"SELECT approx_quantile(correlation_id, [{qs}]) FROM ({union})")[0]
+        qs = [i / k for i in range(1, k)]
+        cuts = self._cuts_from_statistics(qs)
+        if cuts is None:  # a cache part without statistics: one pass over the ids
+            cuts = self.db.one(f"SELECT approx_quantile(correlation_id, "
+                               f"[{', '.join(map(str, qs))}]) FROM ({union})")[0]
         cuts = sorted({int(c) for c in cuts or () if c is not None})
         if not cuts:
             return [("true", "true")]
@@ -137,6 +140,34 @@ class StreamedOps:
             out.append((w, w))
         out[-1] = (f"{out[-1][0]} OR correlation_id IS NULL", out[-1][1])
         return out
+
+    def _cuts_from_statistics(self, qs: list[float]) -> list[int] | None:
+        """Correlation ids below which about ``qs`` of the operations lie, from the cache
+        parts' row-group statistics (min, max and rows of each group, the ids taken as spread
+        evenly between its min and max): no scan (approx_quantile over the operations took
+        0.19 s at 8M kernels on 2 cores). None when a group has no statistics."""
+        from nsightlab.read.table_cache import id_ranges
+
+        got = [id_ranges(self.report.cache.files(t), "correlation_id")
+               for t in TABLES if self.report.has_rows(t)]
+        if any(g is None for g in got):
+            return None
+        lo, hi, n = (np.concatenate(c) for c in zip(*got)) if got else ([],) * 3
+        if not len(n) or not n.sum():
+            return None
+        width = (hi - lo + 1).astype(np.float64)
+
+        def below(c: int) -> float:  # ids estimated below c
+            return float((n * np.clip((c - lo) / width, 0, 1)).sum())
+
+        cuts = []
+        for q in qs:
+            a, b = int(lo.min()), int(hi.max()) + 1  # below(a) = 0 <= target <= below(b)
+            while b - a > 1:
+                m = (a + b) // 2
+                a, b = (m, b) if below(m) <= q * n.sum() else (a, m)
+            cuts.append(a)
+        return cuts
 
     def _shared_launches(self) -> dict | None:
         """What the launch table asked for by ``Engine.want_launches`` takes from the join:

@@ -319,6 +319,31 @@ def extent(files: list[Path], lo: str = "start_ns", hi: str = "end_ns") -> tuple
     return (int(min(mins)), int(max(maxs))) if mins and maxs else None
 
 
+def id_ranges(files: list[Path] | None, column: str):
+    """(min, max, non-null rows) of ``column`` per row group of cache parts, as three int64
+    arrays, from the statistics alone; None when a group has none (or no files)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    if files is None:
+        return None
+    out = []
+    for f in files:
+        meta = pq.ParquetFile(f, **READ).metadata
+        at = [meta.schema.column(i).name for i in range(meta.num_columns)].index(column)
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            st = group.column(at).statistics
+            rows = group.num_rows - (st.null_count if st is not None and st.has_null_count else 0)
+            if not rows:
+                continue
+            if st is None or not st.has_min_max:
+                return None
+            out.append((st.min, st.max, rows))
+    return tuple(np.array(c, np.int64).reshape(-1) for c in zip(*out)) if out else (
+        np.empty(0, np.int64),) * 3
+
+
 def part_writer(path: Path, schema: "pa.Schema", ident: dict) -> "pq.ParquetWriter":
     """A Parquet writer for one cache part of the report ``ident``: its footer names the
     report, every page carries a CRC. Dictionary-encodes only the string columns (trying it on
