@@ -158,7 +158,8 @@ class StreamedOps:
         if any(g is None for g in got):
             return None
         lo, hi, n = (np.concatenate(c) for c in zip(*got)) if got else ([],) * 3
-        if not len(n) or not n.sum():
+        total = n.sum() if len(n) else 0
+        if not total:
             return None
         width = (hi - lo + 1).astype(np.float64)
 
@@ -170,7 +171,7 @@ class StreamedOps:
             a, b = int(lo.min()), int(hi.max()) + 1  # below(a) = 0 <= target <= below(b)
             while b - a > 1:
                 m = (a + b) // 2
-                a, b = (m, b) if below(m) <= q * n.sum() else (a, m)
+                a, b = (m, b) if below(m) <= q * total else (a, m)
             cuts.append(a)
         return cuts
 

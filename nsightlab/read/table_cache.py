@@ -295,26 +295,33 @@ def _read_ahead(files: list[Path], read, ahead: int):
 AHEAD = 8
 
 
-def extent(files: list[Path], lo: str = "start_ns", hi: str = "end_ns") -> tuple | None:
-    """(min of ``lo``, max of ``hi``) over cache parts, from their row groups' statistics
-    (a row group without them is read); None when no row has both."""
-    import pyarrow.compute as pc
+def _group_statistics(files: list[Path], columns: tuple[str, ...]):
+    """(part, row group index, its metadata, the statistics of each of ``columns`` (None where
+    a group has none)) of every row group of cache parts, in order: metadata only."""
     import pyarrow.parquet as pq
 
-    mins, maxs = [], []
     for f in files:
         part = pq.ParquetFile(f, **READ)
         names = part.schema_arrow.names
         for g in range(part.metadata.num_row_groups):
             group = part.metadata.row_group(g)
-            stats = [group.column(names.index(c)).statistics for c in (lo, hi)]
-            if all(s is not None and s.has_min_max for s in stats):
-                mins.append(stats[0].min)
-                maxs.append(stats[1].max)
-            else:
-                got = part.read_row_group(g, columns=[lo, hi])
-                mins.append(pc.min(got.column(lo)).as_py())
-                maxs.append(pc.max(got.column(hi)).as_py())
+            yield part, g, group, [group.column(names.index(c)).statistics for c in columns]
+
+
+def extent(files: list[Path], lo: str = "start_ns", hi: str = "end_ns") -> tuple | None:
+    """(min of ``lo``, max of ``hi``) over cache parts, from their row groups' statistics
+    (a row group without them is read); None when no row has both."""
+    import pyarrow.compute as pc
+
+    mins, maxs = [], []
+    for part, g, _group, stats in _group_statistics(files, (lo, hi)):
+        if all(s is not None and s.has_min_max for s in stats):
+            mins.append(stats[0].min)
+            maxs.append(stats[1].max)
+        else:
+            got = part.read_row_group(g, columns=[lo, hi])
+            mins.append(pc.min(got.column(lo)).as_py())
+            maxs.append(pc.max(got.column(hi)).as_py())
     mins, maxs = [v for v in mins if v is not None], [v for v in maxs if v is not None]
     return (int(min(mins)), int(max(maxs))) if mins and maxs else None
 
@@ -323,23 +330,17 @@ def id_ranges(files: list[Path] | None, column: str):
     """(min, max, non-null rows) of ``column`` per row group of cache parts, as three int64
     arrays, from the statistics alone; None when a group has none (or no files)."""
     import numpy as np
-    import pyarrow.parquet as pq
 
     if files is None:
         return None
     out = []
-    for f in files:
-        meta = pq.ParquetFile(f, **READ).metadata
-        at = [meta.schema.column(i).name for i in range(meta.num_columns)].index(column)
-        for g in range(meta.num_row_groups):
-            group = meta.row_group(g)
-            st = group.column(at).statistics
-            rows = group.num_rows - (st.null_count if st is not None and st.has_null_count else 0)
-            if not rows:
-                continue
-            if st is None or not st.has_min_max:
-                return None
-            out.append((st.min, st.max, rows))
+    for _part, _g, group, (st,) in _group_statistics(files, (column,)):
+        rows = group.num_rows - (st.null_count if st is not None and st.has_null_count else 0)
+        if not rows:
+            continue
+        if st is None or not st.has_min_max:
+            return None
+        out.append((st.min, st.max, rows))
     return tuple(np.array(c, np.int64).reshape(-1) for c in zip(*out)) if out else (
         np.empty(0, np.int64),) * 3
 
