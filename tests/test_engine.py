@@ -460,14 +460,19 @@ def test_launch_table_left_by_the_budget_join_equals_numpy(reports, folder, pref
 
     path = reports(folder, prefix, name)
     ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
-    left, joined = [], []
+    left, joined, beside = [], [], []
     leave, own = budget_stream.StreamedOps._leave_launches, recipe_api.launches_sql
     monkeypatch.setattr(budget_stream.StreamedOps, "_leave_launches",
                         lambda self, share, keep: (left.append(keep), leave(self, share, keep)))
     monkeypatch.setattr(recipe_api, "launches_sql", lambda db, *a: (  # bound as the recipe loads
         joined.append(db.left_launches is None), own(db, *a))[1])
+    result = engine.Engine.beside_result
+    monkeypatch.setattr(engine.Engine, "beside_result", lambda self: (
+        lambda got: (beside.append(got[0]), got)[1])(result(self)))
     got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
     assert len(left) == 1 and joined == [False], (left, joined)
+    # the statistics ran beside the budget's start-order pass, on the second connection
+    assert beside == [True], beside
     for table in ref:
         assert_same(ref[table], got[table], f"{name} launch_compute.{table} (shared join)")
     print(name, "copy" if left[0] else "view")
@@ -684,6 +689,53 @@ def test_all_cores_for_joins_and_aggregations_then_back(reports, tmp_path, monke
             with db.all_cores():
                 db.one("SELECT * FROM no_such_table")
         assert threads() == 1
+
+
+def test_work_beside_the_start_pass_runs_on_a_second_connection(reports, tmp_path, monkeypatch):
+    """``Engine.beside_start_pass``: the work runs on another thread and connection once
+    started; it sees the database's tables and types, makes its own temporary views, leaves
+    the database's thread count alone, and its answer or its error comes back to the caller.
+    Work that never starts is handed back for the caller to run."""
+    import threading
+
+    monkeypatch.setattr(engine, "MB_PER_THREAD", 10**6)  # threads() = 1
+    monkeypatch.setattr(engine, "readers", lambda rows=None: 4)
+    path = reports("nsys", "", "h200-launchbound")
+    report = nsightlab.open(path, cache_dir=tmp_path)
+    with engine.Engine(report) as db:
+        kernels = db.one(f"SELECT count(*) FROM {db.view('kernels')}")[0]
+        db.con.execute(f"CREATE TABLE k AS SELECT name::{db.enum('kernels', 'name')} AS name "
+                       f"FROM {db.view('kernels')}")
+
+        def work(side):
+            assert side.con is not db.con and threading.current_thread().name == "nsightlab-beside"
+            with side.all_cores():  # the database's setting: not changed from here
+                threads = side.one("SELECT current_setting('threads')")[0]
+            return (side.one("SELECT count(*) FROM k")[0], threads,
+                    side.one(f"SELECT count(*) FROM {side.view('kernels')}")[0],
+                    side.enum("kernels", "name"))
+
+        assert db.beside_result() == (False, None)  # nothing registered
+        db.beside_start_pass(work)
+        assert db.beside_result() == (False, None)  # registered, never started: the caller's
+        db.start_beside()  # dropped by beside_result: nothing to start
+        assert db.beside_result() == (False, None)
+        db.beside_start_pass(work)
+        db.start_beside()
+        assert db.beside_result() == (True, (kernels, 1, kernels, "enum_kernels_name"))
+
+        def fails(side):
+            side.one("SELECT * FROM no_such_table")
+
+        import duckdb
+
+        db.beside_start_pass(fails)
+        db.start_beside()
+        with pytest.raises(duckdb.CatalogException):
+            db.beside_result()
+        db.beside_start_pass(lambda side: side.one("SELECT count(*) FROM k"))
+        db.start_beside()  # not collected: closing the engine waits for it
+    assert not any(t.name == "nsightlab-beside" for t in threading.enumerate())
 
 
 def test_ties_put_in_time_order_batch_by_batch_equal_one_whole_sort():

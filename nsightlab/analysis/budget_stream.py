@@ -318,6 +318,8 @@ class StreamedOps:
         for col in _tied_in_time_order(stream):
             if state is None:
                 trace.mark("budget: start-order pass, first batch")
+                if lk:  # the sort is done: launch_compute's statistics beside this pass
+                    self.db.start_beside()
             dev, s, e, part, api, row = col[:6]
             for lo, hi in runs(dev):
                 d = int(dev[lo])

@@ -24,6 +24,7 @@ join stays in NumPy under ``auto``: on 2 cores at 8M kernels DuckDB took 2.3 s a
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import os
 import queue
@@ -184,7 +185,13 @@ class Engine:
         # freed blocks go back sooner (default: 128 MB cached across DuckDB's threads), so
         # the pandas work that follows a query does not stack on DuckDB's leftovers
         self.con.execute("SET allocator_flush_threshold = '16MB'")
-        self._views: set[str] = set()
+        self._views: set[str] = set()  # this connection's temporary views
+        #: what this database holds for every connection (ENUM types, tables built by
+        #: ``rows_inside``): one set, shared with ``beside_start_pass``'s connection
+        self._kept: set[str] = set()
+        self._fixed = False  # a second connection's: the database's settings are not its own
+        self._beside = None  # the work ``beside_start_pass`` registered, until it starts
+        self._beside_run = None  # (thread, its outcome) once it started
         self._once: str | None = None  # launches.once_sql's answer for the launch table
         #: the launch table's columns a later step will ask for (``want_launches``), and
         #: views that ``chunks`` reads off a table by a filter: {view: (table, where)}
@@ -236,10 +243,10 @@ class Engine:
         """A DuckDB ENUM type of the distinct values of a text column: cast to it, 8M kernel
         names are 8M small integers in a join or temporary table, not 8M copied strings."""
         key = f"enum_{table}_{column}"
-        if key not in self._views:
+        if key not in self._kept:
             self.con.execute(f"CREATE TYPE {key} AS ENUM (SELECT DISTINCT {column} FROM "
                              f"{self.view(table)} WHERE {column} IS NOT NULL)")
-            self._views.add(key)
+            self._kept.add(key)
         return key
 
     def rows_inside(self, table: str, windows: pd.DataFrame, columns: list[str]) -> str:
@@ -252,14 +259,14 @@ class Engine:
         was a Python function (a search per batch of 2,048 rows in NumPy, under the GIL:
         0.66 s for 8M kernels on 2 cores, 1.2-1.8 s on 16; the SQL search 0.15 s on 2
         cores); an ASOF join sorts the rows with their payload (2.4-2.8 s on 2 cores)."""
-        n = len(self._views)
+        n = len(self._kept)
         cols = ", ".join(f"name::{self.enum(table, 'name')} AS name" if c == "name" else c
                          for c in columns)
         key = f"inside_{table}_{n}"
         inside = inside_sql(self.con, f"windows_{n}", self.view(table, rows=True), windows)
         with self.all_cores():  # a filter and a copy: no sort
             self.con.execute(f"CREATE TABLE {key} AS SELECT {cols} FROM ({inside})")
-        self._views.add(key)
+        self._kept.add(key)
         return key
 
     def distinct(self, table: str, column: str) -> list[str]:
@@ -313,12 +320,62 @@ class Engine:
             if got.num_rows:
                 yield got
 
+    def beside_start_pass(self, work) -> None:
+        """Run ``work(engine)`` beside the time budget's start-order pass, on a second
+        connection of this database, when that pass starts on a launch table the budget's
+        join left (``want_launches``; ``budget_stream``): the pass is mostly single-threaded
+        NumPy over a sorted stream, so DuckDB's threads are free for launch_compute's
+        statistics of that table. ``beside_result`` collects the outcome. The second
+        connection sees this database's tables and types, not this connection's temporary
+        views (``view`` makes its own), and changes no database setting (threads, memory
+        limit): ``all_cores`` and ``release`` do nothing there."""
+        self._beside = work
+
+    def start_beside(self) -> None:
+        """Start the work ``beside_start_pass`` registered, if any (``budget_stream``, once
+        the sort of the start-order pass is done and the launch table is left)."""
+        work, self._beside = self._beside, None
+        if work is None:
+            return
+        side = copy.copy(self)
+        side.con, side._views, side._fixed = self.con.cursor(), set(), True
+        side._beside = side._beside_run = None
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, work(side)))
+            except BaseException as e:  # raised again in the caller's thread
+                outcome.append((False, e))
+            finally:
+                side.con.close()
+
+        thread = threading.Thread(target=run, name="nsightlab-beside", daemon=True)
+        self._beside_run = (thread, outcome)
+        thread.start()
+
+    def beside_result(self) -> tuple[bool, object]:
+        """(True, what the work returned) once the work ``beside_start_pass`` registered
+        has ended; (False, None) when it never started (the budget came from the result
+        store, or its join left no launch table): the caller then runs it itself. An
+        exception of the work is raised here."""
+        self._beside = None
+        if self._beside_run is None:
+            return False, None
+        thread, outcome = self._beside_run
+        thread.join()
+        self._beside_run = None
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return True, value
+
     @contextlib.contextmanager
     def all_cores(self, really: bool = True):
         """Run the queries inside on ``all_threads()`` (``really``): joins and aggregations
         only (no ORDER BY or window over many rows), whose memory stays within the limit
         however many threads."""
-        more = all_threads() if really else self.threads
+        more = all_threads() if really and not self._fixed else self.threads
         if more != self.threads:
             self.con.execute(f"SET threads = {more}")
         try:
@@ -330,7 +387,10 @@ class Engine:
     def release(self) -> None:
         """Give back what DuckDB keeps after its queries (buffers of finished results, up to
         its limit) before Python work that needs none of it: the limit lowered, then restored
-        (after sync_gaps' sorted stream of 3.7M operations: 693 -> 236 MB)."""
+        (after sync_gaps' sorted stream of 3.7M operations: 693 -> 236 MB). Not while a
+        second connection works (``beside_start_pass``): the limit is the database's."""
+        if self._fixed or self._beside_run is not None:
+            return
         self.con.execute("SET memory_limit = '16MB'")
         self.con.execute(f"SET memory_limit = '{memory_mb()}MB'")
 
@@ -340,6 +400,10 @@ class Engine:
         launch_compute at 8M kernels on the GPU machine; 0.03 s once dropped)."""
         import duckdb
 
+        self._beside = None
+        if self._beside_run is not None:  # its connection closes with this one: let it end
+            self._beside_run[0].join()
+            self._beside_run = None
         try:
             for (name,) in self.con.execute("SELECT table_name FROM duckdb_tables() "
                                             "WHERE NOT temporary").fetchall():

@@ -36,18 +36,34 @@ def run(report, params):
 
 def in_duckdb(report, db, params):
     # the budget's join of kernels and calls (when it runs now, not from the result store)
-    # leaves the launch table in this engine: one join of 8M kernels and 16M calls, not two
+    # leaves the launch table in this engine: one join of 8M kernels and 16M calls, not two;
+    # its statistics (SQL, little Python) then run beside the budget's start-order pass,
+    # which is mostly NumPy
     db.want_launches(OP_COLUMNS, API_COLUMNS)
-    budget = run_recipe("budget", report)["summary"]
-    if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
-        raise _no_launches(report)
-    trace.mark("launch_compute: launch table")
+    db.beside_start_pass(lambda side: _statistics(side, params))
+    try:
+        budget = run_recipe("budget", report)["summary"]
+        if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
+            raise _no_launches(report)
+        trace.mark("launch_compute: launch table")
+    finally:
+        ran, got = db.beside_result()
+    per_kernel_, numbers = got if ran else _statistics(db, params)
+    busy = _busy_sql(db)
+    numbers.insert(numbers.columns.get_loc("gpu_span_ns") + 1, "gpu_busy_ns", np.array(
+        [busy[(p, d)] for p, d in zip(numbers["pid"], numbers["device"])], np.int64))
     ranges = by_range(project_sql(report, db, int(params["max_ranges"])), params)
     trace.mark("launch_compute: NVTX ranges")
-    out = {"per_kernel": per_kernel_sql(db)}
+    return {"per_kernel": per_kernel_, "summary": summary(numbers, params, budget),
+            "by_range": ranges}
+
+
+def _statistics(db, params):
+    """Per kernel, and the run's numbers but its busy time (``_busy_sql``), from the launch
+    table ``lk`` in DuckDB."""
+    per_kernel_ = per_kernel_sql(db)
     trace.mark("launch_compute: per kernel")
-    out.update(summary=summary(summary_sql(db, params), params, budget), by_range=ranges)
-    return out
+    return per_kernel_, summary_sql(db, params)
 
 
 def in_numpy(report, params):
@@ -218,9 +234,9 @@ def run_numbers(lk, params):
 
 
 def summary_sql(db, params):
-    """``run_numbers`` in DuckDB over ``lk``, in bounded memory: medians by
-    ``engine.medians``, busy time from the kernels in start order (``timeline.busy_time``
-    per process and GPU, the reach carried from batch to batch)."""
+    """``run_numbers`` in DuckDB over ``lk``, in bounded memory (medians by
+    ``engine.medians``), but the busy time (``_busy_sql``): the budget's start-order pass
+    sums it, and this runs beside that pass."""
     from nsightlab.recipe_api import once_sql
 
     short = float(params["short_kernel_us"]) * 1e3
@@ -248,9 +264,6 @@ def summary_sql(db, params):
         return engine.medians_at(db, groups, f"(SELECT pid, device_id, {expr} AS x FROM lk)",
                                  ["pid", "device_id"], "x")
 
-    busy = _busy_sql(db)
-    out.insert(out.columns.get_loc("gpu_span_ns") + 1, "gpu_busy_ns",
-               np.array([busy[(p, d)] for p, d in zip(out["pid"], out["device"])], np.int64))
     out.insert(out.columns.get_loc("kernel_avg_ns") + 1, "kernel_med_ns",
                median("end_ns - start_ns"))
     out.insert(out.columns.get_loc("kernel_med_ns") + 1, "queue_med_ns",
