@@ -333,10 +333,8 @@ class StreamedOps:
                 if pairs is not None:
                     pairs[col[7][lo:hi][kernel]] = row[lo:hi][kernel]
                 if busy is not None:
-                    pid, launched = col[8][lo:hi], kernel & (row[lo:hi] >= 0)
-                    for p in np.unique(pid[launched]):
-                        mine = launched & (pid == p)
-                        busy.add((int(p), d), s[lo:hi][mine], e[lo:hi][mine])
+                    _add_busy(busy, d, col[8][lo:hi], kernel & (row[lo:hi] >= 0), s[lo:hi],
+                              e[lo:hi])
         if state is not None:
             out[state.device] = state.finish()
         if busy is not None:
@@ -345,6 +343,20 @@ class StreamedOps:
             leave_pairs(self.report, "kernels", pairs)
         trace.mark("budget: start-order pass done")
         return out
+
+
+def _add_busy(busy: BusyByKey, device: int, pid: np.ndarray, launched: np.ndarray,
+              s: np.ndarray, e: np.ndarray) -> None:
+    """Add a GPU's operations in start order to the busy time of the launched kernels per
+    (process, GPU). A batch of one process's launched kernels only (the usual batch) is added
+    as it is: no unique, no masked copies (8M kernels on 2 cores: the start-order pass took
+    1.08-1.14 s with them, 0.82-0.85 s without)."""
+    if pid[0] == pid[-1] and launched.all() and (pid == pid[0]).all():
+        busy.add((int(pid[0]), device), s, e)
+        return
+    for p in np.unique(pid[launched]):
+        mine = launched & (pid == p)
+        busy.add((int(p), device), s[mine], e[mine])
 
 
 def _tied_in_time_order(stream):
