@@ -738,6 +738,42 @@ def test_work_beside_the_start_pass_runs_on_a_second_connection(reports, tmp_pat
     assert not any(t.name == "nsightlab-beside" for t in threading.enumerate())
 
 
+def test_launch_compute_out_of_memory_beside_its_statistics_tries_again(reports, tmp_path,
+                                                                        monkeypatch):
+    """Simulated: the budget's start-order pass runs out of DuckDB's memory while
+    launch_compute's statistics run beside it, and they fail too. The pass's error is the one
+    raised (the statistics' thread is let end first), so the engine tries again with fewer
+    threads (``analyse``), and the tables equal the in-memory ones."""
+    import threading
+
+    import duckdb
+
+    from nsightlab.analysis import budget_stream
+
+    path = reports("nsys", "", "h200-launchbound")
+    ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
+    failed, finish, medians = [], budget_stream._Device.finish, engine.medians
+
+    def pass_short_of_memory(self, *a):
+        if not failed:
+            failed.append("pass")
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        return finish(self, *a)
+
+    def side_fails(*a, **k):
+        if threading.current_thread().name == "nsightlab-beside" and "side" not in failed:
+            failed.append("side")
+            raise RuntimeError("the statistics failed too")
+        return medians(*a, **k)
+
+    monkeypatch.setattr(budget_stream._Device, "finish", pass_short_of_memory)
+    monkeypatch.setattr(engine, "medians", side_fails)
+    got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
+    assert sorted(failed) == ["pass", "side"]
+    for table in ref:
+        assert_same(ref[table], got[table], f"launch_compute.{table} after a retry")
+
+
 def test_ties_put_in_time_order_batch_by_batch_equal_one_whole_sort():
     """``budget_stream._tied_in_time_order`` gets batches sorted by (GPU, start) only, ties
     in any order, and must give what one sort of everything by (GPU, start, launch call

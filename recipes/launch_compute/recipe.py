@@ -2,6 +2,8 @@
 In memory (NumPy) on small reports; on big ones (``nsightlab.analysis.engine``) joined and summarized
 in DuckDB over the table cache, in bounded memory: medians by ``engine.medians``, busy time
 and the NVTX projection from streams of the launch table."""
+import contextlib
+
 import numpy as np
 import pandas as pd
 
@@ -45,9 +47,12 @@ def in_duckdb(report, db, params):
         budget = run_recipe("budget", report)["summary"]
         if not launches_sql(db, "kernels", OP_COLUMNS, API_COLUMNS):
             raise _no_launches(report)
-        trace.mark("launch_compute: launch table")
-    finally:
-        ran, got = db.beside_result()
+    except BaseException:
+        with contextlib.suppress(Exception):  # let it end; the first error is the one raised
+            db.beside_result()
+        raise
+    trace.mark("launch_compute: launch table")
+    ran, got = db.beside_result()
     per_kernel_, numbers = got if ran else _statistics(db, params)
     busy = _busy_sql(db)
     numbers.insert(numbers.columns.get_loc("gpu_span_ns") + 1, "gpu_busy_ns", np.array(
