@@ -738,12 +738,13 @@ def test_work_beside_the_start_pass_runs_on_a_second_connection(reports, tmp_pat
     assert not any(t.name == "nsightlab-beside" for t in threading.enumerate())
 
 
+@pytest.mark.parametrize("first", ["pass", "statistics"])
 def test_launch_compute_out_of_memory_beside_its_statistics_tries_again(reports, tmp_path,
-                                                                        monkeypatch):
+                                                                        monkeypatch, first):
     """Simulated: the budget's start-order pass runs out of DuckDB's memory while
-    launch_compute's statistics run beside it, and they fail too. The pass's error is the one
-    raised (the statistics' thread is let end first), so the engine tries again with fewer
-    threads (``analyse``), and the tables equal the in-memory ones."""
+    launch_compute's statistics run beside it, and they fail too, in either order. The pass's
+    error is the one raised (the statistics' thread is let end first), so the engine tries
+    again with fewer threads (``analyse``), and the tables equal the in-memory ones."""
     import threading
 
     import duckdb
@@ -753,23 +754,30 @@ def test_launch_compute_out_of_memory_beside_its_statistics_tries_again(reports,
     path = reports("nsys", "", "h200-launchbound")
     ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
     failed, finish, medians = [], budget_stream._Device.finish, engine.medians
+    done = {"pass": threading.Event(), "statistics": threading.Event()}
+    other = {"pass": "statistics", "statistics": "pass"}
+
+    def fail_once(who, error):
+        if who not in failed:
+            if who != first:
+                done[other[who]].wait(30)  # the other one fails first
+            failed.append(who)
+            done[who].set()
+            raise error
 
     def pass_short_of_memory(self, *a):
-        if not failed:
-            failed.append("pass")
-            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        fail_once("pass", duckdb.OutOfMemoryException("Out of Memory Error: could not allocate"))
         return finish(self, *a)
 
     def side_fails(*a, **k):
-        if threading.current_thread().name == "nsightlab-beside" and "side" not in failed:
-            failed.append("side")
-            raise RuntimeError("the statistics failed too")
+        if threading.current_thread().name == "nsightlab-beside":
+            fail_once("statistics", RuntimeError("the statistics failed too"))
         return medians(*a, **k)
 
     monkeypatch.setattr(budget_stream._Device, "finish", pass_short_of_memory)
     monkeypatch.setattr(engine, "medians", side_fails)
     got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
-    assert sorted(failed) == ["pass", "side"]
+    assert failed == [first, other[first]]
     for table in ref:
         assert_same(ref[table], got[table], f"launch_compute.{table} after a retry")
 
