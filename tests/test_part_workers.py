@@ -392,3 +392,76 @@ def test_reads_started_but_never_taken_leave_nothing_at_exit(sqlite_of, tmp_path
     assert p.stdout.split() == ["2", "2"]  # two reads under way at exit
     assert not [f for f in tmp_path.rglob("*") if f.name != "cache" and f.is_file()], \
         sorted(tmp_path.rglob("*"))
+
+
+def shuffled_calls_copy(sqlite_of, tmp_path):
+    """The launch-bound fixture with its API rows in no time order (as nsys 2025.6 and later
+    write them) and with one kernel moved back in time at the end of its rows."""
+    path = tmp_path / "shuffled.sqlite"
+    shutil.copyfile(sqlite_of("h200-launchbound"), path)
+    os.chmod(path, 0o644)
+    api = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    with sqlite3.connect(path) as c:
+        c.execute(f"CREATE TABLE s AS SELECT * FROM {api} ORDER BY (rowid * 7919) % 10007")
+        c.execute(f"DROP TABLE {api}")
+        c.execute(f"ALTER TABLE s RENAME TO {api}")
+    return path
+
+
+@pytest.mark.parametrize("how", ["by the reader", "started at open"])
+def test_reader_processes_record_whether_a_table_is_in_start_order(sqlite_of, tmp_path,
+                                                                   monkeypatch, how):
+    """Each reader process checks the part it writes (``tables.StartOrder``); the entry's
+    meta.json then says whether the table is in start order, and ``Report.in_start_order``
+    answers from it without reading the column: a real export in time order, and the same
+    export with its calls shuffled. The answer equals the column's."""
+    from nsightlab.read import report as report_module
+
+    for module in ((reader,) if how == "by the reader" else (part_workers, reader)):
+        monkeypatch.setattr(module, "PROCESS_MIN_ROWS", 1)
+        monkeypatch.setattr(module, "PROCESS_MIN_WORKERS", 2)
+        monkeypatch.setattr(module, "readers", lambda rows=None: 2)
+    monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
+    try:
+        for path, ordered in ((sqlite_of("h200-launchbound"), True),
+                              (shuffled_calls_copy(sqlite_of, tmp_path), False)):
+            cache = tmp_path / f"cache-{ordered}"
+            with nsightlab.open(path, cache_dir=cache, prefetch=("kernels", "cuda_api")) as r:
+                assert bool(part_workers._STARTED) is (how == "started at open")
+                r.prefetch(["kernels", "cuda_api"])
+                assert len(r.cache.files("cuda_api")) >= 4
+                assert r.cache.meta("cuda_api")["in_start_order"] is ordered
+                assert r.cache.meta("kernels")["in_start_order"] is True
+                s = r.cuda_api(["start_ns"])["start_ns"].to_numpy()
+                assert bool(np.all(s[1:] >= s[:-1])) is ordered
+                with monkeypatch.context() as m:  # answered from meta.json alone
+                    m.setattr(report_module, "part_columns", None)
+                    assert r.in_start_order("cuda_api") is ordered
+    finally:
+        part_workers.discard_pool()
+        part_workers._drop_started()
+
+
+def test_parts_in_order_joins_the_answers_of_the_parts():
+    """``tables.parts_in_order``: parts each in order and in order with one another (empty
+    parts between them say nothing); one part out of order, parts that overlap, or a part
+    whose process did not say make it False or unknown. ``StartOrder`` on Arrow chunks."""
+    import pyarrow as pa
+
+    from nsightlab.read.tables import StartOrder, parts_in_order
+
+    assert parts_in_order([[1, 5], [], [5, 9], [10, 10]]) is True
+    assert parts_in_order([[1, 5], [4, 9]]) is False
+    assert parts_in_order([[1, 5], False]) is False
+    assert parts_in_order([[1, 5], None]) is None
+    assert parts_in_order([]) is True
+    o = StartOrder()
+    for chunk in ([3, 4, 4], [], [4, 8]):
+        o.add(pa.array(chunk, pa.int64()))
+    assert o.answer() == [3, 8]
+    o.add(pa.array([7], pa.int64()))
+    assert o.answer() is False
+    o = StartOrder()
+    o.add(pa.array([1, None], pa.int64()))
+    assert o.answer() is False
+    assert StartOrder().answer() == []

@@ -651,6 +651,8 @@ def in_start_order(report: Report, tables: tuple[str, ...], columns: list[str]):
         files = report.cache.files(t) if report.cache is not None else None
         if files is None:
             raise OutOfOrder(t)  # not cached: the caller's SQL path reads it
+        if report.cache_fact(t, "in_start_order") is False:  # known before any merging
+            raise OutOfOrder(t)
         streams.append(part_tables(files, columns))
     return _merged(streams, at)
 

@@ -43,6 +43,7 @@ from nsightlab.read.tables import (
     contract_batches,
     duplicate_positions,
     duration_limit,
+    parts_in_order,
     to_pandas,
 )
 from nsightlab.read.workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, WorkerDied
@@ -132,6 +133,9 @@ class TableReader:
         self.limits: dict[str, int | None] = {}
         #: row positions of exact duplicates left out of each table (``_dedupe``)
         self.duplicates: dict[str, np.ndarray] = {}
+        #: whether the rows of each table built by the reader processes are in start order
+        #: (``tables.parts_in_order``; None: not known), kept in its meta.json
+        self.orders: dict[str, bool | None] = {}
 
     # ---- the three ways to read ----------------------------------------------------------
     def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
@@ -304,8 +308,10 @@ class TableReader:
         duration limit rows were checked against, and the positions of the exact duplicates
         left out (the later columns' read keeps the same rows)."""
         dups = self.duplicates.get(spec.name, np.empty(0, np.int64))
+        order = self.orders.get(spec.name)  # from the reader processes, when they said
         return {"dropped": self.dropped.get(spec.name, 0), "limit": self.limits.get(spec.name),
-                "duplicates": len(dups), "duplicate_rows": [int(x) for x in dups]}
+                "duplicates": len(dups), "duplicate_rows": [int(x) for x in dups],
+                **({} if order is None else {"in_start_order": order})}
 
     # ---- exact duplicate rows --------------------------------------------------------------
     def _build(self, spec: TableSpec, fill: Callable[[object], tuple[int, T]]) -> T:
@@ -411,11 +417,12 @@ class TableReader:
                      "sql": spec.range_sql(self.db, a, b),
                      "out": str(parts.path(i)), "ident": parts.ident, "limit": limit}
                     for i, (a, b) in enumerate(ranges)]
-            counts = [0, 0]
+            counts, orders = [0, 0], [None] * len(jobs)
 
-            def done(_i: int, answer: dict) -> None:
+            def done(i: int, answer: dict) -> None:
                 counts[0] += answer["rows"]
                 counts[1] += answer["dropped"]
+                orders[i] = answer.get("order")
                 meter(answer["rows"] + answer["dropped"])
 
             try:
@@ -425,6 +432,8 @@ class TableReader:
             self.dropped[spec.name] = counts[1]
             if spec.finish is not None:
                 self._finish_parts(spec, parts)
+            else:
+                self.orders[spec.name] = parts_in_order(orders)
             return counts[0], None
 
         self._from_sqlite(spec, lambda: self._build(spec, fill))
@@ -483,6 +492,8 @@ class TableReader:
                 if "error" in answer:
                     raise _worker_error(answer, self.db)
             self.dropped[spec.name] = sum(a["dropped"] for a in started.answers)
+            if spec.finish is None:
+                self.orders[spec.name] = parts_in_order([a.get("order") for a in started.answers])
             duplicates = self._dedupe(spec, started.folder)
             self.cache.commit(spec.name, started.folder,
                               sum(a["rows"] for a in started.answers) - len(duplicates),

@@ -300,6 +300,13 @@ class Report:
         spec = self.spec(table)
         return self.cache.files(spec.first.name if spec.later else spec.name)
 
+    def cache_fact(self, table: str, key: str):
+        """``key`` of the meta.json of ``table``'s first read; None when not there."""
+        if self.cache is None:
+            return None
+        spec = self.spec(table)
+        return (self.cache.meta(spec.first.name if spec.later else spec.name) or {}).get(key)
+
     def timed(self, table: str) -> bool:
         """Whether the export has activity table ``table`` with its start and end columns
         (absent or damaged otherwise: reading it says which)."""
@@ -331,11 +338,15 @@ class Report:
 
     def in_start_order(self, table: str) -> bool:
         """Whether the rows of activity table ``table`` come in start order, as reads return
-        them (exports before nsys 2025.6 almost always do; later ones do not). Checked a
-        cache part at a time when the table is cached: a 200M-row column is never held
-        whole for a yes or no (at 100M kernels that had taken sync_gaps to 2 GB). Once per
-        export."""
+        them (exports before nsys 2025.6 almost always do; later ones do not). Said by the
+        cache entry's meta.json where the reader processes built it (each checks its part as
+        it writes it); otherwise checked a cache part at a time when the table is cached: a
+        200M-row column is never held whole for a yes or no (at 100M kernels that had taken
+        sync_gaps to 2 GB). Once per export."""
         def check() -> bool:
+            known = self.cache_fact(table, "in_start_order")
+            if known is not None:  # said by the reader processes that built the entry
+                return bool(known)
             files = self._cache_files(table)
             chunks = (self.table(table, ["start_ns"])["start_ns"].to_numpy(),) \
                 if files is None else part_columns(files, "start_ns")

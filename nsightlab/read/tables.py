@@ -231,6 +231,53 @@ def breaks_order(s: np.ndarray, prev) -> bool:
     return bool((prev is not None and s[0] < prev) or np.any(s[1:] < s[:-1]))
 
 
+class StartOrder:
+    """Whether the rows of one cache part come in start order, batch by batch as they are
+    written (``add``), and its first and last start: what the reader processes answer, so
+    that the entry's meta.json can say whether the whole table is in start order
+    (``parts_in_order``) and ``Report.in_start_order`` need not read the column again
+    (16M calls: 0.25 s on 16 cores, a cost of every sync_gaps)."""
+
+    def __init__(self):
+        self.first = self.last = None
+        self.ordered = True
+
+    def add(self, column) -> None:
+        if not self.ordered or not len(column):
+            return
+        if column.null_count:  # a start the reads leave in: no claim about the order
+            self.ordered = False
+            return
+        s = column.to_numpy()
+        if breaks_order(s, self.last):
+            self.ordered = False
+            return
+        self.first = int(s[0]) if self.first is None else self.first
+        self.last = int(s[-1])
+
+    def answer(self) -> list | bool:
+        """[first, last] start (empty: no rows) when in order, else False."""
+        if not self.ordered:
+            return False
+        return [] if self.first is None else [self.first, self.last]
+
+
+def parts_in_order(answers: list) -> bool | None:
+    """Whether parts whose ``StartOrder.answer`` (in part order) are ``answers`` hold the
+    table in start order; None when one of them did not say."""
+    if any(a is None for a in answers):
+        return None
+    last = None
+    for a in answers:
+        if a is False:
+            return False
+        if a:
+            if last is not None and a[0] < last:
+                return False
+            last = a[1]
+    return True
+
+
 def tied_rows(starts: Callable[[], Iterator[np.ndarray]]) -> np.ndarray:
     """Sorted positions of the rows whose start equals another row's. ``starts()`` yields
     the start column (nulls as 0) in chunks in row order; it is called again for each value

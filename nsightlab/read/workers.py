@@ -195,7 +195,8 @@ class Workers:
             workers: int | None = None) -> None:
         """Run every job on (the first) ``workers`` processes (default: all); ``done(index,
         answer)`` as each finishes (in the calling thread). An answer is ``{"rows": ..,
-        "dropped": ..}`` or ``{"error": .., "kind": ..}``. One run at a
+        "dropped": .., "order": ..}`` (``tables.StartOrder.answer``; a table with a start) or
+        ``{"error": .., "kind": ..}``. One run at a
         time: a second caller (a reader while ``prestart``'s reads run) waits for the first.
         Raises WorkerDied when a worker ends without answering."""
         with self.lock:
@@ -295,7 +296,7 @@ def cache_range(db_path: str, table: str, out: str, limit: int | None, ident: di
     loaded once per worker)."""
     from nsightlab.read.db import ExportDB
     from nsightlab.read.table_cache import part_writer
-    from nsightlab.read.tables import contract_batches, entry_spec
+    from nsightlab.read.tables import StartOrder, contract_batches, entry_spec
 
     key = (db_path, ident.get("size"), ident.get("mtime_ns"))  # a re-exported file: reopened
     if key not in _dbs:
@@ -306,14 +307,19 @@ def cache_range(db_path: str, table: str, out: str, limit: int | None, ident: di
     if sql is None:
         sql = spec.range_sql(db, *rows)
     answer = {"rows": 0, "dropped": 0}
+    order = StartOrder() if "start_ns" in spec.schema.names else None
     writer = part_writer(Path(out), spec.schema, ident)
     try:
         for b, _read, left_out in contract_batches(spec, db, sql, limit):
             writer.write_batch(b)
             answer["rows"] += b.num_rows
             answer["dropped"] += left_out
+            if order is not None:
+                order.add(b.column("start_ns"))
     finally:
         writer.close()
+    if order is not None:
+        answer["order"] = order.answer()
     return answer
 
 
