@@ -394,6 +394,40 @@ def test_reads_started_but_never_taken_leave_nothing_at_exit(sqlite_of, tmp_path
         sorted(tmp_path.rglob("*"))
 
 
+def test_idle_readers_are_left_to_end_on_their_own_at_exit(sqlite_of, tmp_path):
+    """At exit, workers with nothing to do are told to stop and not waited for (0.07 s of
+    every cold command); they end on their own, shortly after. Fresh interpreter."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    code = textwrap.dedent(f"""
+        from nsightlab.read import parallel, reader, workers as pw
+        pw.PROCESS_MIN_ROWS, pw.PROCESS_MIN_WORKERS = 1, 2
+        reader.PROCESS_MIN_ROWS, reader.PROCESS_MIN_WORKERS = 1, 2
+        pw.readers = parallel.readers = reader.readers = lambda rows=None: 2
+        import nsightlab
+        r = nsightlab.open({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r})
+        print(len(r.kernels(["start_ns"])), *(p.pid for p in pw._POOL.procs))
+        """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows, *pids = map(int, p.stdout.split())
+    assert rows == 80001 and len(pids) == 2
+    def alive(pid: int) -> bool:  # a zombie has ended (an init that does not reap keeps it)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.time() + 20
+    while time.time() < deadline and any(alive(q) for q in pids):
+        time.sleep(0.05)
+    assert not any(alive(q) for q in pids)
+
+
 def shuffled_calls_copy(sqlite_of, tmp_path):
     """The launch-bound fixture with its API rows in no time order (as nsys 2025.6 and later
     write them) and with one kernel moved back in time at the end of its rows."""
