@@ -242,8 +242,13 @@ def _facts(report: Report, name: str, invalid: bool = False, ahead: bool = False
         # NULLs, and a damaged extent only moves the edge notes (the rule costs 40% more)
         bad = tables.invalid_sql(tables.duration_limit(report.db)) if invalid else "0"
         listed = [", ".join(map(str, ids)) or "NULL" for ids in (launch, graph)]
-        # one pass over the rows every read keeps; the rows left out are the others
-        lids = f"sum(nameId IN ({listed[0]})), sum(nameId IN ({listed[1]}))" if launch else "0, 0"
+        # one pass over the rows every read keeps; the rows left out are the others. Counted
+        # as count(CASE ...), not sum(nameId IN ...), and graph launches only where the
+        # export names some: 16M calls, 2 cores, 3.6 -> 2.4 CPU-seconds, spent while
+        # kernel_sum's readers read the kernels
+        lids = (f"count(CASE WHEN nameId IN ({listed[0]}) THEN 1 END), "
+                + (f"count(CASE WHEN nameId IN ({listed[1]}) THEN 1 END)" if graph else "0")
+                ) if launch else "0, 0"
         rows = report.db.over_ranges(
             f'SELECT count(*), min(start), max("end"), {lids} FROM "{spec.source}" '
             f"WHERE NOT ({bad})", spec.source, readers(report.db.rowid_span(spec.source) or 0))
