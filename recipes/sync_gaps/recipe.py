@@ -65,7 +65,7 @@ def run_sql(report, db, params):
     gi, ai = found["i"].to_numpy(np.int64), found["row"].to_numpy(np.int64)
     trace.mark("sync_gaps: the calls that ended the gaps")
     db.release()  # the rest is pandas and cache reads
-    gaps = _finish(report, syncs, gaps, gi, ai, _previous_sql(report, ai))
+    gaps = _finish(report, syncs, gaps, gi, ai, *_previous_sql(report, ai))
     return {"syncs": syncs, "gaps": gaps, "by_api": by_api(syncs, gaps)}
 
 
@@ -155,24 +155,45 @@ def _gap_pass(chunks, calls, min_gap_ns):
 PREVIOUS_CHUNK = 1 << 14
 
 
+#: what ``_finish`` looks up of the calls that ended gaps and of the calls before them
+LOOKED = ["name", "start_ns", "end_ns"]
+
+
 def _previous_sql(report, ai, max_back=256):
-    """``previous_on_thread`` reading only the ``max_back`` API rows before each of ``ai``
-    (rows in time order; otherwise by time over the whole table),
-    ``PREVIOUS_CHUNK`` calls at a time in row order (all at once, 1.5M gaps held GBs of row numbers;
-    a chunk reads only the cache parts its rows lie in)."""
+    """(``previous_on_thread`` of ``ai``, ``_take`` of ``LOOKED`` at ``ai`` then at the
+    previous calls found), reading only the ``max_back`` API rows before each of ``ai`` (rows
+    in time order; otherwise by time over the whole table, and nothing looked up: None),
+    ``PREVIOUS_CHUNK`` calls at a time in row order (all at once, 1.5M gaps held GBs of row
+    numbers; a chunk reads only the cache parts its rows lie in). The rows read for the
+    threads hold both calls, so ``LOOKED`` comes from the same pass (a second one over the
+    parts took 0.19 s of sync_gaps on 16 cores, 0.3 s on 2)."""
     if not report.in_start_order("cuda_api"):  # rows out of time order
         return previous_on_thread(report.cuda_api(["tid"])["tid"].to_numpy(), ai,
-                                  starts=report.cuda_api(["start_ns"])["start_ns"].to_numpy())
+                                  starts=report.cuda_api(["start_ns"])["start_ns"].to_numpy()), None
     out = np.full(len(ai), -1, np.int64)
     order = np.argsort(ai, kind="stable")
+    own, before = [], []  # (positions in ai, rows of LOOKED) per chunk
     for lo in range(0, len(ai), PREVIOUS_CHUNK):
         at = order[lo:lo + PREVIOUS_CHUNK]
         mine = ai[at]
         near = _windows(mine, max_back)
-        tids = report.take("cuda_api", ["tid"], near)["tid"].to_numpy()
-        local = previous_on_thread(tids, np.searchsorted(near, mine), max_back)
+        got = report.take("cuda_api", ["tid", *LOOKED], near)
+        here = np.searchsorted(near, mine)
+        local = previous_on_thread(got["tid"].to_numpy(), here, max_back)
         out[at] = np.where(local >= 0, near[np.maximum(local, 0)], -1)
-    return out
+        own.append((at, _values(got.iloc[here], LOOKED)))
+        has = local >= 0
+        before.append((at[has], _values(got.iloc[local[has]], LOOKED)))
+    return out, {c: np.concatenate([_in_order(own, c), _in_order(before, c)]) for c in LOOKED}
+
+
+def _in_order(pieces, column):
+    """Values of ``column`` from (positions, {column: values}) pieces, by position."""
+    if not pieces:
+        return np.empty(0, object)
+    at = np.concatenate([a for a, _ in pieces])
+    values = np.concatenate([v[column] for _, v in pieces])
+    return values[np.argsort(at, kind="stable")]
 
 
 def _windows(rows, back):
@@ -289,10 +310,11 @@ def reported_gaps(report, ops, raw_gaps, syncs, min_gap_ns):
     return _finish(report, syncs, gaps, gi, ai, prev)
 
 
-def _finish(report, syncs, gaps, gi, ai, prev):
+def _finish(report, syncs, gaps, gi, ai, prev, looked=None):
     """Causes of the reported ``gaps`` (pid, device_id, context_id, start_ns, end_ns): ``ai``
     is the API row that launched the operation ending gap ``gi``, ``prev`` the previous call
-    on that thread (-1: none)."""
+    on that thread (-1: none); ``looked``: ``LOOKED`` of those rows (``_previous_sql``), else
+    read here."""
     gaps["duration_ns"] = gaps["end_ns"] - gaps["start_ns"]
     n = len(gaps)
     cause = np.array(["host"] * n, dtype=object)
@@ -303,7 +325,7 @@ def _finish(report, syncs, gaps, gi, ai, prev):
     if n:
         has = prev >= 0
         rows = np.concatenate([ai, prev[has]])  # only these API rows are looked at
-        pick = _take(report, ["name", "start_ns", "end_ns"], rows)
+        pick = looked if looked is not None else _take(report, LOOKED, rows)
         n_ai = len(ai)
         next_api[gi] = pick["name"][:n_ai]
         next_start[gi] = pick["start_ns"][:n_ai]
@@ -334,7 +356,11 @@ def _finish(report, syncs, gaps, gi, ai, prev):
 def _take(report, columns, rows):
     """{column: values} of cuda_api at ``rows`` (names as str), reading only those rows,
     all columns in one pass over the cache."""
-    got = report.take("cuda_api", columns, rows)
+    return _values(report.take("cuda_api", columns, rows), columns)
+
+
+def _values(got, columns):
+    """{column: values} of frame ``got`` (names as str)."""
     return {c: got[c].astype(str).to_numpy(dtype=object)
             if isinstance(got[c].dtype, pd.CategoricalDtype) else got[c].to_numpy()
             for c in columns}
