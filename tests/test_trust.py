@@ -202,3 +202,32 @@ def test_errors_about_a_compressed_exports_content_name_the_users_file(sqlite_of
         errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
         assert res.exit_code == 1 and len(errors) == 1, res.output
         assert errors[0].startswith(f"Error: {packed}:") and str(cache_dir) not in errors[0]
+
+
+@pytest.mark.parametrize("stem", ["edge:nsysai-mfu_2gpu_after", "edge:h100-profiler-range",
+                                  *(s for s in __import__("conftest").STEMS)])
+def test_api_facts_without_the_api_cache_give_the_findings_of_the_cached_table(
+        stem, edge, sqlite_of, tmp_path, monkeypatch):
+    """A command that reads no API table (kernel_sum) counts its launch calls in SQL and
+    takes bounds of its extent from its first and last rows, scanning for the extent only
+    where a table reaches past them. On every real fixture (slices and capture ranges with
+    work in flight at the edges among them) the findings equal those from the cached API
+    table (its names' codes and statistics), and the launch calls are the same counts."""
+    path = edge(stem[5:]) if stem.startswith("edge:") else sqlite_of(stem)
+    scans, uncached = [], []
+    real, real_facts = completeness._api_extent, completeness._api_facts
+    monkeypatch.setattr(completeness, "_api_extent",
+                        lambda report: scans.append(1) or real(report))
+    monkeypatch.setattr(completeness, "_api_facts",
+                        lambda report, source: uncached.append(1) or real_facts(report, source))
+    found = {}
+    for cached in (False, True):
+        r = nsightlab.open(path, cache_dir=tmp_path / f"c{cached}")
+        r.prefetch(["kernels", "memcpy", "memset", *(["cuda_api"] if cached else [])])
+        assert r.is_cached("cuda_api") is (cached and r.has_rows("cuda_api"))
+        found[cached] = (completeness._check(r),
+                         completeness._launch_calls(r, r.row_count("kernels")))
+    assert found[False] == found[True]
+    assert len(uncached) == 1 or not nsightlab.open(path, cache=False).has_rows("cuda_api")
+    edges = [f for f in found[True][0] if f["check"] == "capture_edges"]
+    assert bool(scans) >= bool(edges)  # the extent was scanned for wherever work crossed it

@@ -221,8 +221,9 @@ def start_cached(report: Report) -> None:
 
 def _facts(report: Report, name: str, invalid: bool = False, ahead: bool = False) -> dict:
     """What the checks need of an activity table, in at most one pass: rows left out as
-    impossible ("invalid"), the first start and last end of the others ("lo", "hi"), and of
-    the API calls the kernel and graph launch calls ("launch", "graph"). From the cache
+    impossible ("invalid"), the first start and last end of the others ("lo", "hi"; of an
+    API table not cached, bounds of them: ``_api_facts``), and of the API calls the kernel
+    and graph launch calls ("launch", "graph"). From the cache
     entry's meta.json and statistics when the table is cached, else one SQL aggregate over
     rowid ranges in parallel (never a read of the table); once per export. ``ahead``: start it
     on a thread (``ExportDB.ahead``), answer nothing."""
@@ -237,20 +238,14 @@ def _facts(report: Report, name: str, invalid: bool = False, ahead: bool = False
             return {"invalid": dropped, "lo": ext[0] if ext else None,
                     "hi": ext[1] if ext else None,
                     **(_cached_launches(report) if name == "cuda_api" else {})}
-        launch, graph = _launch_ids(report) if name == "cuda_api" else ([], [])
+        if name == "cuda_api" and not invalid:
+            return _api_facts(report, spec.source)
         # without the count of rows left out, every row is read as it is: min and max skip
         # NULLs, and a damaged extent only moves the edge notes (the rule costs 40% more)
         bad = tables.invalid_sql(tables.duration_limit(report.db)) if invalid else "0"
-        listed = [", ".join(map(str, ids)) or "NULL" for ids in (launch, graph)]
-        # one pass over the rows every read keeps; the rows left out are the others. Counted
-        # as count(CASE ...), not sum(nameId IN ...), and graph launches only where the
-        # export names some: 16M calls, 2 cores, 3.6 -> 2.4 CPU-seconds, spent while
-        # kernel_sum's readers read the kernels
-        lids = (f"count(CASE WHEN nameId IN ({listed[0]}) THEN 1 END), "
-                + (f"count(CASE WHEN nameId IN ({listed[1]}) THEN 1 END)" if graph else "0")
-                ) if launch else "0, 0"
+        # one pass over the rows every read keeps; the rows left out are the others
         rows = report.db.over_ranges(
-            f'SELECT count(*), min(start), max("end"), {lids} FROM "{spec.source}" '
+            f'SELECT count(*), min(start), max("end"), 0, 0 FROM "{spec.source}" '
             f"WHERE NOT ({bad})", spec.source, readers(report.db.rowid_span(spec.source) or 0))
         total = report.db.count(spec.source) if invalid else 0
         rows = [(total - sum(r[0] or 0 for r in rows), *r[1:]) if k == 0 and invalid
@@ -263,6 +258,39 @@ def _facts(report: Report, name: str, invalid: bool = False, ahead: bool = False
     if ahead:
         return report.db.ahead(f"facts:{name}:{invalid}", compute)
     return report.db.once(f"facts:{name}:{invalid}", compute)
+
+
+def _api_facts(report: Report, source: str) -> dict:
+    """``_facts`` of an API table that is not cached: its kernel and graph launch calls
+    counted in one SQL pass over rowid ranges that reads the names' ids alone, and bounds of
+    its extent from its first and last rows ("lo_at_most", "hi_at_least"), not the extent:
+    a command that reads no API table (kernel_sum) pays this pass, CPU its own reads need
+    (16M calls, 2 cores: 3.6 CPU-seconds with the extent, 1.3 without). ``_edge_work``
+    scans for the extent only where a table's reaches past a bound."""
+    launch, graph = _launch_ids(report)
+    counts = [0, 0]
+    if launch:
+        ids = [", ".join(map(str, i)) for i in (launch, graph)]
+        rows = report.db.over_ranges(
+            f"SELECT count(*), {f'count(CASE WHEN nameId IN ({ids[1]}) THEN 1 END)' if graph else '0'} "
+            f'FROM "{source}" WHERE nameId IN ({ids[0]})', source,
+            readers(report.db.rowid_span(source) or 0))  # graph launches are launch calls
+        counts = [int(sum(r[k] or 0 for r in rows)) for k in (0, 1)]
+    first = report.db.query(f"SELECT start FROM \"{source}\" WHERE typeof(start) = 'integer' "
+                            "ORDER BY rowid LIMIT 1")
+    last = report.db.query(f"SELECT \"end\" FROM \"{source}\" WHERE typeof(\"end\") = 'integer' "
+                           "ORDER BY rowid DESC LIMIT 1")
+    return {"invalid": 0, "lo_at_most": first[0][0] if first else None,
+            "hi_at_least": last[0][0] if last else None, "launch": counts[0], "graph": counts[1]}
+
+
+def _api_extent(report: Report) -> tuple:
+    """(first start, last end) of the API calls: one SQL pass over rowid ranges."""
+    source = report.spec("cuda_api").source
+    rows = report.db.over_ranges(f'SELECT min(start), max("end") FROM "{source}" WHERE 1',
+                                 source, readers(report.db.rowid_span(source) or 0))
+    los, his = [r[0] for r in rows if r[0] is not None], [r[1] for r in rows if r[1] is not None]
+    return (min(los), max(his)) if los and his else (None, None)
 
 
 def _launch_codes(report: Report) -> tuple[np.ndarray, list[int], list[int]]:
@@ -315,13 +343,22 @@ def _edge_work(report: Report) -> list[str]:
     work is real: every number counts it, as ``nsys stats`` does. Extents come from cache
     statistics or one SQL aggregate each; rows are counted only past an edge."""
     facts = _facts(report, "cuda_api") if report.has_rows("cuda_api") else {}
-    if facts.get("lo") is None:
+    api = (facts.get("lo"), facts.get("hi"))
+    if api[0] is None and facts.get("lo_at_most") is None:
         return []
-    api = (facts["lo"], facts["hi"])
-    before, after = {}, {}
+    exts = {}
     for name in ("kernels", "memcpy", "memset"):
         f = _facts(report, name)
-        ext = (f["lo"], f["hi"]) if f.get("lo") is not None else None
+        exts[name] = (f["lo"], f["hi"]) if f.get("lo") is not None else None
+    if api[0] is None and facts.get("lo_at_most") is not None:  # bounds of it, not the extent
+        bounds = (facts["lo_at_most"], facts["hi_at_least"])
+        if all(e is None or (e[0] >= bounds[0] and e[1] <= bounds[1]) for e in exts.values()):
+            return []  # nothing starts before a call's start, nor ends after a call's end
+        api = _api_extent(report)
+    if api[0] is None:
+        return []
+    before, after = {}, {}
+    for name, ext in exts.items():
         if ext is not None and ext[0] < api[0]:
             before[name] = report.count_where(name, f"start < {api[0]}")
         if ext is not None and ext[1] > api[1]:
