@@ -434,3 +434,49 @@ def test_launch_calls_per_iteration_by_slices_equal_bincounts():
         for g, w in zip(rp._launch_calls(lk, n), want):
             np.testing.assert_array_equal(g, w)
             assert g.dtype == w.dtype
+
+
+@pytest.mark.parametrize("stem", ["h200-vit-fp16-syncy", "h200-vit-fp16", "h200-launchbound",
+                                  "pub-pipit-cloverleaf-a100"])
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_api_sums_part_by_part_equal_the_whole_columns(sqlite_of, tmp_path, monkeypatch, stem,
+                                                       shuffled):
+    """The run profile's API time, calls, sync time and syncs per iteration, read a cache
+    part at a time (so they run beside the label sums in little memory), equal those from
+    the whole columns: real exports with syncs inside their iterations, the API cached in
+    many parts (2 reader processes), in time order and with its rows shuffled (nsys 2025.6
+    and later)."""
+    import shutil
+    import sqlite3
+
+    from nsightlab.analysis import budget
+    from nsightlab.comparison import run_profile
+    from nsightlab.read import parallel, reader, workers
+
+    path = tmp_path / f"{stem}.sqlite"
+    shutil.copyfile(sqlite_of(stem), path)
+    if shuffled:
+        api = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        with sqlite3.connect(path) as c:
+            c.execute(f"CREATE TABLE s AS SELECT * FROM {api} ORDER BY (rowid * 7919) % 10007")
+            c.execute(f"DROP TABLE {api}")
+            c.execute(f"ALTER TABLE s RENAME TO {api}")
+    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
+    monkeypatch.setattr(reader, "PROCESS_MIN_WORKERS", 2)
+    monkeypatch.setattr(parallel, "ROWS_PER_READER", 500)
+    monkeypatch.setattr(reader, "readers", lambda rows=None: 2)
+    try:
+        r = nsightlab.open(path, cache_dir=tmp_path / "cache")
+        r.prefetch(["cuda_api"])
+        assert len(r.cache.files("cuda_api")) >= 4
+        iters, _ = budget.ranges(r)
+        lo, hi = iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy()
+        got = run_profile._api_sums(r, lo, hi, len(lo))
+        want = run_profile._api_sums_whole(r, lo, hi, len(lo))
+    finally:
+        workers.discard_pool()
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert got[1].sum() > 0
+    if stem == "h200-vit-fp16-syncy":
+        assert got[3].sum() > 0 and got[2].sum() > 0  # syncs inside the iterations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,11 +163,17 @@ def _compute(report: Report, label: str) -> RunProfile:
     span_ns = float((spans["e"] - spans["s"]).mean()) if len(spans) else 0.0
     busy_i = _busy_per_iteration(lk)
     busy = float(busy_i.mean()) if len(busy_i) else 0.0
-    by_class, by_prec, by_layer = _per_label(lk, dur, n)
-    trace.mark("profile: by class, precision and layer")
-    slots = _slots(lk, n)
-    flat_slots = _slots(lk, n, by_layer=False)
-    trace.mark("profile: slots")
+    # the overheads read the API table's columns (decoding and I/O, mostly without the GIL)
+    # on a thread while the labels and slots are summed here: 8M launches on 16 cores,
+    # ~0.5 s of the profile's 3.2 s; each holds one API column and its scratch at a time
+    with ThreadPoolExecutor(1) as beside:
+        overheads = beside.submit(_overheads, report, lk, iters, n, spans, busy_i, calls)
+        by_class, by_prec, by_layer = _per_label(lk, dur, n)
+        trace.mark("profile: by class, precision and layer")
+        slots = _slots(lk, n)
+        flat_slots = _slots(lk, n, by_layer=False)
+        trace.mark("profile: slots")
+        overheads = overheads.result()
     # the headline's iteration: the median steady one (the budget's parts add up to the mean)
     wall = summary.get("wall_med_ns") or summary.get("wall_ns") or span_ns
     return RunProfile(
@@ -179,7 +186,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         warnings=warnings,
         by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
         flat_slots=flat_slots,
-        overheads=_overheads(report, lk, iters, n, spans, busy_i, calls),
+        overheads=overheads,
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall))
 
 
@@ -563,33 +570,7 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
     api_ns = sync_ns = memcpy_ns = syncs = api_calls = memcpys = np.zeros(n)
     if len(iters):
         lo, hi = iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy()
-        # the API table is the biggest: one column at a time, summed in chunks (iteration
-        # index + 1, 0 for "outside"), so no boolean-indexed copies of 16M-row columns
-        starts = report.cuda_api(["start_ns"])["start_ns"].to_numpy()
-        edges = _slices(lo, hi, starts)
-        if edges is None:
-            where = _containing(lo, hi, starts)
-            where += 1
-        del starts
-        names = report.cuda_api(["name"])["name"]
-        sync_codes = [i for i, c in enumerate(names.cat.categories) if sync_kind(str(c))]
-        codes = names.cat.codes.to_numpy()
-        del names
-        dur = report.cuda_api(["duration_ns"])["duration_ns"].to_numpy()
-        if edges is not None:  # calls in start order: each iteration's calls are one slice
-            api_ns, api_calls, sync_ns, syncs = _sliced_sums(edges, dur, codes, sync_codes)
-        else:
-            sums = np.zeros((4, n + 1))  # api time, api calls, sync time, syncs
-            for a in range(0, len(dur), API_CHUNK):
-                w, d = where[a:a + API_CHUNK], dur[a:a + API_CHUNK]
-                sync = np.isin(codes[a:a + API_CHUNK], sync_codes)
-                sums[0] += np.bincount(w, weights=d, minlength=n + 1)
-                sums[1] += np.bincount(w, minlength=n + 1)
-                sums[2] += np.bincount(w[sync], weights=d[sync], minlength=n + 1)
-                sums[3] += np.bincount(w[sync], minlength=n + 1)
-            del where
-            api_ns, api_calls, sync_ns, syncs = (row[1:] for row in sums)
-        del dur, codes
+        api_ns, api_calls, sync_ns, syncs = _api_sums(report, lo, hi, n)
         if report.has("memcpy"):
             mc = report.memcpy(["start_ns", "duration_ns"])
             m_in = _containing(spans["s"].to_numpy(), spans["e"].to_numpy(), mc["start_ns"].to_numpy())
@@ -603,6 +584,88 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
             "api_ns": med(api_ns), "api_calls": med(api_calls),
             "sync_wait_ns": med(sync_ns), "syncs": med(syncs), "gpu_idle_ns": med(idle),
             "memcpy_ns": med(memcpy_ns), "memcpys": med(memcpys)}
+
+
+def _api_sums(report: Report, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple:
+    """API time, API calls, sync time and syncs per iteration ([lo, hi] ranges, sorted; each
+    call in the last one begun at or before it, ``_containing``). From the API table's cache a part at a time where it is cached (a few MB of
+    scratch: the profile runs this beside its label and slot sums), else from its whole
+    columns (``_api_sums_whole``)."""
+    import pyarrow.parquet as pq
+
+    from nsightlab.read.table_cache import READ
+
+    files = report.cache.files(report.spec("cuda_api").name) if report.cache is not None \
+        and report.has_rows("cuda_api") else None
+    if files is None:
+        return _api_sums_whole(report, lo, hi, n)
+    sums = np.zeros((4, n + 1))  # api time, api calls, sync time, syncs; by iteration + 1
+    for f in files:
+        t = pq.ParquetFile(f, **READ).read(columns=["start_ns", "duration_ns", "name"])
+        starts, d = t.column(0).to_numpy(), t.column(1).to_numpy()
+        sync = np.concatenate([_sync_rows(c) for c in t.column(2).chunks]) \
+            if t.num_rows else np.zeros(0, bool)
+        edges = _slices(lo, hi, starts)
+        if edges is not None:  # calls in start order: each iteration's are one slice
+            a, b = edges[:, 0], edges[:, 1]
+            for k, v in enumerate((d, None, np.where(sync, d, 0), sync)):
+                if v is None:
+                    sums[1, 1:] += b - a
+                    continue
+                cum = np.zeros(len(v) + 1, np.int64)  # integers: the sums exact
+                np.cumsum(v, out=cum[1:])
+                sums[k, 1:] += cum[b] - cum[a]
+            continue
+        w = _containing(lo, hi, starts).astype(np.intp) + 1
+        d = d.astype(np.float64)
+        sums[0] += np.bincount(w, weights=d, minlength=n + 1)
+        sums[1] += np.bincount(w, minlength=n + 1)
+        sums[2] += np.bincount(w[sync], weights=d[sync], minlength=n + 1)
+        sums[3] += np.bincount(w[sync], minlength=n + 1)
+    return tuple(row[1:] for row in sums)
+
+
+def _sync_rows(names) -> np.ndarray:
+    """Which rows of an Arrow name column (dictionary-encoded, as the cache holds it) are
+    synchronizing calls (``sync_kind``), classified once per distinct name."""
+    import pyarrow.compute as pc
+
+    if not hasattr(names, "indices"):  # plain strings
+        names = pc.dictionary_encode(names)
+    kinds = np.array([bool(sync_kind(str(v))) for v in names.dictionary.to_pylist()] + [False])
+    return kinds[pc.fill_null(names.indices, len(kinds) - 1).to_numpy()]
+
+
+def _api_sums_whole(report: Report, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple:
+    """``_api_sums`` from whole columns of the API table (read through or without a cache)."""
+    # the API table is the biggest: one column at a time, summed in chunks (iteration
+    # index + 1, 0 for "outside"), so no boolean-indexed copies of 16M-row columns
+    starts = report.cuda_api(["start_ns"])["start_ns"].to_numpy()
+    edges = _slices(lo, hi, starts)
+    if edges is None:
+        where = _containing(lo, hi, starts)
+        where += 1
+    del starts
+    names = report.cuda_api(["name"])["name"]
+    sync_codes = [i for i, c in enumerate(names.cat.categories) if sync_kind(str(c))]
+    codes = names.cat.codes.to_numpy()
+    del names
+    dur = report.cuda_api(["duration_ns"])["duration_ns"].to_numpy()
+    if edges is not None:  # calls in start order: each iteration's calls are one slice
+        api_ns, api_calls, sync_ns, syncs = _sliced_sums(edges, dur, codes, sync_codes)
+    else:
+        sums = np.zeros((4, n + 1))  # api time, api calls, sync time, syncs
+        for a in range(0, len(dur), API_CHUNK):
+            w, d = where[a:a + API_CHUNK], dur[a:a + API_CHUNK]
+            sync = np.isin(codes[a:a + API_CHUNK], sync_codes)
+            sums[0] += np.bincount(w, weights=d, minlength=n + 1)
+            sums[1] += np.bincount(w, minlength=n + 1)
+            sums[2] += np.bincount(w[sync], weights=d[sync], minlength=n + 1)
+            sums[3] += np.bincount(w[sync], minlength=n + 1)
+        del where
+        api_ns, api_calls, sync_ns, syncs = (row[1:] for row in sums)
+    del dur, codes
+    return api_ns, api_calls, sync_ns, syncs
 
 
 def _slices(lo: np.ndarray, hi: np.ndarray, t: np.ndarray) -> np.ndarray | None:
