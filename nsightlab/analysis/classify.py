@@ -312,15 +312,25 @@ def annotate(df: pd.DataFrame, column: str = "name", copy: bool = True,
         table = refine(table, evidence)
     table = table.set_index("name")
     codes = key.cat.codes.to_numpy()
+    missing = codes < 0
+    if not missing.any():  # every row named (the usual case): no masking passes
+        missing = None
+    at = codes if missing is None else np.maximum(codes, 0)
     out = df.copy() if copy else df
     for col in (*LABELS, *(EXPLAIN if explain else ())):
         if col == "tensor_core":
             tc = table[col].reindex(cats).to_numpy(dtype=bool)
-            out[col] = np.where(codes >= 0, tc[np.maximum(codes, 0)] if len(tc) else False, False)
+            got = tc[at] if len(tc) else np.zeros(len(codes), bool)
+            out[col] = got if missing is None else got & ~missing
             continue
         per_cat = table[col].reindex(cats).to_numpy(dtype=str)
         labels, inverse = np.unique(per_cat, return_inverse=True)
-        new = np.where(codes >= 0, inverse[np.maximum(codes, 0)] if len(inverse) else -1, -1)
+        # the labels' codes in the small integer type a Categorical keeps (8M rows: one
+        # int8 gather, not int64 arrays converted afterwards)
+        small = inverse.astype(np.int8 if len(labels) < 127 else np.int32)
+        new = small[at] if len(small) else np.full(len(codes), -1, small.dtype)
+        if missing is not None:
+            new[missing] = -1
         out[col] = pd.Categorical.from_codes(new, categories=labels)
     return out
 
