@@ -1074,3 +1074,34 @@ def test_join_windows_cut_from_row_group_statistics_are_balanced(reports, name, 
     assert cuts is not None and cuts == sorted(cuts)  # None: no statistics, a scan instead
     per_window = np.diff(np.searchsorted(np.sort(ids), [ids.min(), *cuts, ids.max() + 1]))
     assert per_window.sum() == len(ids) and per_window.max() <= 6000, per_window
+
+
+@pytest.mark.parametrize("stem", ["h200-vit-fp16", "h200-vit-fp16-cudagraph", "h200-launchbound",
+                                  "pub-fuser-crossentropy-h200", "pub-fuser-matmul-h100",
+                                  "pub-pipit-saxpy-a100"])
+def test_nvtx_gpu_takes_launch_compute_projection_and_gets_its_own_answer(
+        stem, sqlite_of, tmp_path, monkeypatch):
+    """``nsightlab report`` runs launch_compute, then nvtx_gpu: the projection launch_compute
+    made in DuckDB over every range and launch is remembered for the export, and nvtx_gpu
+    answers from it exactly what it computes alone in memory (real exports: NVTX-heavy,
+    graph replays, push/pop iterations, MPI ranks)."""
+    import nsightlab.recipe_runner as R
+    from nsightlab.analysis import projection
+
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+    path = sqlite_of(stem)
+    r = nsightlab.open(path, cache_dir=tmp_path / "a")
+    R.run("launch_compute", r)
+    assert r.db.knows(projection.WHOLE)
+    got = R.run("nvtx_gpu", r)
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", "numpy")
+    alone = nsightlab.open(path, cache_dir=tmp_path / "b")
+    want = R.run("nvtx_gpu", alone)
+    assert not alone.db.knows(projection.WHOLE)
+    for name in ("ranges", "by_name"):
+        pd.testing.assert_frame_equal(got[name], want[name])
+    if stem == "h200-vit-fp16":  # a projection of the outermost ranges only is not it
+        monkeypatch.setenv("NSIGHTLAB_ENGINE", "duckdb")
+        cut = nsightlab.open(path, cache_dir=tmp_path / "c")
+        R.run("launch_compute", cut, {"max_ranges": 20})
+        assert not cut.db.knows(projection.WHOLE)

@@ -41,6 +41,8 @@ def project(report: Report, launched: pd.DataFrame | None = None,
     ``launched`` may be passed in when the caller already has ``launches(report)`` with at
     least start_ns, end_ns, api_start_ns, api_end_ns, api_tid and api_row.
     """
+    if launched is None and max_ranges == 0 and report.db.knows(WHOLE):
+        return report.db.once(WHOLE, None).copy()  # launch_compute's, over every range
     sums = _Sums(_ranges(report, max_ranges))
     if sums.n:
         if launched is None:
@@ -51,12 +53,23 @@ def project(report: Report, launched: pd.DataFrame | None = None,
     return sums.frame()
 
 
+#: the in-process memo of ``project(report)``, left by ``project_sql`` when it kept every
+#: range: ``nsightlab report`` runs launch_compute, then nvtx_gpu over the same launches
+#: (8M kernels on 16 cores: nvtx_gpu's own launch table and sums took 0.7 s)
+WHOLE = "projection:every range"
+
+
 def _ranges(report: Report, max_ranges: int = 0) -> pd.DataFrame:
     """The NVTX ranges (not marks); ``max_ranges`` > 0: at most that many, the outermost:
     every range down to the deepest nesting level that keeps the count within it (when even
     the outermost level has more, its first ``max_ranges`` in start order). A long TensorRT
     run has a range per layer per inference (13.6M for 8M kernels: ~6 GB as rows); the
     levels above them are the ones read per range. Only the kept rows are read whole."""
+    return _kept_ranges(report, max_ranges)[0]
+
+
+def _kept_ranges(report: Report, max_ranges: int = 0) -> tuple[pd.DataFrame, bool]:
+    """``_ranges``, and whether it kept every range."""
     if max_ranges > 0:
         levels = report.nvtx(["kind", "depth"])
         depth = np.where((levels["kind"] != "mark").to_numpy(),
@@ -65,9 +78,9 @@ def _ranges(report: Report, max_ranges: int = 0) -> pd.DataFrame:
         per_level = np.bincount(depth[depth >= 0])
         fits = np.flatnonzero(np.cumsum(per_level) <= max_ranges)
         if len(fits) < len(per_level):
-            return _outermost(report, depth, fits, max_ranges)
+            return _outermost(report, depth, fits, max_ranges), False
     nvtx = report.nvtx(NVTX_COLUMNS)
-    return nvtx[nvtx["kind"] != "mark"].reset_index(drop=True)
+    return nvtx[nvtx["kind"] != "mark"].reset_index(drop=True), True
 
 
 def _outermost(report: Report, depth: np.ndarray, fits: np.ndarray, max_ranges: int
@@ -247,7 +260,8 @@ def project_sql(report: Report, db, max_ranges: int = 0) -> pd.DataFrame:
     from nsightlab.analysis.engine import read_ahead
     from nsightlab.analysis.launches import once_sql
 
-    sums = _Sums(_ranges(report, max_ranges))
+    ranges, every = _kept_ranges(report, max_ranges)
+    sums = _Sums(ranges)
     if sums.n:
         once = once_sql(db)
         if once != "true":  # per call: a window over the whole table, kept as a column
@@ -263,6 +277,9 @@ def project_sql(report: Report, db, max_ranges: int = 0) -> pd.DataFrame:
             STREAM_ROWS // sums.threads()))
         sums.add_all(chunks)
         db.con.execute("DROP TABLE IF EXISTS lk_once")
-    return sums.frame()
+    out = sums.frame()
+    if every:  # every range, over every launch (lk): what project(report) would give
+        report.db.remember(WHOLE, out.copy())
+    return out
 
 
