@@ -276,6 +276,9 @@ def _api_facts(report: Report, source: str) -> dict:
             f'FROM "{source}" WHERE nameId IN ({ids[0]})', source,
             readers(report.db.rowid_span(source) or 0))  # graph launches are launch calls
         counts = [int(sum(r[k] or 0 for r in rows)) for k in (0, 1)]
+    if source in report.db.views:  # no rowid, so no first and last rows: the extent itself
+        lo, hi = _api_extent(report)
+        return {"invalid": 0, "lo": lo, "hi": hi, "launch": counts[0], "graph": counts[1]}
     first = report.db.query(f"SELECT start FROM \"{source}\" WHERE typeof(start) = 'integer' "
                             "ORDER BY rowid LIMIT 1")
     last = report.db.query(f"SELECT \"end\" FROM \"{source}\" WHERE typeof(\"end\") = 'integer' "
