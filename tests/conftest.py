@@ -101,3 +101,23 @@ def make_tiny_onnx(path: Path) -> Path:
 
 def expected_dir(stem: str) -> Path:
     return SOURCES[stem][1]
+
+
+#: SQL that puts a table's rows out of time order (as nsys 2025.6 and later write them)
+SHUFFLE = ("CREATE TABLE s AS SELECT * FROM {t} ORDER BY (rowid * 7919) % 10007",
+           "DROP TABLE {t}", "ALTER TABLE s RENAME TO {t}")
+#: SQL that turns a table into a view of itself (no rowid)
+AS_VIEW = ("ALTER TABLE {t} RENAME TO t2_", "CREATE VIEW {t} AS SELECT * FROM t2_")
+
+
+def edited_copy(src: Path, out: Path, table: str, sql: tuple[str, ...]) -> Path:
+    """A copy of the export ``src`` at ``out`` with each of ``sql`` ({t}: ``table``) run on
+    it: a real report changed in one way (``SHUFFLE``, ``AS_VIEW``)."""
+    import sqlite3
+
+    shutil.copyfile(src, out)
+    out.chmod(0o644)
+    with sqlite3.connect(out) as c:
+        for s in sql:
+            c.execute(s.format(t=table))
+    return out

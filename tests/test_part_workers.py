@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import nsightlab
+from conftest import SHUFFLE, edited_copy
 from nsightlab.read import parallel, reader, workers as part_workers
 from nsightlab.errors import CorruptReportError
 
@@ -430,16 +431,9 @@ def test_idle_readers_are_left_to_end_on_their_own_at_exit(sqlite_of, tmp_path):
 
 def shuffled_calls_copy(sqlite_of, tmp_path):
     """The launch-bound fixture with its API rows in no time order (as nsys 2025.6 and later
-    write them) and with one kernel moved back in time at the end of its rows."""
-    path = tmp_path / "shuffled.sqlite"
-    shutil.copyfile(sqlite_of("h200-launchbound"), path)
-    os.chmod(path, 0o644)
-    api = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    with sqlite3.connect(path) as c:
-        c.execute(f"CREATE TABLE s AS SELECT * FROM {api} ORDER BY (rowid * 7919) % 10007")
-        c.execute(f"DROP TABLE {api}")
-        c.execute(f"ALTER TABLE s RENAME TO {api}")
-    return path
+    write them)."""
+    return edited_copy(sqlite_of("h200-launchbound"), tmp_path / "shuffled.sqlite",
+                       "CUPTI_ACTIVITY_KIND_RUNTIME", SHUFFLE)
 
 
 @pytest.mark.parametrize("how", ["by the reader", "started at open"])

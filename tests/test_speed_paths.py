@@ -446,21 +446,13 @@ def test_api_sums_part_by_part_equal_the_whole_columns(sqlite_of, tmp_path, monk
     the whole columns: real exports with syncs inside their iterations, the API cached in
     many parts (2 reader processes), in time order and with its rows shuffled (nsys 2025.6
     and later)."""
-    import shutil
-    import sqlite3
-
+    from conftest import SHUFFLE, edited_copy
     from nsightlab.analysis import budget
     from nsightlab.comparison import run_profile
     from nsightlab.read import parallel, reader, workers
 
-    path = tmp_path / f"{stem}.sqlite"
-    shutil.copyfile(sqlite_of(stem), path)
-    if shuffled:
-        api = "CUPTI_ACTIVITY_KIND_RUNTIME"
-        with sqlite3.connect(path) as c:
-            c.execute(f"CREATE TABLE s AS SELECT * FROM {api} ORDER BY (rowid * 7919) % 10007")
-            c.execute(f"DROP TABLE {api}")
-            c.execute(f"ALTER TABLE s RENAME TO {api}")
+    path = edited_copy(sqlite_of(stem), tmp_path / f"{stem}.sqlite",
+                       "CUPTI_ACTIVITY_KIND_RUNTIME", SHUFFLE if shuffled else ())
     monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
     monkeypatch.setattr(reader, "PROCESS_MIN_WORKERS", 2)
     monkeypatch.setattr(parallel, "ROWS_PER_READER", 500)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 import nsightlab
 import nsightlab.recipe_runner as R
-from conftest import xz_fixtures
+from conftest import AS_VIEW, edited_copy, xz_fixtures
 from nsightlab.analysis import completeness
 from nsightlab.cli import cli
 
@@ -215,13 +215,8 @@ def test_api_facts_without_the_api_cache_give_the_findings_of_the_cached_table(
     table (its names' codes and statistics), and the launch calls are the same counts."""
     path = edge(stem[5:]) if stem.startswith("edge:") else sqlite_of(stem.split(":")[-1])
     if stem.startswith("view:"):  # the API table as a view: no rowid, the extent scanned
-        view = tmp_path / "view.sqlite"
-        view.write_bytes(path.read_bytes())
-        api = "CUPTI_ACTIVITY_KIND_RUNTIME"
-        with sqlite3.connect(view) as c:
-            c.execute(f"ALTER TABLE {api} RENAME TO A2")
-            c.execute(f"CREATE VIEW {api} AS SELECT * FROM A2")
-        path = view
+        path = edited_copy(path, tmp_path / "view.sqlite", "CUPTI_ACTIVITY_KIND_RUNTIME",
+                           AS_VIEW)
     scans, uncached = [], []
     real, real_facts = completeness._api_extent, completeness._api_facts
     monkeypatch.setattr(completeness, "_api_extent",
