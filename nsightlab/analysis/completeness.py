@@ -244,17 +244,16 @@ def _facts(report: Report, name: str, invalid: bool = False, ahead: bool = False
         # NULLs, and a damaged extent only moves the edge notes (the rule costs 40% more)
         bad = tables.invalid_sql(tables.duration_limit(report.db)) if invalid else "0"
         # one pass over the rows every read keeps; the rows left out are the others
-        rows = report.db.over_ranges(
-            f'SELECT count(*), min(start), max("end"), 0, 0 FROM "{spec.source}" '
-            f"WHERE NOT ({bad})", spec.source, readers(report.db.rowid_span(spec.source) or 0))
+        rows = _scan(report, spec.source,
+                     f'SELECT count(*), min(start), max("end") FROM "{spec.source}" '
+                     f"WHERE NOT ({bad})")
         total = report.db.count(spec.source) if invalid else 0
         rows = [(total - sum(r[0] or 0 for r in rows), *r[1:]) if k == 0 and invalid
                 else (0, *r[1:]) for k, r in enumerate(rows)]
         los = [r[1] for r in rows if r[1] is not None]
         his = [r[2] for r in rows if r[2] is not None]
         return {"invalid": int(sum(r[0] or 0 for r in rows)),
-                "lo": min(los) if los else None, "hi": max(his) if his else None,
-                "launch": int(sum(r[3] or 0 for r in rows)), "graph": int(sum(r[4] or 0 for r in rows))}
+                "lo": min(los) if los else None, "hi": max(his) if his else None}
     if ahead:
         return report.db.ahead(f"facts:{name}:{invalid}", compute)
     return report.db.once(f"facts:{name}:{invalid}", compute)
@@ -271,10 +270,9 @@ def _api_facts(report: Report, source: str) -> dict:
     counts = [0, 0]
     if launch:
         ids = [", ".join(map(str, i)) for i in (launch, graph)]
-        rows = report.db.over_ranges(
-            f"SELECT count(*), {f'count(CASE WHEN nameId IN ({ids[1]}) THEN 1 END)' if graph else '0'} "
-            f'FROM "{source}" WHERE nameId IN ({ids[0]})', source,
-            readers(report.db.rowid_span(source) or 0))  # graph launches are launch calls
+        graphs = f"count(CASE WHEN nameId IN ({ids[1]}) THEN 1 END)" if graph else "0"
+        rows = _scan(report, source, f'SELECT count(*), {graphs} FROM "{source}" '
+                     f"WHERE nameId IN ({ids[0]})")  # graph launches are launch calls
         counts = [int(sum(r[k] or 0 for r in rows)) for k in (0, 1)]
     if source in report.db.views:  # no rowid, so no first and last rows: the extent itself
         lo, hi = _api_extent(report)
@@ -290,10 +288,15 @@ def _api_facts(report: Report, source: str) -> dict:
 def _api_extent(report: Report) -> tuple:
     """(first start, last end) of the API calls: one SQL pass over rowid ranges."""
     source = report.spec("cuda_api").source
-    rows = report.db.over_ranges(f'SELECT min(start), max("end") FROM "{source}" WHERE 1',
-                                 source, readers(report.db.rowid_span(source) or 0))
+    rows = _scan(report, source, f'SELECT min(start), max("end") FROM "{source}" WHERE 1')
     los, his = [r[0] for r in rows if r[0] is not None], [r[1] for r in rows if r[1] is not None]
     return (min(los), max(his)) if los and his else (None, None)
+
+
+def _scan(report: Report, source: str, sql: str) -> list[tuple]:
+    """The one-row aggregate ``sql`` over each rowid range of ``source``, the ranges read at
+    once by one thread per core (``ExportDB.over_ranges``)."""
+    return report.db.over_ranges(sql, source, readers(report.db.rowid_span(source) or 0))
 
 
 def _launch_codes(report: Report) -> tuple[np.ndarray, list[int], list[int]]:

@@ -588,9 +588,9 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
 
 def _api_sums(report: Report, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple:
     """API time, API calls, sync time and syncs per iteration ([lo, hi] ranges, sorted; each
-    call in the last one begun at or before it, ``_containing``). From the API table's cache a part at a time where it is cached (a few MB of
-    scratch: the profile runs this beside its label and slot sums), else from its whole
-    columns (``_api_sums_whole``)."""
+    call in the last one begun at or before it, ``_containing``). From the API table's cache
+    a part at a time where it is cached (a few MB of scratch: the profile runs this beside
+    its label and slot sums), else from its whole columns (``_api_sums_whole``)."""
     import pyarrow.parquet as pq
 
     from nsightlab.read.table_cache import READ
@@ -607,14 +607,7 @@ def _api_sums(report: Report, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple:
             if t.num_rows else np.zeros(0, bool)
         edges = _slices(lo, hi, starts)
         if edges is not None:  # calls in start order: each iteration's are one slice
-            a, b = edges[:, 0], edges[:, 1]
-            for k, v in enumerate((d, None, np.where(sync, d, 0), sync)):
-                if v is None:
-                    sums[1, 1:] += b - a
-                    continue
-                cum = np.zeros(len(v) + 1, np.int64)  # integers: the sums exact
-                np.cumsum(v, out=cum[1:])
-                sums[k, 1:] += cum[b] - cum[a]
+            sums[:, 1:] += np.stack(_sliced_sums(edges, d, sync, [True]))
             continue
         w = _containing(lo, hi, starts).astype(np.intp) + 1
         d = d.astype(np.float64)

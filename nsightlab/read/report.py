@@ -297,15 +297,18 @@ class Report:
         """The cache part files of ``table``'s first read; None when it has no valid entry."""
         if self.cache is None:
             return None
-        spec = self.spec(table)
-        return self.cache.files(spec.first.name if spec.later else spec.name)
+        return self.cache.files(self._first_entry(table))
 
     def cache_fact(self, table: str, key: str):
         """``key`` of the meta.json of ``table``'s first read; None when not there."""
         if self.cache is None:
             return None
+        return (self.cache.meta(self._first_entry(table)) or {}).get(key)
+
+    def _first_entry(self, table: str) -> str:
+        """The cache entry of ``table``'s first read (a table with later columns has two)."""
         spec = self.spec(table)
-        return (self.cache.meta(spec.first.name if spec.later else spec.name) or {}).get(key)
+        return spec.first.name if spec.later else spec.name
 
     def timed(self, table: str) -> bool:
         """Whether the export has activity table ``table`` with its start and end columns
