@@ -414,7 +414,7 @@ class TableReader:
 
         def fill(parts) -> tuple[int, None]:
             jobs = [{"db_path": str(self.db.path), "table": spec.name,
-                     "sql": spec.range_sql(self.db, a, b),
+                     "rows": [a, b],
                      "out": str(parts.path(i)), "ident": parts.ident, "limit": limit}
                     for i, (a, b) in enumerate(ranges)]
             counts, orders = [0, 0], [None] * len(jobs)
@@ -645,7 +645,8 @@ class TableReader:
         def job(i: int) -> Callable[[], None]:
             def run() -> None:
                 writer = open_part(i) if open_part is not None else None
-                for b, read, left_out in contract_batches(spec, self.db, queries[i], limit):
+                for b, read, left_out in contract_batches(spec, self.db,
+                                                          self.db.stream(queries[i]), limit):
                     meter(read)
                     dropped[i] += left_out  # rows with impossible timestamps: reported
                     if writer is not None:

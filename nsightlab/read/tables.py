@@ -58,6 +58,12 @@ class Column:
     nullable: bool = False
 
 
+#: a SELECT of one table's integer columns as (result name, source columns) pairs: each
+#: result is the first of its sources that is not NULL (COALESCE), NULL where the export has
+#: none of them. ``plain_sql`` writes it as SQL; ``pages.batches`` reads it off the pages.
+Plain = tuple[tuple[str, tuple[str, ...]], ...]
+
+
 @dataclass(frozen=True)
 class Later:
     """Columns of a big table that its first read leaves out, read from SQLite into a cache
@@ -74,6 +80,8 @@ class Later:
     first_convert: Callable[[ExportDB, pa.RecordBatch], dict[str, pa.Array]]
     sources: tuple[str, ...]
     convert: Callable[[ExportDB, pa.RecordBatch], dict[str, pa.Array]]
+    #: the first read as ``TableSpec.plain`` describes it (None: SQL only)
+    first_plain: Callable[[ExportDB], Plain] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,9 @@ class TableSpec:
     split: bool = True  # read rowid ranges in parallel (big activity tables)
     #: SQL reading rowids [lo, hi) (default: ``sql`` with a WHERE on rowid appended)
     ranged: Callable[[ExportDB, int, int], str] | None = None
+    #: ``sql`` as a ``Plain`` description, for tables of integers read by the reader
+    #: processes straight from the export's pages (``pages``; SQL where they cannot be)
+    plain: Callable[[ExportDB], Plain] | None = None
     #: columns the first read leaves out (``first`` and ``rest`` are the two reads)
     later: Later | None = None
     #: of a ``rest`` spec: the table whose first read it completes
@@ -108,7 +119,8 @@ class TableSpec:
         """The first read of a table with ``later`` columns: the others, under its name."""
         return replace(self, columns=tuple(c for c in self.columns
                                            if c.name not in self.later.columns),
-                       sql=self.later.first_sql, convert=self.later.first_convert, later=None)
+                       sql=self.later.first_sql, convert=self.later.first_convert, later=None,
+                       plain=self.later.first_plain)
 
     @cached_property
     def rest(self) -> TableSpec:
@@ -117,7 +129,7 @@ class TableSpec:
         are left out: ``drop_invalid`` with the first read's limit)."""
         later = self.later
         return replace(
-            self, name=f"{self.name}+", base=self, later=None, ranged=None,
+            self, name=f"{self.name}+", base=self, later=None, ranged=None, plain=None,
             columns=tuple(c for c in self.columns
                           if c.name in later.columns or c.name in ("start_ns", "end_ns")),
             sql=lambda db: select(db, self.source, "start", "end", *later.sources),
@@ -321,13 +333,13 @@ def tied_rows(starts: Callable[[], Iterator[np.ndarray]]) -> np.ndarray:
     return np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
 
 
-def contract_batches(spec: "TableSpec", db: ExportDB, sql: str, limit: int | None
-                     ) -> "Iterator[tuple[pa.RecordBatch, int, int]]":
-    """The rows ``sql`` reads of ``spec`` from ``db``, batch by batch, in the column contract,
-    rows with impossible timestamps left out (``drop_invalid``; ``limit`` None: not checked).
-    Yields (batch, rows read, rows left out): the one conversion loop of reader threads and
-    reader processes."""
-    for raw in db.stream(sql):
+def contract_batches(spec: "TableSpec", db: ExportDB, raws: "Iterator[pa.RecordBatch]",
+                     limit: int | None) -> "Iterator[tuple[pa.RecordBatch, int, int]]":
+    """The rows ``raws`` (batches of ``spec.sql``'s result: ``db.stream``, or ``pages``) hold of
+    ``spec``, batch by batch, in the column contract, rows with impossible timestamps left
+    out (``drop_invalid``; ``limit`` None: not checked). Yields (batch, rows read, rows left
+    out): the one conversion loop of reader threads and reader processes."""
+    for raw in raws:
         b = build_batch(spec, db, raw)
         n = b.num_rows
         if limit is not None:
@@ -348,6 +360,21 @@ def pick(db: ExportDB, table: str, *names: str) -> str:
             return f'CASE WHEN typeof("{n}") = \'integer\' THEN "{n}" END AS "{n}"'
         return f'"{n}"'
     return ", ".join(one(n) for n in names)
+
+
+def plain_sql(db: ExportDB, table: str, plain: Plain) -> str:
+    """The SELECT that ``plain`` describes (``pick``'s rules for each source)."""
+    have = set(db.columns(table))
+    exprs = []
+    for name, sources in plain:
+        got = [pick(db, table, s).rsplit(" AS ", 1)[0] for s in sources if s in have]
+        expr = "NULL" if not got else got[0] if len(got) == 1 else f"COALESCE({', '.join(got)})"
+        exprs.append(f'{expr} AS "{name}"')
+    return f"SELECT {', '.join(exprs)} FROM {table}"
+
+
+def _plain(*names: str) -> Plain:
+    return tuple((n, (n,)) for n in names)
 
 
 def select(db: ExportDB, table: str, *names: str, extra: str = "") -> str:
@@ -451,11 +478,14 @@ LAUNCH_SOURCE = ("shortName", "gridX", "gridY", "gridZ", "blockX", "blockY", "bl
                  "graphNodeId")
 
 
-def _kernel_sql(db: ExportDB, launch: bool = True) -> str:
+def _kernel_plain(db: ExportDB, launch: bool = True) -> Plain:
     """The kernels' SELECT; without ``launch``, the first read's (``Later``)."""
-    name = ("COALESCE(demangledName, shortName) AS nameId" if "demangledName" in db.columns(K)
-            else "shortName AS nameId")
-    return select(db, K, *GPU_SOURCE, *(LAUNCH_SOURCE if launch else ()), extra=name)
+    return (*_plain(*GPU_SOURCE, *(LAUNCH_SOURCE if launch else ())),
+            ("nameId", ("demangledName", "shortName")))
+
+
+def _kernel_sql(db: ExportDB, launch: bool = True) -> str:
+    return plain_sql(db, K, _kernel_plain(db, launch))
 
 
 def _kernel_first(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
@@ -494,12 +524,14 @@ KERNELS = TableSpec(
         GRAPH_NODE,
     ),
     sql=_kernel_sql,
+    plain=_kernel_plain,
     convert=lambda db, b: {**_kernel_first(db, b), **_kernel_launch(db, b)},
     # the launch configuration: no recipe reads it
     later=Later(columns=("short_name", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
                          "block_z", "registers_per_thread", "static_shared_bytes",
                          "dynamic_shared_bytes", "launch_type", "graph_node_id"),
                 first_sql=lambda db: _kernel_sql(db, launch=False), first_convert=_kernel_first,
+                first_plain=lambda db: _kernel_plain(db, launch=False),
                 sources=LAUNCH_SOURCE, convert=_kernel_launch),
 )
 
@@ -625,7 +657,8 @@ CUDA_API = TableSpec(
     # every column in the first read: api_kind and return_value were a later read once
     # (only api_sum reads them), but that second pass over 16M calls cost `report` ~1 s on
     # 16 cores, and reading them at first costs ~10% more SQLite decoding
-    sql=lambda db: select(db, RT, *API_SOURCE),
+    sql=lambda db: plain_sql(db, RT, _plain(*API_SOURCE)),
+    plain=lambda db: _plain(*API_SOURCE),
     convert=_api,
 )
 

@@ -305,25 +305,46 @@ def cache_range(db_path: str, table: str, out: str, limit: int | None, ident: di
     """Read one rowid range of cache entry ``table`` (``sql``, or rowids ``rows`` [lo, hi)) from
     the export at ``db_path``, convert it to the column contract, leave out impossible rows
     (``drop_invalid`` with ``limit``; None: not checked) and write it to the cache part ``out``.
-    Answers the rows written and left out. The export stays open between jobs (StringIds are
-    loaded once per worker)."""
+    Answers the rows written and left out. A table of integers (``TableSpec.plain``) is read
+    straight from the export's pages (``pages``), with SQL where they cannot be. The export
+    stays open between jobs (StringIds are loaded once per worker)."""
+    from nsightlab.read import pages
     from nsightlab.read.db import ExportDB
-    from nsightlab.read.table_cache import part_writer
-    from nsightlab.read.tables import StartOrder, contract_batches, entry_spec
+    from nsightlab.read.tables import entry_spec
 
     key = (db_path, ident.get("size"), ident.get("mtime_ns"))  # a re-exported file: reopened
     if key not in _dbs:
+        for old in _dbs.values():
+            if old[1] is not None:
+                old[1].close()
         _dbs.clear()
-        _dbs[key] = ExportDB(Path(db_path))
-    db = _dbs[key]
+        try:
+            file = pages.PageFile(Path(db_path))
+        except (pages.Unsupported, OSError):
+            file = None
+        _dbs[key] = (ExportDB(Path(db_path)), file)
+    db, file = _dbs[key]
     spec = entry_spec(table)
-    if sql is None:
-        sql = spec.range_sql(db, *rows)
+    if rows is not None and file is not None and spec.plain is not None and spec.ranged is None:
+        try:
+            raws = pages.batches(file, db, spec.source, spec.plain(db), *rows)
+            return _write_part(spec, db, raws, out, ident, limit)
+        except pages.Unsupported:
+            pass  # written again by SQL
+    return _write_part(spec, db, db.stream(sql or spec.range_sql(db, *rows)), out, ident, limit)
+
+
+def _write_part(spec, db, raws, out: str, ident: dict, limit: int | None) -> dict:
+    """The batches ``raws`` of ``spec``'s SELECT, converted (``contract_batches``), written to
+    the cache part ``out``: the rows written and left out, and their start order."""
+    from nsightlab.read.table_cache import part_writer
+    from nsightlab.read.tables import StartOrder, contract_batches
+
     answer = {"rows": 0, "dropped": 0}
     order = StartOrder() if "start_ns" in spec.schema.names else None
     writer = part_writer(Path(out), spec.schema, ident)
     try:
-        for b, _read, left_out in contract_batches(spec, db, sql, limit):
+        for b, _read, left_out in contract_batches(spec, db, raws, limit):
             writer.write_batch(b)
             answer["rows"] += b.num_rows
             answer["dropped"] += left_out
@@ -360,7 +381,7 @@ def main() -> None:
 
     from nsightlab.errors import NsightlabError
 
-    for module in ("table_cache", "db", "tables"):  # imported before the first job arrives
+    for module in ("table_cache", "db", "tables", "pages"):  # imported before the first job
         importlib.import_module(f".{module}", __package__)
 
     try:
