@@ -13,7 +13,7 @@ that is not a table b-tree page, a record longer than a page (overflow), a value
 an integer or NULL (text, blob, a float), a header that disagrees with its record's length,
 an INTEGER PRIMARY KEY or a column default. The answers are the SQL read's: the same rows
 (rowids [lo, hi)) in rowid order, the same values, NULL where a column is NULL or absent,
-and COALESCE where a column has several sources. The file is only read (``os.pread``), never
+and COALESCE where a column has several sources. The file is only read (``readinto``), never
 mapped: mapped pages would count in every reader's resident memory.
 """
 from __future__ import annotations
@@ -56,8 +56,8 @@ class PageFile:
             side = Path(f"{self.path}{suffix}")
             if side.exists() and side.stat().st_size > 0:
                 raise Unsupported(f"{side.name} beside the export")
-        self.fd = os.open(self.path, os.O_RDONLY)
-        head = os.pread(self.fd, 100, 0)
+        self.file = open(self.path, "rb", buffering=0)  # noqa: SIM115 (closed by close())
+        head = self.file.read(100)
         if len(head) < 100 or head[:16] != b"SQLite format 3\x00":
             self.close()
             raise Unsupported("not an SQLite file")
@@ -67,17 +67,15 @@ class PageFile:
             self.close()
             raise Unsupported("WAL mode")
         self.usable = self.page_size - head[20]
-        self.pages = os.fstat(self.fd).st_size // self.page_size
+        self.pages = os.fstat(self.file.fileno()).st_size // self.page_size
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.file.close()
 
     def read(self, numbers: np.ndarray) -> np.ndarray:
         """Pages ``numbers`` (1-based) as rows of a (len + 1, page_size) array, the last row
         zeros (room for the loads past a page's end); runs of consecutive pages in one
-        ``preadv`` each."""
+        read each."""
         ps = self.page_size
         out = np.zeros((len(numbers) + 1, ps), np.uint8)
         if len(numbers) and (numbers.min() < 1 or numbers.max() > self.pages):
@@ -85,7 +83,8 @@ class PageFile:
         cuts = np.flatnonzero(np.diff(numbers) != 1) + 1
         for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(numbers)]):
             want = (b - a) * ps
-            if os.preadv(self.fd, [out[a:b]], (int(numbers[a]) - 1) * ps) != want:
+            self.file.seek((int(numbers[a]) - 1) * ps)
+            if self.file.readinto(memoryview(out[a:b]).cast("B")) != want:
                 raise Unsupported("the file ended inside a page")
         return out
 
