@@ -16,8 +16,9 @@ from nsightlab.read import pages, workers
 from nsightlab.read.db import ExportDB
 from nsightlab.read.tables import TABLES, entry_spec, plain_sql
 
-#: the specs read from pages: the API calls, the kernels (every column) and their first read
-PLAIN = ("cuda_api", "kernels", "kernels_first")
+#: the specs read from pages: the API calls, the kernels (every column) and their first read,
+#: the copies, memsets, synchronizations and whole-graph executions
+PLAIN = ("cuda_api", "kernels", "kernels_first", "memcpy", "memset", "syncs", "graph_execs")
 
 
 def _spec(name):

@@ -377,6 +377,13 @@ def _plain(*names: str) -> Plain:
     return tuple((n, (n,)) for n in names)
 
 
+def _integers(table: str, *names: str) -> dict:
+    """``sql`` and ``plain`` of a spec that reads integer columns ``names`` of ``table`` as
+    they are: read from the pages by the reader processes (``pages``), else by this SQL."""
+    return {"sql": lambda db: plain_sql(db, table, _plain(*names)),
+            "plain": lambda db: _plain(*names)}
+
+
 def select(db: ExportDB, table: str, *names: str, extra: str = "") -> str:
     """``SELECT <names> [, extra] FROM table`` with ``pick``'s NULLs for absent columns."""
     return f"SELECT {pick(db, table, *names)}{', ' + extra if extra else ''} FROM {table}"
@@ -560,8 +567,7 @@ MEMCPY = TableSpec(
         Column("dst_kind", DICT, "destination memory kind"),
         GRAPH_NODE,
     ),
-    sql=lambda db: select(db, MC, *GPU_SOURCE, "bytes", "copyKind", "srcKind", "dstKind",
-                          "graphNodeId"),
+    **_integers(MC, *GPU_SOURCE, "bytes", "copyKind", "srcKind", "dstKind", "graphNodeId"),
     convert=_memcpy,
 )
 
@@ -576,7 +582,7 @@ MEMSET = TableSpec(
         Column("mem_kind", DICT, "memory kind: Device, Managed, ..."),
         GRAPH_NODE,
     ),
-    sql=lambda db: select(db, MS, *GPU_SOURCE, "bytes", "value", "memKind", "graphNodeId"),
+    **_integers(MS, *GPU_SOURCE, "bytes", "value", "memKind", "graphNodeId"),
     convert=lambda db, b: {
         **gpu_common(b),
         "name": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(b), np.int32)),
@@ -595,7 +601,7 @@ SYNCS = TableSpec(
         Column("sync_type", DICT, "Event sync, Stream wait sync, Stream sync, Context sync"),
         Column("event_id", I64, "CUDA event waited on, if any", True),
     ),
-    sql=lambda db: select(db, SY, *GPU_SOURCE, "syncType", "eventId"),
+    **_integers(SY, *GPU_SOURCE, "syncType", "eventId"),
     convert=lambda db, b: {
         **gpu_common(b),
         "sync_type": labels(b.column("syncType"),
@@ -614,7 +620,7 @@ GRAPH_EXECS = TableSpec(
         Column("graph_id", U32, "the CUDA graph"),
         Column("graph_exec_id", U32, "the executable graph instance replayed"),
     ),
-    sql=lambda db: select(db, GT, *GPU_SOURCE, "graphId", "graphExecId"),
+    **_integers(GT, *GPU_SOURCE, "graphId", "graphExecId"),
     convert=lambda db, b: {
         **gpu_common(b), "graph_id": b.column("graphId"),
         "graph_exec_id": b.column("graphExecId"),
@@ -657,8 +663,7 @@ CUDA_API = TableSpec(
     # every column in the first read: api_kind and return_value were a later read once
     # (only api_sum reads them), but that second pass over 16M calls cost `report` ~1 s on
     # 16 cores, and reading them at first costs ~10% more SQLite decoding
-    sql=lambda db: plain_sql(db, RT, _plain(*API_SOURCE)),
-    plain=lambda db: _plain(*API_SOURCE),
+    **_integers(RT, *API_SOURCE),
     convert=_api,
 )
 
