@@ -184,3 +184,21 @@ def test_other_page_sizes_and_rewritten_pages(sqlite_of, tmp_path, page_size):
     assert pages.PageFile(path).page_size == page_size
     got, want, _ = _both(path, "cuda_api")
     _assert_equal(got, want)
+
+
+def test_every_integer_size_and_sign(sqlite_of, tmp_path):
+    """Values of each stored size (1, 2, 3, 4, 6 and 8 bytes), both signs, the constants 0
+    and 1, NULL, and the extremes of 64 bits: decoded as SQL reads them."""
+    values = [0, 1, -1, 127, -128, 300, -300, 70000, -70000, 2**31 - 1, -2**31, 2**40,
+              -2**40, 2**47 - 1, -2**47, 2**62, -2**62, 2**63 - 1, -2**63, "NULL"]
+    sets = [f"UPDATE {{t}} SET returnValue = {5 if v == 'NULL' else v}, callchainId = {v} "
+            f"WHERE rowid = (SELECT min(rowid) + {i} FROM {{t}})" for i, v in enumerate(values)]
+    path = _edited(sqlite_of, tmp_path, *sets)
+    got, want, _ = _both(path, "cuda_api")
+    _assert_equal(got, want)
+    db = ExportDB(path)
+    lo = db.rowid_bounds("CUPTI_ACTIVITY_KIND_RUNTIME")[0]
+    ref = [r[0] for r in db.query("SELECT callchainId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE "
+                                  f"rowid < {lo + len(values)} ORDER BY rowid")]
+    assert got.column("callchainId").to_pylist()[:len(values)] == ref
+    assert ref[:3] == [0, 1, -1] and ref[-2:] == [-2**63, None]
