@@ -167,6 +167,8 @@ def batches(file: PageFile, db, table: str, columns: Sequence[tuple[str, Sequenc
     root, names = table_layout(db, table)
     where = {n: i for i, n in enumerate(names)}
     wanted = sorted({where[s] for _, srcs in columns for s in srcs if s in where})
+    if not wanted:  # rows are counted by the columns decoded: none would count none
+        raise Unsupported(f"{table}: none of the columns asked for")
     leaves = file.leaves(root, lo, hi)
     held: list[dict[int, tuple[np.ndarray, np.ndarray]]] = []
     count = 0
@@ -209,6 +211,8 @@ def _split(held: list[dict], n: int) -> tuple[list[dict], list[dict]]:
 
 
 def _coalesced(parts: list[dict], sources: list[int], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, NULL mask) of ``n`` rows: the first of the ``sources`` columns that is not
+    NULL (SQL's COALESCE); all NULL without sources."""
     if not sources:
         return np.zeros(n, np.int64), np.ones(n, bool)
     value = np.concatenate([p[sources[0]][0] for p in parts]) if parts else np.zeros(0, np.int64)
