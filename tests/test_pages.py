@@ -16,13 +16,15 @@ from nsightlab.read import pages, workers
 from nsightlab.read.db import ExportDB
 from nsightlab.read.tables import TABLES, entry_spec, plain_sql
 
-#: the specs read from pages: the API calls, the kernels (every column) and their first read,
-#: the copies, memsets, synchronizations and whole-graph executions
-PLAIN = ("cuda_api", "kernels", "kernels_first", "memcpy", "memset", "syncs", "graph_execs")
+#: the specs read from pages: the API calls, the kernels (every column), their first read
+#: and their later launch configuration, the copies, memsets, synchronizations and whole-graph executions
+PLAIN = ("cuda_api", "kernels", "kernels_first", "kernels+", "memcpy", "memset", "syncs",
+         "graph_execs")
 
 
 def _spec(name):
-    return entry_spec("kernels") if name == "kernels_first" else TABLES[name]
+    return entry_spec("kernels") if name == "kernels_first" else entry_spec(name) \
+        if name.endswith("+") else TABLES[name]
 
 
 def _both(path, name, lo=None, hi=None):
@@ -100,7 +102,7 @@ def _refuse(self, path):
     raise pages.Unsupported("SQL asked for")
 
 
-@pytest.mark.parametrize("table", ["cuda_api", "kernels"])
+@pytest.mark.parametrize("table", ["cuda_api", "kernels", "kernels+"])
 def test_reader_parts_from_pages_equal_parts_from_sql(sqlite_of, tmp_path, monkeypatch, table):
     """The whole job (conversion, dictionaries, dropped rows, start order) is the same from
     the pages as from SQL, on two exports of different nsys versions."""

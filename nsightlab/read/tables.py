@@ -129,10 +129,10 @@ class TableSpec:
         are left out: ``drop_invalid`` with the first read's limit)."""
         later = self.later
         return replace(
-            self, name=f"{self.name}+", base=self, later=None, ranged=None, plain=None,
+            self, name=f"{self.name}+", base=self, later=None, ranged=None,
             columns=tuple(c for c in self.columns
                           if c.name in later.columns or c.name in ("start_ns", "end_ns")),
-            sql=lambda db: select(db, self.source, "start", "end", *later.sources),
+            **_integers(self.source, "start", "end", *later.sources),
             convert=lambda db, b: {"start_ns": b.column("start"), "end_ns": b.column("end"),
                                    **later.convert(db, b)})
 
