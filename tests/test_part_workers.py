@@ -493,3 +493,31 @@ def test_parts_in_order_joins_the_answers_of_the_parts():
     o.add(pa.array([1, None], pa.int64()))
     assert o.answer() is False
     assert StartOrder().answer() == []
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_forked_and_started_workers_read_the_same_part(sqlite_of, tmp_path, monkeypatch, fork):
+    """Readers forked from one zygote (Linux's default) and readers started one interpreter
+    each (NSIGHTLAB_NO_FORK=1) write the same part; each forked reader is its own process."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(part_workers, "FORK", fork)
+    path = sqlite_of("h200-vit-fp16")
+    ident = {"size": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
+    workers = part_workers.Workers(2)
+    try:
+        answers = {}
+        jobs = [{"db_path": str(path), "table": "cuda_api", "rows": [1, 5000],
+                 "out": str(tmp_path / f"p{i}.parquet"), "limit": None, "ident": ident}
+                for i in range(2)]
+        workers.run(jobs, lambda i, a: answers.__setitem__(i, a))
+        for a in answers.values():
+            a.pop("t", None)  # when each started and ran
+        assert answers[0] == answers[1] and answers[0]["rows"] > 0
+        assert pq.read_table(tmp_path / "p0.parquet").equals(pq.read_table(tmp_path / "p1.parquet"))
+        pids = [p.pid for p in workers.procs]
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+        assert all(p.poll() is None for p in workers.procs)
+    finally:
+        workers.close()
+    assert all(p.poll() is not None for p in workers.procs)

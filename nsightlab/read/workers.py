@@ -11,7 +11,8 @@ The workers are plain ``python -m nsightlab.read.workers`` processes taking one 
 line on stdin and answering one JSON line on stdout — not ``multiprocessing``, whose
 forkserver/spawn re-runs the user's main script in every worker (a script without an
 ``if __name__ == "__main__"`` guard would break) and whose ``fork`` is unsafe in a process
-that has run threads. They start once per process (imports in parallel, ~0.5 s), are reused
+that has run threads. On Linux they are forked from one such process (``zygote``) that has
+imported their modules and run no thread, not from the user's process. They start once per process (imports in parallel, ~0.5 s), are reused
 for every later table and report, and exit when their stdin closes (also when the parent is
 killed).
 """
@@ -186,10 +187,36 @@ class Workers:
         self.lock = threading.Lock()
         self.traced: set[int] = set()  # workers whose start NSIGHTLAB_TRACE has shown
         self.logs = [tempfile.TemporaryFile() for _ in range(n)]
-        self.procs = [subprocess.Popen([sys.executable, "-m", "nsightlab.read.workers"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=log, env=env, text=True, bufsize=1)
-                      for log in self.logs]
+        self.zygote = None
+        if FORK and n:
+            self.procs = self._forked(env)
+        else:
+            self.procs = [subprocess.Popen([sys.executable, "-m", "nsightlab.read.workers"],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           stderr=log, env=env, text=True, bufsize=1)
+                          for log in self.logs]
+
+    def _forked(self, env: dict) -> list["_Forked"]:
+        """The workers as children of one process that imports their modules once and
+        forks them (``zygote``): 16 interpreters each importing pyarrow and NumPy cost ~0.2
+        CPU-s apiece, on the cores this process imports on. Each gets its own pipes and log;
+        this process keeps only its ends, so a worker's death is an end of file here."""
+        ours, theirs = [], []
+        for log in self.logs:
+            job_r, job_w = os.pipe()
+            out_r, out_w = os.pipe()
+            ours.append((job_w, out_r))
+            theirs.append((job_r, out_w, log.fileno()))
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-m", "nsightlab.read.workers", "--fork"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.logs[0],
+            env={**env, "NSIGHTLAB_WORKER_FDS": json.dumps(theirs)}, text=True,
+            pass_fds=[fd for t in theirs for fd in t])
+        for job_r, out_w, _ in theirs:
+            os.close(job_r)
+            os.close(out_w)
+        pids = _Pids(self.zygote)
+        return [_Forked(pids, i, job_w, out_r) for i, (job_w, out_r) in enumerate(ours)]
 
     def run(self, jobs: list[dict], done: Callable[[int, dict], None],
             workers: int | None = None) -> None:
@@ -262,7 +289,84 @@ class Workers:
                 p.kill()
         for log in self.logs:
             log.close()
+        if self.zygote is not None and self.zygote.stdout is not None:
+            self.zygote.stdout.close()
         trace.mark("reader processes closed")
+
+
+#: readers are forked from one process that imported their modules (``Workers._forked``);
+#: Linux only (fork after imports, no threads started before it). NSIGHTLAB_NO_FORK=1 starts
+#: one interpreter each. 8M kernels on 16 cores: the read 0.82 -> 0.76 s, 16M calls 0.96 ->
+#: 0.84 s, the process tree's peak 1.11 -> 0.83 GB (shared pages); the three recipes' time the
+#: same within the host's spread
+FORK = sys.platform.startswith("linux") and not os.environ.get("NSIGHTLAB_NO_FORK")
+
+
+class _Pids:
+    """The forked workers' process ids, as the zygote writes them once it has forked them
+    (read when first needed: the pool does not wait for the zygote's imports)."""
+
+    def __init__(self, zygote: subprocess.Popen):
+        self.zygote, self.pids = zygote, None
+
+    def __getitem__(self, i: int) -> int | None:
+        if self.pids is None:
+            line = self.zygote.stdout.readline()
+            self.pids = json.loads(line) if line else []
+        return self.pids[i] if i < len(self.pids) else None
+
+
+class _Forked:
+    """A worker forked by the zygote: what the pool uses of ``subprocess.Popen`` (its
+    pipes, ``pid``, ``poll``, ``wait``, ``kill``). It is the zygote's child, not this
+    process's: whether it has ended is asked of the system (a zombie has ended)."""
+
+    def __init__(self, pids: _Pids, i: int, job_w: int, out_r: int):
+        self._pids, self._i = pids, i
+        self.stdin = open(job_w, "w", buffering=1)  # noqa: SIM115 (closed by Workers.close)
+        self.stdout = open(out_r)  # noqa: SIM115
+        self.returncode = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._pids[self._i]
+
+    def poll(self) -> int | None:
+        if self.returncode is None and (self.pid is None or _ended(self.pid)):
+            self.returncode = -1  # its code went to the zygote
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("nsightlab reader", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        import signal
+
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended: gone, or a zombie its parent has not reaped."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
 
 
 def pool(n: int) -> Workers:
@@ -368,7 +472,49 @@ class _NoPandas:
         return None
 
 
-def main() -> None:
+def zygote() -> None:
+    """``--fork``: import what a worker needs once, fork one worker per entry of
+    NSIGHTLAB_WORKER_FDS ((job pipe, answer pipe, log) descriptors), write their process
+    ids on stdout, and reap them until all have ended. Nothing runs a thread before the
+    forks (OpenBLAS is held to one thread; Arrow starts its pools on first use)."""
+    fds = json.loads(os.environ.pop("NSIGHTLAB_WORKER_FDS"))
+    _prepare()
+    sys.stdout.flush()
+    pids = []
+    for job_r, out_w, log in fds:
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(job_r, 0)
+            os.dup2(out_w, 1)
+            os.dup2(log, 2)
+            for fd in {f for t in fds for f in t}:
+                os.close(fd)
+            main(prepared=True)
+            sys.stdout.flush()
+            os._exit(0)
+        pids.append(pid)
+    for fd in {f for t in fds for f in t}:
+        os.close(fd)
+    print(json.dumps(pids), flush=True)
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+        except KeyboardInterrupt:
+            pass
+
+
+def _prepare() -> None:
+    """pandas refused (``_NoPandas``), the worker's modules imported."""
+    sys.meta_path.insert(0, _NoPandas())
+    import pyarrow  # noqa: F401
+
+    for module in ("table_cache", "db", "tables", "pages"):  # imported before the first job
+        importlib.import_module(f".{module}", __package__)
+
+
+def main(prepared: bool = False) -> None:
     """Worker loop: one JSON job per stdin line, one JSON answer per stdout line.
 
     pandas is made unimportable first: the worker never uses it, but pyarrow imports it on
@@ -376,13 +522,11 @@ def main() -> None:
     pandas objects), which cost each of 16 workers ~0.8 s before its first batch on the GPU
     machine (0.22 s on the 2-core VM)."""
     born = time.time()
-    sys.meta_path.insert(0, _NoPandas())
+    if not prepared:
+        _prepare()
     import pyarrow as pa
 
     from nsightlab.errors import NsightlabError
-
-    for module in ("table_cache", "db", "tables", "pages"):  # imported before the first job
-        importlib.import_module(f".{module}", __package__)
 
     try:
         for line in sys.stdin:
@@ -402,6 +546,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--fork"]:
+        zygote()
+    else:
+        main()
     sys.stdout.flush()
     os._exit(0)  # stdin closed: nothing left to do, and no interpreter teardown (pyarrow's)
