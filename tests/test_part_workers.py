@@ -521,3 +521,15 @@ def test_forked_and_started_workers_read_the_same_part(sqlite_of, tmp_path, monk
     finally:
         workers.close()
     assert all(p.poll() is not None for p in workers.procs)
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_a_pool_closed_at_once_leaves_no_process(wait):
+    """Forked readers of a pool closed before its zygote has even forked them (a command
+    that ended at once) end, and so does the zygote, whether or not the close waits."""
+    workers = part_workers.Workers(2)
+    zygote = workers.zygote
+    workers.close(wait=wait)
+    if zygote is None:  # not Linux: nothing forked
+        return
+    assert zygote.wait(timeout=20) == 0

@@ -495,7 +495,10 @@ def zygote() -> None:
         pids.append(pid)
     for fd in {f for t in fds for f in t}:
         os.close(fd)
-    print(json.dumps(pids), flush=True)
+    try:
+        print(json.dumps(pids), flush=True)
+    except BrokenPipeError:  # the pool was closed before it asked: its children still reaped
+        pass
     while True:
         try:
             os.wait()
@@ -548,7 +551,7 @@ def main(prepared: bool = False) -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--fork"]:
         zygote()
-    else:
-        main()
+        os._exit(0)  # its workers have ended and been reaped
+    main()
     sys.stdout.flush()
     os._exit(0)  # stdin closed: nothing left to do, and no interpreter teardown (pyarrow's)
