@@ -287,7 +287,7 @@ def decode(pages: np.ndarray, page_size: int, usable: int, ncols: int, wanted: l
     ends = np.cumsum(sizes[:span], axis=0, dtype=np.int32) if span else None
     body = rec + size - 8  # an 8-byte load ending at column j's last byte starts here + ends[j]
     loads = as_strided(np.frombuffer(flat, ">i8", count=1), shape=(len(flat) - 7,), strides=(1,))
-    keep = _kept(flat, cell, two, len(pages_), count, bounds)
+    keep = _kept(flat, cell, two, bounds)
     out = {}
     for j in wanted:
         t = head[j]
@@ -304,9 +304,9 @@ def decode(pages: np.ndarray, page_size: int, usable: int, ncols: int, wanted: l
     return out
 
 
-def _kept(flat, cell, two, pages: int, count, bounds) -> np.ndarray | None:
-    """Cells whose rowid is in [lo, hi), deciding only on the first and last page (the
-    others lie inside the range by the b-tree's keys); None when all are."""
+def _kept(flat, cell, two, bounds) -> np.ndarray | None:
+    """Cells whose rowid is in [lo, hi) (``bounds``: a bound is None where the b-tree's keys
+    put every cell of these pages inside it); None when all are."""
     lo, hi = bounds
     if lo is None and hi is None:
         return None

@@ -92,16 +92,17 @@ def remove_stale(folder: Path) -> None:
         try:
             m = _PID_TMP.match(e.name)
             d = _PID_DIR.match(e.name)
-            if m and e.is_file() and not _alive(int(m.group(1))):
+            if m and e.is_file() and not alive(int(m.group(1))):
                 e.unlink()
-            elif e.is_dir() and (not _alive(int(d.group(1))) if d  # a live run's: kept
+            elif e.is_dir() and (not alive(int(d.group(1))) if d  # a live run's: kept
                                  else now - e.stat().st_mtime > STALE_TMP_S):
                 shutil.rmtree(e, ignore_errors=True)
         except OSError:
             pass
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (someone else's counts; a zombie too)."""
     if pid == os.getpid():
         return True
     try:

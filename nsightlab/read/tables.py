@@ -353,13 +353,15 @@ def pick(db: ExportDB, table: str, *names: str) -> str:
     a timestamp that is not an integer (a damaged export) reads as NULL (``drop_invalid``)."""
     have = set(db.columns(table))
 
-    def one(n: str) -> str:
-        if n not in have:
-            return f'NULL AS "{n}"'
-        if n in ("start", "end"):
-            return f'CASE WHEN typeof("{n}") = \'integer\' THEN "{n}" END AS "{n}"'
-        return f'"{n}"'
-    return ", ".join(one(n) for n in names)
+    return ", ".join(f'{_source(n) if n in have else "NULL"} AS "{n}"' for n in names)
+
+
+def _source(n: str) -> str:
+    """The SQL of source column ``n`` as ``pick`` reads it (a timestamp that is not an
+    integer as NULL)."""
+    if n in ("start", "end"):
+        return f'CASE WHEN typeof("{n}") = \'integer\' THEN "{n}" END'
+    return f'"{n}"'
 
 
 def plain_sql(db: ExportDB, table: str, plain: Plain) -> str:
@@ -367,7 +369,7 @@ def plain_sql(db: ExportDB, table: str, plain: Plain) -> str:
     have = set(db.columns(table))
     exprs = []
     for name, sources in plain:
-        got = [pick(db, table, s).rsplit(" AS ", 1)[0] for s in sources if s in have]
+        got = [_source(s) for s in sources if s in have]
         expr = "NULL" if not got else got[0] if len(got) == 1 else f"COALESCE({', '.join(got)})"
         exprs.append(f'{expr} AS "{name}"')
     return f"SELECT {', '.join(exprs)} FROM {table}"

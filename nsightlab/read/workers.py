@@ -12,9 +12,9 @@ line on stdin and answering one JSON line on stdout — not ``multiprocessing``,
 forkserver/spawn re-runs the user's main script in every worker (a script without an
 ``if __name__ == "__main__"`` guard would break) and whose ``fork`` is unsafe in a process
 that has run threads. On Linux they are forked from one such process (``zygote``) that has
-imported their modules and run no thread, not from the user's process. They start once per process (imports in parallel, ~0.5 s), are reused
-for every later table and report, and exit when their stdin closes (also when the parent is
-killed).
+imported their modules and run no thread, not from the user's process. They start once per
+process (~0.3 s), are reused for every later table and report, and exit when their stdin
+closes (also when the parent is killed).
 """
 from __future__ import annotations
 
@@ -356,12 +356,10 @@ class _Forked:
 
 def _ended(pid: int) -> bool:
     """Whether process ``pid`` has ended: gone, or a zombie its parent has not reaped."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    from nsightlab.read.table_cache import alive
+
+    if not alive(pid):
         return True
-    except OSError:
-        return False
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
