@@ -3,7 +3,7 @@ its correlation ids can lie in, written as a launch part (``join_part``). A leaf
 layer: the workers run it, ``launch_parts`` plans it."""
 from __future__ import annotations
 
-import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -21,15 +21,16 @@ def schema():
     import pyarrow as pa
 
     return pa.schema([("device_id", pa.int32()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-                      ("pid", pa.int32()), ("name", pa.int64()), ("row", pa.int64()),
+                      ("pid", pa.int32()), ("name", pa.int32()), ("row", pa.int64()),
                       ("api_start", pa.int64()), ("api_end", pa.int64()),
-                      ("api_tid", pa.int32()), ("api_name", pa.int64()), ("api_row", pa.int64())])
+                      ("api_tid", pa.int32()), ("api_name", pa.int32()), ("api_row", pa.int64())])
 
 
-def join_part(kernels: str, first_row: int, api: list, out: str, ident: dict) -> dict:
+def join_part(kernels: str, first_row: int, api: list, out: str, ident: dict, names: str,
+              _names: dict = {}) -> dict:
     """Join one kernel part to its API row groups and write the launch part ``out`` (names
-    as ``name_code``s): the rows written and {column: [[code, name], ...]} of the names
-    met, or {"refused": why} (one call with two API rows)."""
+    as codes into the file ``names``): the rows written, or {"refused": why} (one call with
+    two API rows)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -60,45 +61,35 @@ def join_part(kernels: str, first_row: int, api: list, out: str, ident: dict) ->
         api_cols = [pa.nulls(n, typed.field(c).type)
                     for c in ("api_start", "api_end", "api_tid", "api_name")]
         api_row = pa.nulls(n, pa.int64())
-    met: dict[str, list] = {}
+    if names not in _names:  # each reader loads them once per entry
+        _names.clear()
+        _names[names] = {c: {s: i for i, s in enumerate(v)}
+                         for c, v in json.loads(Path(names).read_text()).items()}
+    codes = _names[names]
     part = pa.Table.from_arrays(
         [k.column("device_id"), k.column("start_ns"), k.column("end_ns"), k.column("pid"),
-         _codes(k.column("name"), met.setdefault("name", [])),
+         _codes(k.column("name"), codes["name"]),
          pa.array(np.arange(first_row, first_row + n, dtype=np.int64)),
-         *api_cols[:3], _codes(api_cols[3], met.setdefault("api_name", [])), api_row],
+         *api_cols[:3], _codes(api_cols[3], codes["api_name"]), api_row],
         names=typed.names).cast(typed)
     writer = part_writer(Path(out), typed, ident, STATISTICS)
     try:
         writer.write_table(part, row_group_size=1 << 16)
     finally:
         writer.close()
-    del k, a, part
-    pa.default_memory_pool().release_unused()  # 16 idle readers holding a job's arrays: +0.3 GB
-    return {"rows": n, "launched": int(n - miss.sum()), "names": met}
+    return {"rows": n, "launched": int(n - miss.sum())}
 
 
-def name_code(name: str) -> int:
-    """A name's code: 52 bits of its BLAKE2 hash (the same in every process and run; exact
-    as a float, which a grouped column with NULLs becomes in pandas). Every reader codes
-    its own parts without a list of all names first; ``launch_parts`` refuses an entry
-    where two names meet one code."""
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") & (
-        (1 << 52) - 1)
-
-
-def _codes(col, met: list):
-    """A dictionary column of names as int64 ``name_code``s (NULL stays NULL); each name
-    coded is added to ``met`` as [code, name]."""
+def _codes(col, code_of: dict[str, int]):
+    """A dictionary column of names as int32 codes of ``code_of`` (NULL stays NULL)."""
     import pyarrow as pa
 
     col = col.combine_chunks() if hasattr(col, "combine_chunks") else col
     if not pa.types.is_dictionary(col.type):
         col = col.dictionary_encode()
-    words = col.dictionary.to_pylist()
-    if not words:
-        return pa.nulls(len(col), pa.int64())
-    local = np.array([name_code(w) if w is not None else 0 for w in words], np.int64)
-    met += [[int(c), w] for c, w in zip(local, words) if w is not None]
+    if not len(col.dictionary):
+        return pa.nulls(len(col), pa.int32())
+    local = np.array([code_of[s] for s in col.dictionary.to_pylist()], np.int32)
     idx = col.indices
     got = local[np.asarray(idx.fill_null(0) if idx.null_count else idx)]
     return pa.array(got, mask=idx.is_null().to_numpy(zero_copy_only=False)

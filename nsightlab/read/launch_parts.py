@@ -14,10 +14,9 @@ report find the entry.
 A part holds its kernel part's rows in the same order: ``device_id``, ``start_ns``, ``end_ns``,
 ``pid``, ``name``, ``row`` (the kernel's row in the kernels entry) and the call's ``api_start``,
 ``api_end``, ``api_tid``, ``api_name``, ``api_row`` (NULL where no call was recorded). The two
-names are codes (``launch_join.name_code``) that the entry's ``names.json`` decodes
-(``names``): DuckDB groups and counts 8M integers read from Parquet several times faster than
-8M strings (per kernel statistics over the launch table: 0.07 s against 0.34 s a scan on 2
-cores).
+names are codes into the entry's ``names.json`` (``names``): DuckDB groups and counts 8M
+integers read from Parquet several times faster than 8M strings (per kernel statistics over
+the launch table: 0.07 s against 0.34 s a scan on 2 cores).
 
 The entry is refused (``build`` answers None, the engine joins in DuckDB as before, and the
 refusal is remembered in the entry) when the calls' correlation ids are spread so that a job
@@ -27,7 +26,6 @@ group has no statistics, or when one call has two API rows (the engine's join ke
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nsightlab.read.launch_join import join_part, schema
@@ -44,14 +42,29 @@ API_OFFER = ("start_ns", "end_ns", "tid", "name")
 #: the calls' correlation ids are not in call order, and DuckDB's hash join does better
 MAX_API_PER_KERNEL = 4
 SLACK_ROWS = 1 << 17
-#: the entry's file of the names its codes stand for: {"name": [[code, name], ...], "api_name": ...}
+#: the entry's file of the names its codes stand for: {"name": [...], "api_name": [...]}
 NAMES = "names.json"
 
 
-def names(report) -> dict[str, dict[int, str]]:
-    """{column: {code: name}} for the entry's name codes (``files`` found it valid)."""
-    got = json.loads((report.cache.root / ENTRY / NAMES).read_text())
-    return {c: {int(code): name for code, name in pairs} for c, pairs in got.items()}
+def names(report) -> dict[str, list[str]]:
+    """The kernel and call names the entry's codes stand for (``files`` found it valid)."""
+    return json.loads((report.cache.root / ENTRY / NAMES).read_text())
+
+
+def _distinct_names(files: list[Path]) -> list[str]:
+    """The distinct values of the ``name`` column of cache parts, sorted: their dictionaries
+    (the codes alone are decoded, not the strings)."""
+    import pyarrow.parquet as pq
+
+    from nsightlab.read.table_cache import READ
+
+    seen: set[str] = set()
+    for f in files:
+        for chunk in pq.ParquetFile(f, **READ).read(columns=["name"]).column(0).chunks:
+            seen.update(chunk.dictionary.to_pylist() if hasattr(chunk, "dictionary")
+                        else chunk.unique().to_pylist())
+    seen.discard(None)
+    return sorted(seen)
 
 
 def offers(op_columns, api_columns) -> bool:
@@ -100,16 +113,15 @@ def _build(report, origin: dict) -> dict | None:
     jobs, why = plan(cache.files("kernels"), cache.meta("kernels"), cache.files("cuda_api"))
 
     def fill(parts):
+        if jobs and not why:
+            (parts.folder / NAMES).write_text(json.dumps(
+                {"name": _distinct_names(cache.files("kernels")),
+                 "api_name": _distinct_names(cache.files("cuda_api"))}))
         for j in jobs:
             j["out"], j["ident"] = str(parts.path(j.pop("part"))), parts.ident
+            j["names"] = str(parts.folder / NAMES)
         answers = _run(jobs) if jobs and not why else []
         refused = why or next((a["refused"] for a in answers if "refused" in a), None)
-        if not refused:
-            coded = _names_met(answers)
-            if isinstance(coded, str):
-                refused = coded
-            else:
-                (parts.folder / NAMES).write_text(json.dumps(coded))
         if refused:
             for f in parts.folder.glob("part-*.parquet"):
                 f.unlink()
@@ -132,18 +144,6 @@ def _build(report, origin: dict) -> dict | None:
         return {"refused": refused}
     trace.mark("kernel launches: joined by the reader processes")
     return cache.meta(ENTRY)
-
-
-def _names_met(answers: list[dict]) -> dict | str:
-    """The jobs' names by code, per column; a string when two names meet one code."""
-    out: dict[str, dict[int, str]] = {}
-    for a in answers:
-        for c, pairs in a["names"].items():
-            seen = out.setdefault(c, {})
-            for code, name in pairs:
-                if seen.setdefault(code, name) != name:
-                    return "two names with one code"
-    return {c: sorted(v.items()) for c, v in out.items()}
 
 
 def _run(jobs: list[dict]) -> list[dict]:
@@ -183,12 +183,10 @@ def plan(kernel_files, kernel_meta, api_files) -> tuple[list[dict], str | None]:
 
     if not kernel_files or not api_files:
         return [], "no cached parts"
-    with ThreadPoolExecutor(8) as pool:  # footers of 48 parts: 0.16 s one after the other
-        api_md = list(pool.map(lambda f: pq.ParquetFile(f, **READ).metadata, api_files))
-        kernel_ids = list(pool.map(lambda f: id_ranges([f], "correlation_id"), kernel_files))
     groups = []  # (file, group, min id, max id, first row, rows)
     first = 0
-    for f, md in zip(api_files, api_md):
+    for f in api_files:
+        md = pq.ParquetFile(f, **READ).metadata
         at = md.schema.to_arrow_schema().get_field_index("correlation_id")
         for g in range(md.num_row_groups):
             group = md.row_group(g)
@@ -207,7 +205,7 @@ def plan(kernel_files, kernel_meta, api_files) -> tuple[list[dict], str | None]:
     for i, (f, meta) in enumerate(zip(kernel_files, kernel_meta["parts"])):
         job = {"part": i, "kernels": str(f), "first_row": k_first, "api": []}
         k_first += meta["rows"]
-        ids = kernel_ids[i]
+        ids = id_ranges([f], "correlation_id")
         if ids is None:
             return [], "kernel row groups without statistics"
         if len(ids[0]):

@@ -166,7 +166,8 @@ def per_kernel_sql(db):
     for c in ("api_name", "name"):
         names = db.codes.get("lk", {}).get(c)
         if names is not None:  # codes (``launch_parts``): NULL stays missing
-            out[c] = [None if pd.isna(v) else names[int(v)] for v in out[c]]
+            code = out[c].fillna(-1).to_numpy(np.int64)
+            out[c] = np.array([*names, None], dtype=object)[code]
         out[c] = out[c].astype("category")
     return out.sort_values("total_avg_ns", ascending=False, kind="stable").reset_index(drop=True)
 
