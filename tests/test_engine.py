@@ -447,28 +447,19 @@ def test_streamed_budget_tied_starts_synthetic_from_real(reports, tmp_path, monk
                 assert_same(ref[recipe][table], got[table], f"tied {recipe}.{table} ({rows})")
 
 
-@pytest.mark.parametrize("joined_by", ["readers", "duckdb"])
 @pytest.mark.parametrize("folder,prefix,name", REPORTS, ids=[r[2] for r in REPORTS])
 def test_launch_table_left_by_the_budget_join_equals_numpy(reports, folder, prefix, name,
-                                                            joined_by, tmp_path, monkeypatch):
+                                                            tmp_path, monkeypatch):
     """launch_compute on a fresh result store computes the budget inside its own engine
     (``Engine.want_launches``): the budget's join of operations and calls carries the launch
     table's columns and leaves ``lk`` (a view, or a copy where duplicate API rows are about to
-    be dropped), so launch_compute joins nothing itself. Same tables as in memory, with the
-    kernels joined by the reader processes (``launch_parts``; the report's entry refused
-    where they cannot: then DuckDB joins) and with that entry taken away (DuckDB joins).
+    be dropped), so launch_compute joins nothing itself. Same tables as in memory.
     (test_duckdb_equals_numpy runs the budget first: there launch_compute joins on its own.)"""
     from nsightlab import recipe_api
     from nsightlab.analysis import budget_stream
-    from nsightlab.read import launch_parts
 
     path = reports(folder, prefix, name)
     ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
-    parts = []
-    found = launch_parts.files
-    monkeypatch.setattr(launch_parts, "files", lambda report: (
-        lambda got: (parts.append(got is not None), got)[1])(
-            found(report) if joined_by == "readers" else None))
     left, joined, beside = [], [], []
     leave, own = budget_stream.StreamedOps._leave_launches, recipe_api.launches_sql
     monkeypatch.setattr(budget_stream.StreamedOps, "_leave_launches",
@@ -479,13 +470,12 @@ def test_launch_table_left_by_the_budget_join_equals_numpy(reports, folder, pref
     monkeypatch.setattr(engine.Engine, "beside_result", lambda self: (
         lambda got: (beside.append(got[0]), got)[1])(result(self)))
     got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
-    assert len(parts) == 1 and joined == [False], (parts, joined)
-    assert len(left) == (0 if parts[0] else 1), (parts, left)  # one join, one launch table
+    assert len(left) == 1 and joined == [False], (left, joined)
     # the statistics ran beside the budget's start-order pass, on the second connection
     assert beside == [True], beside
     for table in ref:
         assert_same(ref[table], got[table], f"{name} launch_compute.{table} (shared join)")
-    print(name, "readers" if parts[0] else "copy" if left[0] else "view")
+    print(name, "copy" if left[0] else "view")
 
 
 def test_launch_table_left_by_the_budget_join_leaves_out_unlaunched_kernels(
@@ -514,12 +504,9 @@ def test_budget_join_in_correlation_windows_equals_numpy(reports, folder, prefix
                                                          monkeypatch):
     """The budget joins operations to their calls in windows of correlation ids (each
     window's hash table within DuckDB's memory): windows of about 3,000 operations give the
-    in-memory budget and launch table (launch_compute, which shares the join). The kernels
-    too: the reader processes' join (``launch_parts``) taken away."""
+    in-memory budget and launch table (launch_compute, which shares the join)."""
     from nsightlab.analysis import budget_stream
-    from nsightlab.read import launch_parts
 
-    monkeypatch.setattr(launch_parts, "files", lambda report: None)
     path = reports(folder, prefix, name)
     ref = {r: _run(path, r, "numpy", tmp_path, monkeypatch) for r in ("launch_compute", "budget")}
     monkeypatch.setattr(budget_stream, "JOIN_ROWS", 3000)
@@ -1083,8 +1070,7 @@ def test_join_windows_cut_from_row_group_statistics_are_balanced(reports, name, 
             if report.has_rows(t):
                 db.view(t)
         k = -(-len(ids) // 3000)
-        cuts = ops._cuts_from_statistics([i / k for i in range(1, k)],
-                                         [t for t in budget_stream.TABLES if report.has_rows(t)])
+        cuts = ops._cuts_from_statistics([i / k for i in range(1, k)])
     assert cuts is not None and cuts == sorted(cuts)  # None: no statistics, a scan instead
     per_window = np.diff(np.searchsorted(np.sort(ids), [ids.min(), *cuts, ids.max() + 1]))
     assert per_window.sum() == len(ids) and per_window.max() <= 6000, per_window

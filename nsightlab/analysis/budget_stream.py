@@ -41,7 +41,7 @@ from nsightlab.analysis.budget_parts import (
 )
 from nsightlab.analysis import completeness
 from nsightlab.analysis.classify import sync_kind
-from nsightlab.analysis.engine import RowBits, parquet_scan, runs, ties_in_order
+from nsightlab.analysis.engine import RowBits, runs, ties_in_order
 from nsightlab.analysis.launches import SharedCalls, know_shared_calls, leave_pairs, pairs_wanted
 from nsightlab.analysis.timeline import BusyByKey, covered, union_in_order
 from nsightlab.read import trace
@@ -70,63 +70,26 @@ class StreamedOps:
     def __init__(self, report, db, batch_rows: int | None = None):
         self.report, self.db, self.batch_rows = report, db, batch_rows or BATCH_ROWS
         share = self._shared_launches()
+        selects = [self._select(i, t, share) for i, t in enumerate(TABLES) if report.has_rows(t)]
         self.count, self.lo, self.hi, self._by_gpu = 0, 0, 0, "device_id, "
         self._left_view = False  # the launch table left as a view of bops
         self._gpu_end, self._quick = None, None
         self._kernels, self._one_call_row = 0, True  # kernels; one API row per call
-        tables = [t for t in TABLES if report.has_rows(t)]
-        if not tables:
+        if not selects:
             return
         counts = {t: db.one(f"SELECT count(*) FROM {db.view(t)}")[0]
-                  for t in tables}  # Parquet metadata: no scan
+                  for t in TABLES if report.has_rows(t)}  # Parquet metadata: no scan
         ops, self._kernels = sum(counts.values()), counts.get("kernels", 0)
-        completeness.start_cached(report)  # the API table is cached now: its facts beside the join
-        joined = self._joined_by_readers(share)
-        if joined is not None:  # the kernels come joined: the other tables joined here
-            tables.remove("kernels")
-        db.con.execute("DROP TABLE IF EXISTS bops")
-        db.con.execute("DROP VIEW IF EXISTS bops")
-        into = "bops_rest" if joined is not None else "bops"
-        if tables:
-            self._join(into, tables, None if joined is not None else share,
-                       sum(counts[t] for t in tables))
-        if joined is not None:
-            rest = ("" if not tables else " UNION ALL SELECT device_id, start_ns, end_ns, part, "
-                    f"tbl, row, api_start, api_row, pid FROM {into}")
-            db.con.execute(f"CREATE VIEW bops AS {joined}{rest}")
-        self.count, lo, hi, first_gpu, last_gpu, on_gpu = db.one(
-            "SELECT count(*), min(start_ns), max(end_ns), min(device_id), max(device_id), "
-            "count(device_id) FROM bops")
-        # one GPU (the usual run): the passes sort without the constant device key (8M
-        # operations on 2 cores: 1.11-1.16 -> 0.95-1.03 s a sort)
-        self._by_gpu = "" if first_gpu == last_gpu and on_gpu == self.count else "device_id, "
-        trace.mark("budget: operations joined to their launch calls")
-        if share and joined is None:
-            self._leave_launches(share, keep=self.count > ops)
-        if self.count > ops:  # an export with two API rows for one call: the last one wins
-            self._one_call_row = False
-            db.con.execute(f"""CREATE OR REPLACE TABLE {into} AS
-                SELECT any_value(device_id) AS device_id, any_value(start_ns) AS start_ns,
-                       {"any_value(pid) AS pid," if share or joined is not None else ""}
-                       any_value(end_ns) AS end_ns, any_value(part) AS part, tbl, row,
-                       arg_max(api_start, api_row) AS api_start, max(api_row) AS api_row
-                FROM {into} GROUP BY tbl, row""")
-            self.count = ops
-        self.lo, self.hi = lo, hi
-
-    def _join(self, into: str, tables: list[str], share: dict | None, ops: int) -> None:
-        """The operations of ``tables`` joined to their launch calls, as the table ``into``
-        (``share``: with the launch table's columns), in windows of correlation ids."""
-        db, report = self.db, self.report
-        selects = [self._select(TABLES.index(t), t, share) for t in tables]
         api = db.view("cuda_api", rows=True)
+        completeness.start_cached(report)  # the API table is cached now: its facts beside the join
         if share:
             api = (f"(SELECT pid, correlation_id, start_ns, row, "
                    f"{', '.join(a for _, a in share['api'])} FROM {api})")
         extra = "".join(f", o.{c}" for c, _ in share["op"]) + "".join(
-            f", a.{c} AS {c}" for c, _ in share["api"]) if share else ", o.pid"
+            f", a.{c} AS {c}" for c, _ in share["api"]) if share else ""
         union = " UNION ALL ".join(selects)
-        windows = self._windows(union, ops, tables)
+        db.con.execute("DROP TABLE IF EXISTS bops")
+        windows = self._windows(union, ops)
         has_api = report.has_rows("cuda_api")
         with db.all_cores():
             for i, (op_where, api_where) in enumerate(windows):
@@ -134,44 +97,31 @@ class StreamedOps:
                         f"ON o.pid = a.pid AND o.correlation_id = a.correlation_id" if has_api
                         else "LEFT JOIN (SELECT NULL::BIGINT AS start_ns, NULL::BIGINT AS row) "
                         "a ON false")
-                db.con.execute(f"""{f"INSERT INTO {into}" if i else f"CREATE TABLE {into} AS"}
+                db.con.execute(f"""{"INSERT INTO bops" if i else "CREATE TABLE bops AS"}
                     SELECT o.device_id::INTEGER AS device_id, o.start_ns, o.end_ns, o.part,
                            o.tbl, o.row, a.start_ns AS api_start, a.row AS api_row{extra}
                     FROM (SELECT * FROM ({union}) WHERE {op_where}) o {join}""")
-
-    def _joined_by_readers(self, share: dict | None) -> str | None:
-        """The kernels with their launch calls as SQL over the parts the reader processes
-        joined (``launch_parts``), in ``bops``' columns (and ``pid``); None when there are
-        none (the join here does it). With ``share``, the launch table ``lk`` is left as a
-        view of the same parts."""
-        from nsightlab.read import launch_parts
-
-        db = self.db
-        if share and not launch_parts.offers(*db.wanted_launches):
-            return None
-        files = launch_parts.files(self.report)
-        if files is None:
-            return None
-        parts = parquet_scan(files)
-        kernel = BUSY_PARTS.index("kernels")
+        self.count, lo, hi, first_gpu, last_gpu, on_gpu = db.one(
+            "SELECT count(*), min(start_ns), max(end_ns), min(device_id), max(device_id), "
+            "count(device_id) FROM bops")
+        # one GPU (the usual run): the passes sort without the constant device key (8M
+        # operations on 2 cores: 1.11-1.16 -> 0.95-1.03 s a sort)
+        self._by_gpu = "" if first_gpu == last_gpu and on_gpu == self.count else "device_id, "
+        trace.mark("budget: operations joined to their launch calls")
         if share:
-            op_cols, api_cols = db.wanted_launches
-            cols = ["pid", *op_cols, *(f"api_{c[:-3] if c.endswith('_ns') else c} AS api_{c}"
-                                      for c in api_cols), "api_row", "row AS op_row"]
-            names = launch_parts.names(self.report)  # name columns: codes of these
-            db.codes["lk"] = {c: names[c] for c in ("name", "api_name")
-                              if c in (*op_cols, *(f"api_{a}" for a in api_cols))}
-            db.con.execute("DROP VIEW IF EXISTS lk")
-            db.con.execute("DROP TABLE IF EXISTS lk")
-            db.con.execute(f"CREATE VIEW lk AS SELECT {', '.join(cols)} FROM {parts} "
-                           "WHERE api_row IS NOT NULL")
-            db.ranged["lk"] = ("op_row", self._kernels)
-            db.left_launches, db._once = db.wanted_launches, None
-            self._left_view = True
-        return (f"SELECT device_id, start_ns, end_ns, {kernel}::TINYINT AS part, "
-                f"{TABLES.index('kernels')} AS tbl, row, api_start, api_row, pid FROM {parts}")
+            self._leave_launches(share, keep=self.count > ops)
+        if self.count > ops:  # an export with two API rows for one call: the last one wins
+            self._one_call_row = False
+            db.con.execute(f"""CREATE OR REPLACE TABLE bops AS
+                SELECT any_value(device_id) AS device_id, any_value(start_ns) AS start_ns,
+                       {"any_value(pid) AS pid," if share else ""}
+                       any_value(end_ns) AS end_ns, any_value(part) AS part, tbl, row,
+                       arg_max(api_start, api_row) AS api_start, max(api_row) AS api_row
+                FROM bops GROUP BY tbl, row""")
+            self.count = ops
+        self.lo, self.hi = lo, hi
 
-    def _windows(self, union: str, ops: int, tables: list[str]) -> list[tuple[str, str]]:
+    def _windows(self, union: str, ops: int) -> list[tuple[str, str]]:
         """The join in windows of correlation ids, up to ``JOIN_ROWS`` operations each
         (filters on the operations and on the calls): one window's hash table stays within
         DuckDB's memory limit, where one join of them all spills (8M kernels with their 16M
@@ -181,7 +131,7 @@ class StreamedOps:
         if k < 2 or not self.report.has_rows("cuda_api"):
             return [("true", "true")]
         qs = [i / k for i in range(1, k)]
-        cuts = self._cuts_from_statistics(qs, tables)
+        cuts = self._cuts_from_statistics(qs)
         if cuts is None:  # a cache part without statistics: one pass over the ids
             cuts = self.db.one(f"SELECT approx_quantile(correlation_id, "
                                f"[{', '.join(map(str, qs))}]) FROM ({union})")[0]
@@ -196,14 +146,15 @@ class StreamedOps:
         out[-1] = (f"{out[-1][0]} OR correlation_id IS NULL", out[-1][1])
         return out
 
-    def _cuts_from_statistics(self, qs: list[float], tables: list[str]) -> list[int] | None:
+    def _cuts_from_statistics(self, qs: list[float]) -> list[int] | None:
         """Correlation ids below which about ``qs`` of the operations lie, from the cache
         parts' row-group statistics (min, max and rows of each group, the ids taken as spread
         evenly between its min and max): no scan (approx_quantile over the operations took
         0.19 s at 8M kernels on 2 cores). None when a group has no statistics."""
         from nsightlab.read.table_cache import id_ranges
 
-        got = [id_ranges(self.report.cache.files(t), "correlation_id") for t in tables]
+        got = [id_ranges(self.report.cache.files(t), "correlation_id")
+               for t in TABLES if self.report.has_rows(t)]
         if any(g is None for g in got):
             return None
         lo, hi, n = (np.concatenate(c) for c in zip(*got)) if got else ([],) * 3

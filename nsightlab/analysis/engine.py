@@ -198,11 +198,6 @@ class Engine:
         self.wanted_launches: tuple | None = None
         self.left_launches: tuple | None = None  # the columns of an ``lk`` left that way
         self.filtered: dict[str, tuple[str, str]] = {}
-        #: views of Parquet parts read a range at a time by a column whose row groups carry
-        #: min/max (``launch_parts``): {view: (column, its end)}
-        self.ranged: dict[str, tuple[str, int]] = {}
-        #: text columns of a view held as codes (``launch_parts``): {view: {column: names}}
-        self.codes: dict[str, dict[str, list[str]]] = {}
         #: GPU busy time of the launch table's kernels per (pid, device), when the budget's
         #: start-order pass went over the join that left the launch table
         self.launched_busy: dict[tuple[int, int], int] | None = None
@@ -232,7 +227,7 @@ class Engine:
             sql = f"SELECT *{', 0::BIGINT AS row' if rows else ''} FROM _{key}"
         else:
             listed = ", ".join(f"'{_quoted(f)}'" for f in files)
-            sql = f"SELECT * FROM {parquet_scan(files)}"
+            sql = f"SELECT * FROM read_parquet([{listed}])"
             if rows:  # one scan of all parts; a part's first row is the rows before it
                 meta = report.cache.meta(name)
                 starts = np.concatenate([[0], np.cumsum([p["rows"] for p in meta["parts"]])])
@@ -313,20 +308,15 @@ class Engine:
         return read_ahead(self.con.sql(sql).to_arrow_reader(batch_rows))
 
     def chunks(self, table: str, columns: str, rows: int = 1 << 20):
-        """``columns`` of every row of ``table`` (one built in this engine's database, a
-        view of one in ``filtered``, or a view in ``ranged``), as Arrow tables of up to ``rows`` rows (fewer through a
+        """``columns`` of every row of ``table`` (one built in this engine's database, or a
+        view of one in ``filtered``), as Arrow tables of up to ``rows`` rows (fewer through a
         view's filter), by rowid range: DuckDB's own streams
         (``stream``) buffer an unordered result whole (40M launches: +1.1 GB)."""
-        if table in self.ranged:  # a view of Parquet parts: by a column their groups order
-            key, n = self.ranged[table]
-        else:
-            key = "rowid"
-            table, where = self.filtered.get(table, (table, "true"))
-            n = self.one(f"SELECT coalesce(max(rowid), -1) + 1 FROM {table}")[0]
+        table, where = self.filtered.get(table, (table, "true"))
+        n = self.one(f"SELECT coalesce(max(rowid), -1) + 1 FROM {table}")[0]
         for a in range(0, n, rows):
-            got = self.con.sql(f"SELECT {columns} FROM {table} WHERE {key} >= {a} "
-                               f"AND {key} < {a + rows}"
-                               f"{'' if key != 'rowid' else f' AND ({where})'}").to_arrow_table()
+            got = self.con.sql(f"SELECT {columns} FROM {table} WHERE rowid >= {a} "
+                               f"AND rowid < {a + rows} AND ({where})").to_arrow_table()
             if got.num_rows:
                 yield got
 
@@ -761,12 +751,6 @@ class RowBits:
         if not len(self.bits):
             return np.zeros(len(rows), bool)
         return ((self.bits[rows >> 3] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
-
-
-def parquet_scan(files: list[Path]) -> str:
-    """SQL that reads the Parquet ``files`` as one table."""
-    listed = ", ".join(f"'{_quoted(f)}'" for f in files)
-    return f"read_parquet([{listed}])"
 
 
 def _quoted(path: Path) -> str:

@@ -204,7 +204,7 @@ def launches_sql(db, table: str = "kernels", op_columns: tuple[str, ...] = ("sta
     cols = ", ".join([*(f"o.{c} AS {c}" for c in op_columns),
                       *(f"a.{c} AS api_{c}" for c in api_columns)])
     db._once, db.left_launches, db.launched_busy = None, None, None  # a new launch table
-    if db.filtered.pop("lk", None) or db.ranged.pop("lk", None):
+    if db.filtered.pop("lk", None):
         db.con.execute("DROP VIEW lk")
     db.con.execute(f"""CREATE OR REPLACE TABLE lk AS
         SELECT o.pid, {cols}, a.row AS api_row, o.row AS op_row

@@ -511,7 +511,7 @@ def _prepare() -> None:
     sys.meta_path.insert(0, _NoPandas())
     import pyarrow  # noqa: F401
 
-    for module in ("table_cache", "db", "tables", "pages", "launch_join"):  # imported before the first job
+    for module in ("table_cache", "db", "tables", "pages"):  # imported before the first job
         importlib.import_module(f".{module}", __package__)
 
 
@@ -533,13 +533,7 @@ def main(prepared: bool = False) -> None:
         for line in sys.stdin:
             try:
                 t0 = time.time()
-                job = json.loads(line)
-                if job.pop("task", "read") == "join":  # kernels joined to their calls
-                    from nsightlab.read.launch_join import join_part
-
-                    answer = join_part(**job)
-                else:
-                    answer = cache_range(**job)
+                answer = cache_range(**json.loads(line))
                 answer["t"] = [born, t0, time.time()]  # for NSIGHTLAB_TRACE
             except NsightlabError as e:
                 answer = {"error": str(e), "kind": "report"}

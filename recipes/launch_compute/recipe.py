@@ -164,10 +164,6 @@ def per_kernel_sql(db):
     for c in ("count", "queue_count"):
         out[c] = out[c].astype(np.int64)
     for c in ("api_name", "name"):
-        names = db.codes.get("lk", {}).get(c)
-        if names is not None:  # codes (``launch_parts``): NULL stays missing
-            code = out[c].fillna(-1).to_numpy(np.int64)
-            out[c] = np.array([*names, None], dtype=object)[code]
         out[c] = out[c].astype("category")
     return out.sort_values("total_avg_ns", ascending=False, kind="stable").reset_index(drop=True)
 
