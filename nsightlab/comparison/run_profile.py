@@ -609,13 +609,20 @@ def _api_sums(report: Report, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple:
         if edges is not None:  # calls in start order: each iteration's are one slice
             sums[:, 1:] += np.stack(_sliced_sums(edges, d, sync, [True]))
             continue
-        w = _containing(lo, hi, starts).astype(np.intp) + 1
-        d = d.astype(np.float64)
-        sums[0] += np.bincount(w, weights=d, minlength=n + 1)
-        sums[1] += np.bincount(w, minlength=n + 1)
-        sums[2] += np.bincount(w[sync], weights=d[sync], minlength=n + 1)
-        sums[3] += np.bincount(w[sync], minlength=n + 1)
+        _add_sums(sums, _containing(lo, hi, starts).astype(np.intp) + 1, d.astype(np.float64),
+                  sync)
     return tuple(row[1:] for row in sums)
+
+
+def _add_sums(sums: np.ndarray, w: np.ndarray, d: np.ndarray, sync: np.ndarray) -> None:
+    """Add calls to ``sums`` (API time, API calls, sync time, syncs; a column per iteration
+    + 1, 0 for "outside"): ``w`` each call's column, ``d`` its duration, ``sync`` whether it
+    synchronizes."""
+    n1 = sums.shape[1]
+    sums[0] += np.bincount(w, weights=d, minlength=n1)
+    sums[1] += np.bincount(w, minlength=n1)
+    sums[2] += np.bincount(w[sync], weights=d[sync], minlength=n1)
+    sums[3] += np.bincount(w[sync], minlength=n1)
 
 
 def _sync_rows(names) -> np.ndarray:
@@ -649,12 +656,8 @@ def _api_sums_whole(report: Report, lo: np.ndarray, hi: np.ndarray, n: int) -> t
     else:
         sums = np.zeros((4, n + 1))  # api time, api calls, sync time, syncs
         for a in range(0, len(dur), API_CHUNK):
-            w, d = where[a:a + API_CHUNK], dur[a:a + API_CHUNK]
-            sync = np.isin(codes[a:a + API_CHUNK], sync_codes)
-            sums[0] += np.bincount(w, weights=d, minlength=n + 1)
-            sums[1] += np.bincount(w, minlength=n + 1)
-            sums[2] += np.bincount(w[sync], weights=d[sync], minlength=n + 1)
-            sums[3] += np.bincount(w[sync], minlength=n + 1)
+            _add_sums(sums, where[a:a + API_CHUNK], dur[a:a + API_CHUNK],
+                      np.isin(codes[a:a + API_CHUNK], sync_codes))
         del where
         api_ns, api_calls, sync_ns, syncs = (row[1:] for row in sums)
     del dur, codes
