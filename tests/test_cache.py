@@ -114,3 +114,29 @@ def test_extent_from_statistics_or_from_the_rows(tmp_path):
     want = (int(start.min()), int(table["end_ns"].to_numpy().max()))
     assert extent([with_stats, without]) == want
     assert extent([without]) == (int(start[3000:].min()), int(table["end_ns"].to_numpy()[3000:].max()))
+
+
+def test_two_threads_asking_for_one_uncached_table_build_it_once(sqlite_of, cache_dir, monkeypatch):
+    """``report`` runs the profile on a thread beside the other recipes: both may ask for an
+    entry that is not built yet. One builds it, the other reads what it built."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nsightlab.read import table_cache
+
+    builds = []
+    real = table_cache.TableCache.build
+
+    def counted(self, name, *args, **kwargs):
+        builds.append(name)
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(table_cache.TableCache, "build", counted)
+    r = nsightlab.open(sqlite_of("h200-vit-fp16"))
+    alone = nsightlab.open(sqlite_of("h200-vit-fp16"), cache=False)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda f: f(), [r.kernels, r.kernels, r.cuda_api, r.cuda_api]))
+    assert got[0].equals(alone.kernels()) and got[1].equals(got[0])
+    assert got[2].equals(alone.cuda_api()) and got[3].equals(got[2])
+    assert {"kernels", "cuda_api"} <= set(builds) and len(builds) == len(set(builds)), builds
+    (entry,) = entry_dirs(cache_dir)
+    assert not [p for p in entry.iterdir() if p.name.startswith(".")]  # no build left behind

@@ -8,6 +8,7 @@ Rendering (terminal text, HTML with charts) is ``nsightlab.renderers``' job.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -136,24 +137,25 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     if has_kernels:
         want_pairs(r)
     lc = _table(r, "launch_compute", "summary")
-    p = None
-    if has_kernels:
-        try:
-            p = profile(r, label)
-        except NsightlabError:  # kernels without launch records
-            p = None
-    empty = pd.DataFrame()
-    b = _run(r, "budget")
-    budget_, sync_idle = (b["summary"], b["sync_idle"]) if b is not None else (empty, empty)
-    whole = _table(r, "kernel_sum", "kernel_sum")
-    ks = whole  # the timed iterations' kernels when there are iterations; warm-up said apart
-    iterated = len(budget_) and not str(budget_.iloc[0]["iteration_source"]).startswith("no ")
-    if iterated and len(whole):
-        ks = recipes.run("kernel_sum", r, {"iterations_only": True})["kernel_sum"]
-    sg = _run(r, "sync_gaps")
+    # the profile (mostly NumPy over the launch table) on a thread while the other recipes
+    # (mostly DuckDB and cache reads, each with its own connection) run here
+    with ThreadPoolExecutor(1) as beside:
+        later = beside.submit(_profile, r, label) if has_kernels else None
+        empty = pd.DataFrame()
+        b = _run(r, "budget")
+        budget_, sync_idle = (b["summary"], b["sync_idle"]) if b is not None else (empty, empty)
+        whole = _table(r, "kernel_sum", "kernel_sum")
+        ks = whole  # the timed iterations' kernels when there are iterations; warm-up apart
+        iterated = len(budget_) and not str(budget_.iloc[0]["iteration_source"]).startswith("no ")
+        if iterated and len(whole):
+            ks = recipes.run("kernel_sum", r, {"iterations_only": True})["kernel_sum"]
+        sg = _run(r, "sync_gaps")
+        api = _table(r, "api_sum", "api_sum")
+        ranges = _table(r, "nvtx_gpu", "by_name")
+        p = later.result() if later is not None else None
+    # after the profile: its kernel columns beside the profile's launch table took the
+    # process past 1 GB (8M kernels)
     tc = _table(r, "tensor_core", "summary")
-    api = _table(r, "api_sum", "api_sum")
-    ranges = _table(r, "nvtx_gpu", "by_name")
     syncs = sg["by_api"] if sg is not None else empty
     gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
     warnings = completeness.check(r)
@@ -180,6 +182,13 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     if memory:
         rr.findings.append(memory)
     return rr
+
+
+def _profile(r: Report, label: str) -> RunProfile | None:
+    try:
+        return profile(r, label)
+    except NsightlabError:  # kernels without launch records
+        return None
 
 
 def _memory_finding(r: Report) -> str | None:

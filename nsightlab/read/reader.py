@@ -136,6 +136,9 @@ class TableReader:
         #: whether the rows of each table built by the reader processes are in start order
         #: (``tables.parts_in_order``; None: not known), kept in its meta.json
         self.orders: dict[str, bool | None] = {}
+        #: held while an entry is built: one build at a time (``report`` runs steps on two
+        #: threads, which may ask for the same entry at once; the reader pool is one)
+        self._builds = threading.RLock()
 
     # ---- the three ways to read ----------------------------------------------------------
     def arrow(self, spec: TableSpec, keep: list[str]) -> pa.Table:
@@ -270,6 +273,14 @@ class TableReader:
     def _cached_read(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
                      from_sqlite: Callable[[OpenPart | None], tuple[int, T]],
                      picked: bool) -> T:
+        if self.cache is None or self.cache.files(spec.name) is not None:
+            return self._read_or_build(spec, from_parts, from_sqlite, picked)
+        with self._builds:  # built, or found built by the thread that held the lock
+            return self._read_or_build(spec, from_parts, from_sqlite, picked)
+
+    def _read_or_build(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
+                       from_sqlite: Callable[[OpenPart | None], tuple[int, T]],
+                       picked: bool) -> T:
         if self.cache is not None:
             files = self.cache.files(spec.name)
             # entries built in worker processes, and tables with a whole-table pass (NVTX
