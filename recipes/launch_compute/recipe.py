@@ -68,7 +68,9 @@ def _statistics(db, params):
     table ``lk`` in DuckDB."""
     per_kernel_ = per_kernel_sql(db)
     trace.mark("launch_compute: per kernel")
-    return per_kernel_, summary_sql(db, params)
+    numbers = summary_sql(db, params)
+    trace.mark("launch_compute: run numbers")
+    return per_kernel_, numbers
 
 
 def in_numpy(report, params):
