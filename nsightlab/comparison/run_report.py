@@ -150,12 +150,13 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
         if iterated and len(whole):
             ks = recipes.run("kernel_sum", r, {"iterations_only": True})["kernel_sum"]
         sg = _run(r, "sync_gaps")
-        api = _table(r, "api_sum", "api_sum")
         ranges = _table(r, "nvtx_gpu", "by_name")
         p = later.result() if later is not None else None
-    # after the profile: its kernel columns beside the profile's launch table took the
-    # process past 1 GB (8M kernels)
+    # after the profile: tensor_core's kernel columns beside the profile's launch table took
+    # the process past 1 GB (8M kernels, 2 cores); api_sum's aggregation on every core beside
+    # it left 909-964 MB on 16 cores, 919-927 MB after it
     tc = _table(r, "tensor_core", "summary")
+    api = _table(r, "api_sum", "api_sum")
     syncs = sg["by_api"] if sg is not None else empty
     gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
     warnings = completeness.check(r)
