@@ -204,3 +204,38 @@ def test_results_show_themselves_in_a_notebook(sqlite_of, cache_dir):
     text = pydoc.render_doc(nsightlab, renderer=pydoc.plaintext)
     assert all(f"{name}(" in text for name in ("open", "diff", "compare", "open_ncu"))
     assert isinstance(d.headline["a_kernels"], int)
+
+
+def test_report_error_beside_the_profile_does_not_wait_for_it(sqlite_of, cache_dir, monkeypatch):
+    """``report`` runs the run profile on a thread beside the other recipes: when one of them
+    fails (or Ctrl-C arrives) the error comes out while the profile is still running."""
+    import threading
+
+    from nsightlab import recipe_runner
+    from nsightlab.comparison import run_report
+
+    path = sqlite_of("h200-vit-fp16")
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_profile(r, label):
+        started.set()
+        release.wait(20)  # until the test lets it go (20 s at most)
+        finished.set()
+        return None
+
+    real = recipe_runner.run
+
+    def failing(name, report, params=None):
+        if name == "sync_gaps":
+            started.wait(20)
+            raise KeyboardInterrupt
+        return real(name, report, params)
+
+    monkeypatch.setattr(run_report, "profile", slow_profile)
+    monkeypatch.setattr(recipe_runner, "run", failing)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_report.build(path)
+        assert started.is_set() and not finished.is_set()  # the profile was still running
+    finally:
+        release.set()

@@ -138,8 +138,10 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
         want_pairs(r)
     lc = _table(r, "launch_compute", "summary")
     # the profile (mostly NumPy over the launch table) on a thread while the other recipes
-    # (mostly DuckDB and cache reads, each with its own connection) run here
-    with ThreadPoolExecutor(1) as beside:
+    # (mostly DuckDB and cache reads, each with its own connection) run here; an error or
+    # Ctrl-C here does not wait for the profile to end
+    beside = ThreadPoolExecutor(1, thread_name_prefix="nsightlab-profile")
+    try:
         later = beside.submit(_profile, r, label) if has_kernels else None
         empty = pd.DataFrame()
         b = _run(r, "budget")
@@ -152,6 +154,8 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
         sg = _run(r, "sync_gaps")
         ranges = _table(r, "nvtx_gpu", "by_name")
         p = later.result() if later is not None else None
+    finally:
+        beside.shutdown(wait=False, cancel_futures=True)
     # after the profile: tensor_core's kernel columns beside the profile's launch table took
     # the process past 1 GB (8M kernels, 2 cores); api_sum's aggregation on every core beside
     # it left 909-964 MB on 16 cores, 919-927 MB after it
