@@ -24,7 +24,7 @@ What is here, by the question it answers:
 - interval arithmetic on timelines: ``union``, ``covered``, ``gaps``, ``busy_time``,
   ``BusyByKey`` (busy time per key over a sorted stream);
 - which call launched which GPU operation: ``launches``, ``launches_sql``, ``first_of_call``,
-  ``match``, ``join_keys``, ``once_sql``;
+  ``match``, ``join_keys``, ``once_sql``, ``once_table``;
 - NVTX ranges projected onto the GPU: ``project``, ``project_sql``;
 - kernel class and precision from names: ``annotate``, ``sync_kind``;
 - the time budget per iteration (``budget.compute``, ``budget.summarize``, ``ITERATION``,
@@ -51,6 +51,7 @@ from nsightlab.analysis.launches import (
            launches_sql,
            match,
            once_sql,
+           once_table,
 )
 from nsightlab.analysis.projection import project, project_sql
 from nsightlab.analysis.stats import STATS, Groups, describe, group_ids, median_in_place
@@ -67,5 +68,5 @@ __all__ = ["ITERATION", "WHOLE_RUN", "STATS", "TABLES", "BusyByKey", "Groups", "
            "NsightlabError", "Report", "annotate", "base_name", "budget", "busy_time", "covered",
            "describe", "engine", "first_of_call", "gaps", "gpu_metrics", "group_ids", "median_in_place",
            "join_keys", "launches", "launches_sql", "match", "ncu", "nullable_int64",
-           "once_sql", "project", "project_sql", "release_memory", "run_recipe", "sync_kind",
+           "once_sql", "once_table", "project", "project_sql", "release_memory", "run_recipe", "sync_kind",
            "trace", "union"]

@@ -1105,3 +1105,26 @@ def test_nvtx_gpu_takes_launch_compute_projection_and_gets_its_own_answer(
         cut = nsightlab.open(path, cache_dir=tmp_path / "c")
         R.run("launch_compute", cut, {"max_ranges": 20})
         assert not cut.db.knows(projection.WHOLE)
+
+
+def test_calls_counted_once_from_one_window(reports, tmp_path, monkeypatch):
+    """Graph replays: one call launches many kernels, so launch_compute counts calls once
+    (a window over every launch). Its run numbers and its NVTX ranges share one table with
+    that column (``launches.once_table``): the window is computed once, and the answers are
+    the in-memory ones."""
+    from nsightlab.analysis import launches
+
+    path = reports("nsys", "", "h200-vit-fp16-cudagraph")
+    ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
+    built, asked = [], []
+    build, ask = launches._build_once, launches.once_table
+    monkeypatch.setattr(launches, "_build_once", lambda db, once: (built.append(once),
+                                                                 build(db, once))[1])
+    monkeypatch.setattr(launches, "once_table", lambda db: asked.append(1) or ask(db))
+    from nsightlab import recipe_api
+
+    monkeypatch.setattr(recipe_api, "once_table", launches.once_table)
+    got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
+    for table in ref:
+        assert_same(ref[table], got[table], f"cudagraph launch_compute.{table}")
+    assert len(asked) == 2 and len(built) == 1 and "OVER" in built[0]

@@ -42,7 +42,13 @@ from nsightlab.analysis.budget_parts import (
 from nsightlab.analysis import completeness
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.engine import RowBits, runs, ties_in_order
-from nsightlab.analysis.launches import SharedCalls, know_shared_calls, leave_pairs, pairs_wanted
+from nsightlab.analysis.launches import (
+    SharedCalls,
+    forget_once,
+    know_shared_calls,
+    leave_pairs,
+    pairs_wanted,
+)
 from nsightlab.analysis.timeline import BusyByKey, covered, union_in_order
 from nsightlab.read import trace
 from nsightlab.read.reader import readers
@@ -204,7 +210,8 @@ class StreamedOps:
         if not keep:
             self.db.filtered["lk"] = ("bops", where)
             self._left_view = True
-        self.db.left_launches, self.db._once = self.db.wanted_launches, None
+        self.db.left_launches = self.db.wanted_launches
+        forget_once(self.db)
 
     def _select(self, i: int, table: str, share: dict | None) -> str:
         view = self.db.view(table, rows=True)

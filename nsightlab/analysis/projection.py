@@ -258,25 +258,20 @@ def project_sql(report: Report, db, max_ranges: int = 0) -> pd.DataFrame:
     start_ns, end_ns, api_start_ns, api_end_ns, api_tid), read a million launches at a time
     and added up per range: bounded memory for every kind of range (push/pop or start/end)."""
     from nsightlab.analysis.engine import read_ahead
-    from nsightlab.analysis.launches import once_sql
+    from nsightlab.analysis.launches import ONCE_TABLE, once_table
 
     ranges, every = _kept_ranges(report, max_ranges)
     sums = _Sums(ranges)
     if sums.n:
-        once = once_sql(db)
-        if once != "true":  # per call: a window over the whole table, kept as a column
-            db.con.execute(f"CREATE OR REPLACE TABLE lk_once AS SELECT pid, api_tid, "
-                           f"api_start_ns, api_end_ns, start_ns, end_ns, {once} AS once FROM lk")
-        table = "lk" if once == "true" else "lk_once"
+        table, once = once_table(db)  # per call: a window over the whole table, kept
         # a quarter of the rows a batch on each of 4 threads: as many in flight as one
         # thread had (million-row batches on 4 threads, read ahead, could hold 8 at once:
         # launch_compute peaked at 1.44 GB on 8M graph-launched kernels on 16 cores)
         chunks = read_ahead(db.chunks(
-            table, "pid, api_tid, api_start_ns, api_end_ns, start_ns, "
-            f"end_ns, {'true AS once' if once == 'true' else 'once'}",
+            table, f"pid, api_tid, api_start_ns, api_end_ns, start_ns, end_ns, {once} AS once",
             STREAM_ROWS // sums.threads()))
         sums.add_all(chunks)
-        db.con.execute("DROP TABLE IF EXISTS lk_once")
+        db.con.execute(f"DROP TABLE IF EXISTS {ONCE_TABLE}")
     out = sums.frame()
     if every:  # every range, over every launch (lk): what project(report) would give
         report.db.remember(WHOLE, out.copy())

@@ -244,11 +244,11 @@ def summary_sql(db, params):
     """``run_numbers`` in DuckDB over ``lk``, in bounded memory (medians by
     ``engine.medians``), but the busy time (``_busy_sql``): the budget's start-order pass
     sums it, and this runs beside that pass."""
-    from nsightlab.recipe_api import once_sql
+    from nsightlab.recipe_api import once_table
 
     short = float(params["short_kernel_us"]) * 1e3
-    once = once_sql(db)
-    with db.all_cores(once == "true"):  # not a window over every launch
+    table, once = once_table(db)  # a window over every launch, when one is needed: its
+    with db.all_cores():  # sort's threads; these aggregations on every core
         out = db.frame(f"""
             WITH k AS (SELECT pid, device_id, count(*) AS kernel_count,
                               sum(end_ns - start_ns)::BIGINT AS kernel_time_ns,
@@ -259,7 +259,8 @@ def summary_sql(db, params):
                  c AS (SELECT pid, device_id, count(*) AS launch_calls,
                               sum(api_end_ns - api_start_ns)::BIGINT AS launch_api_ns,
                               avg(api_end_ns - api_start_ns) AS launch_api_avg_ns
-                       FROM (SELECT pid, device_id, api_start_ns, api_end_ns, {once} AS once FROM lk)
+                       FROM (SELECT pid, device_id, api_start_ns, api_end_ns, {once} AS once
+                             FROM {table})
                        WHERE once GROUP BY pid, device_id)
             SELECT k.pid, k.device_id AS device, kernel_count, kernel_time_ns, gpu_span_ns,
                    launch_calls, launch_api_ns, launch_api_avg_ns, kernel_avg_ns,
