@@ -247,8 +247,10 @@ def summary_sql(db, params):
     from nsightlab.recipe_api import once_table
 
     short = float(params["short_kernel_us"]) * 1e3
-    table, once = once_table(db)  # a window over every launch, when one is needed: its
-    with db.all_cores():  # sort's threads; these aggregations on every core
+    # the window over every launch, when calls launched several kernels, is built in
+    # once_table on the sort's threads; the aggregations below run on every core
+    table, once = once_table(db)
+    with db.all_cores():
         out = db.frame(f"""
             WITH k AS (SELECT pid, device_id, count(*) AS kernel_count,
                               sum(end_ns - start_ns)::BIGINT AS kernel_time_ns,
