@@ -654,6 +654,27 @@ def test_read_ahead_keeps_order_raises_errors_and_stops_early():
     assert threading.active_count() == before
 
 
+def test_read_ahead_now_reads_before_the_first_item_is_asked_for():
+    """engine.read_ahead_now (sync_gaps' cache parts read while its SQL runs): the thread
+    starts reading at once; the items come in order; closing it early ends the thread."""
+    import threading
+
+    started = threading.Event()
+
+    def items():
+        started.set()
+        yield from range(20)
+
+    ahead = engine.read_ahead_now(items(), depth=2)
+    assert started.wait(5), "nothing read before the first item was asked for"
+    assert list(ahead) == list(range(20))
+    before = threading.active_count()
+    ahead = engine.read_ahead_now(iter(range(1000)), depth=1)
+    assert next(ahead) == 0
+    ahead.close()
+    assert threading.active_count() == before
+
+
 def test_all_cores_for_joins_and_aggregations_then_back(reports, tmp_path, monkeypatch):
     """Joins and aggregations run on one DuckDB thread per core (``Engine.all_cores``), sorts
     on the memory-bound count (``threads()``): here 4 and 1. Same tables as in memory, and

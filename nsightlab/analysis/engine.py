@@ -426,6 +426,19 @@ class Engine:
 def read_ahead(batches, depth: int = 2):
     """The items of ``batches``, read by another thread up to ``depth`` ahead: DuckDB
     produces the next batch of a stream (without the GIL) while NumPy works on this one."""
+    yield from _drained(*_pumped(batches, depth))
+
+
+def read_ahead_now(batches, depth: int = 2):
+    """``read_ahead`` with its thread started now, not at the first item: reading goes on
+    while the caller does other work first (sync_gaps' cache parts under its SQL for the sync
+    calls). The caller iterates the result to its end or closes it."""
+    return _drained(*_pumped(batches, depth))
+
+
+def _pumped(batches, depth: int):
+    """(queue, stop flag, thread): a started thread putting the items of ``batches`` on the
+    queue, then ``StopIteration()`` or the exception that ended them."""
     ahead: queue.Queue = queue.Queue(depth)
     stop = threading.Event()
 
@@ -441,6 +454,11 @@ def read_ahead(batches, depth: int = 2):
 
     thread = threading.Thread(target=pump, daemon=True, name="nsightlab-read-ahead")
     thread.start()
+    return ahead, stop, thread
+
+
+def _drained(ahead: queue.Queue, stop: threading.Event, thread: threading.Thread):
+    """The items ``_pumped`` puts, in order; an exception it put is raised here."""
     try:
         while not isinstance(item := ahead.get(), BaseException):
             yield item

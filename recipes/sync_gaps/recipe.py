@@ -45,10 +45,16 @@ def run_sql(report, db, params):
     Only the reported gaps and the syncs' idle times are kept: memory does not grow with the
     report."""
     api = db.view("cuda_api", rows=True)
-    names = [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]
-    rows = db.rows_named("cuda_api", names, f"{', '.join(SYNC_COLUMNS)}, row", "row")
+    ordered = _ordered_ops(report)  # read from the cache while DuckDB finds the syncs
+    try:
+        names = [n for n in db.distinct("cuda_api", "name") if sync_kind(n)]
+        rows = db.rows_named("cuda_api", names, f"{', '.join(SYNC_COLUMNS)}, row", "row")
+    except BaseException:
+        if ordered is not None:
+            ordered.close()
+        raise
     trace.mark("sync_gaps: sync calls")
-    gaps, after = _stream_gaps(report, db, rows, float(params["min_gap_ms"]) * 1e6)
+    gaps, after = _stream_gaps(report, db, rows, float(params["min_gap_ms"]) * 1e6, ordered)
     trace.mark("sync_gaps: GPU gaps")
     db.release()  # the sorted stream's buffers, before the syncs are described
     # freed heap arenas back, before and after the syncs are described (937k syncs on 2
@@ -73,19 +79,36 @@ def run_sql(report, db, params):
 GAP_BATCH_ROWS = 1 << 20
 
 
-def _stream_gaps(report, db, calls, min_gap_ns):
+#: what ``_stream_gaps`` reads of each GPU operation
+GAP_COLUMNS = ["pid", "device_id", "context_id", "start_ns", "end_ns", "correlation_id"]
+
+
+def _ordered_ops(report):
+    """The GPU operations as ``_gap_pass`` reads them, merged in start order from a cache in
+    start order (``engine.in_start_order``), the reading begun now on a thread; None when a
+    table is known out of order (DuckDB sorts)."""
+    tables = tuple(t for t in OPS if report.has_rows(t))
+    try:
+        return engine.read_ahead_now(_by_key(engine.in_start_order(report, tables, GAP_COLUMNS)))
+    except engine.OutOfOrder:
+        return None
+
+
+def _stream_gaps(report, db, calls, min_gap_ns, ordered=None):
     """(reported gaps with the correlation id of the operation ending each, GPU idle after
     each of ``calls``), from one pass over the operations in start order (see ``run_sql``).
     Tables cached in start order (exports before nsys 2025.6) are merged as they are read
-    (``engine.in_start_order``: 8M kernels on 16 cores, the sort and its stream took
+    (``ordered``, from ``_ordered_ops``: 8M kernels on 16 cores, the sort and its stream took
     0.76 s); otherwise DuckDB sorts their union."""
     tables = [t for t in OPS if report.has_rows(t)]
-    cols = ["pid", "device_id", "context_id", "start_ns", "end_ns", "correlation_id"]
-    try:
-        return _gap_pass(_by_key(engine.in_start_order(report, tuple(tables), cols)), calls,
-                         min_gap_ns)
-    except engine.OutOfOrder:
-        pass
+    cols = GAP_COLUMNS
+    if ordered is not None:
+        try:
+            return _gap_pass(ordered, calls, min_gap_ns)
+        except engine.OutOfOrder:  # a table's rows went back in time on the way
+            pass
+        finally:
+            ordered.close()
     selects = [f"SELECT {', '.join(cols)}, {i} AS tbl, row FROM {db.view(t, rows=True)}"
                for i, t in enumerate(tables)]
     # ties in (table, row) order put so batch by batch (``engine.ties_in_order``): DuckDB
