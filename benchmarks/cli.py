@@ -74,6 +74,18 @@ def command(args: list[str], out: Path, cache: Path) -> dict:
 IMPORTED = ("numpy", "pandas", "pyarrow", "duckdb", "click")
 
 
+def cpu_model() -> str:
+    """The processor's model name (hosts of one machine kind differ: compare within a call)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "processor unknown"
+
+
 def byte_compiled() -> int:
     """Compile nsightlab, its recipes and the packages the commands import to bytecode in
     place before timing, as ``pip install`` does; returns the modules that had none.
@@ -141,8 +153,9 @@ def main() -> None:
         return d
 
     cores = len(os.sched_getaffinity(0))
-    print(f"report: {report} ({report.stat().st_size / 2**30:.2f} GiB), {cores} cores, "
-          f"engine: {engine_in_use()}; {compiled} modules compiled to bytecode first", flush=True)
+    print(f"report: {report} ({report.stat().st_size / 2**30:.2f} GiB), {cores} cores "
+          f"({cpu_model()}), engine: {engine_in_use()}; {compiled} modules compiled to bytecode "
+          "first", flush=True)
     print(f"{'command':<40} {'time_s':>7} {'main_rss_mb':>12} {'tree_pss_mb':>12} {'out_mb':>7}",
           flush=True)
 
