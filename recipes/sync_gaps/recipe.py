@@ -79,7 +79,7 @@ def run_sql(report, db, params):
 GAP_BATCH_ROWS = 1 << 20
 
 
-#: what ``_stream_gaps`` reads of each GPU operation
+#: what the gap passes read of each GPU operation (``_stream_gaps``; ``gpu_ops`` in memory)
 GAP_COLUMNS = ["pid", "device_id", "context_id", "start_ns", "end_ns", "correlation_id"]
 
 
@@ -94,12 +94,12 @@ def _ordered_ops(report):
         return None
 
 
-def _stream_gaps(report, db, calls, min_gap_ns, ordered=None):
+def _stream_gaps(report, db, calls, min_gap_ns, ordered):
     """(reported gaps with the correlation id of the operation ending each, GPU idle after
     each of ``calls``), from one pass over the operations in start order (see ``run_sql``).
     Tables cached in start order (exports before nsys 2025.6) are merged as they are read
     (``ordered``, from ``_ordered_ops``: 8M kernels on 16 cores, the sort and its stream took
-    0.76 s); otherwise DuckDB sorts their union."""
+    0.76 s); otherwise (None, or a table going back in time) DuckDB sorts their union."""
     tables = [t for t in OPS if report.has_rows(t)]
     cols = GAP_COLUMNS
     if ordered is not None:
@@ -246,8 +246,7 @@ def _windows(rows, back):
 
 def gpu_ops(report):
     """Kernels, memcpys and memsets: the GPU operations a gap lies between."""
-    cols = ["pid", "device_id", "context_id", "start_ns", "end_ns", "correlation_id"]
-    frames = [report.table(t, cols) for t in OPS if report.has_rows(t)]
+    frames = [report.table(t, GAP_COLUMNS) for t in OPS if report.has_rows(t)]
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
