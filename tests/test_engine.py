@@ -293,28 +293,14 @@ def test_budget_idle_attribution_in_threads_equals_one_pass(reports, monkeypatch
     assert one[[c for c in one.columns if c.startswith("idle_")]].to_numpy().sum() > 0
 
 
-def _passes(how: str, monkeypatch) -> None:
-    """The streamed budget's passes in compiled loops (``analysis.compiled``, Numba: a
-    dependency, so it must be there) or in NumPy (``NSIGHTLAB_NO_NUMBA``)."""
-    from nsightlab.analysis import compiled
-
-    if how == "numpy":
-        monkeypatch.setenv("NSIGHTLAB_NO_NUMBA", "1")
-    else:
-        monkeypatch.delenv("NSIGHTLAB_NO_NUMBA", raising=False)
-        assert compiled.loops() is not None, "Numba is a dependency: install it"
-
-
-@pytest.mark.parametrize("passes", ["compiled", "numpy"])
 @pytest.mark.parametrize("folder,prefix,name", REPORTS, ids=[r[2] for r in REPORTS])
-def test_streamed_budget_in_small_batches_equals_numpy(reports, folder, prefix, name, passes,
-                                                       tmp_path, monkeypatch):
+def test_streamed_budget_in_small_batches_equals_numpy(reports, folder, prefix, name, tmp_path,
+                                                       monkeypatch):
     """The out-of-core budget carries union intervals, gaps and launch times from batch to
     batch: batches of 997 and of 3 operations (every carry taken many times) give the
-    in-memory numbers, with the passes compiled and in NumPy."""
+    in-memory numbers."""
     from nsightlab.analysis import budget_stream
 
-    _passes(passes, monkeypatch)
     path = reports(folder, prefix, name)
     ref = _run(path, "budget", "numpy", tmp_path, monkeypatch)
     for rows in (997, 3) if name in ("h200-vit-fp16-syncy", "h2d_pageable", "overlap") else (997,):
@@ -384,40 +370,6 @@ def test_projection_threads_hold_one_batch_each():
     assert state["most"] <= 4, state
 
 
-def test_compiled_busy_time_per_process_equals_busy_by_key():
-    """The compiled start-order pass sums the launched kernels' busy time per process in
-    slots it grows as processes appear (one to begin with here): random batches of five
-    processes' kernels, some not launched (table 1, or no API row), give BusyByKey's sums."""
-    from nsightlab.analysis import budget_stream, compiled, timeline
-
-    loops = compiled.loops()
-    assert loops is not None, "Numba is a dependency: install it"
-    rng = np.random.default_rng(11)
-    ctx = {"start": np.array([0], np.int64), "end": np.array([1], np.int64),
-           "se": np.empty(0, np.int64), "sync_code": np.empty(0, np.int64),
-           "sync_names": np.empty(0, object)}
-    busy = timeline.BusyByKey()
-    dev = budget_stream._LoopDevice(loops, 0, np.array([0]), ctx, engine.RowBits(10), busy)
-    dev.keys, dev.reach, dev.total = (np.zeros(1, np.int64) for _ in range(3))
-    want = timeline.BusyByKey()
-    start = 0
-    for _ in range(6):
-        n = 500
-        s = start + np.sort(rng.integers(0, 50_000, n))
-        e = s + rng.integers(0, 900, n)
-        start = int(s[-1])
-        pid = rng.integers(100, 105, n)
-        tbl = np.where(rng.random(n) < 0.9, 0, 1)
-        row = np.where(rng.random(n) < 0.9, np.arange(n), -1)
-        dev.add_busy(pid, tbl, row, s, e)
-        launched = (tbl == 0) & (row >= 0)
-        for p in np.unique(pid[launched]):
-            mine = launched & (pid == p)
-            want.add((int(p), 0), s[mine], e[mine])
-    dev.finish()
-    assert busy.total == want.total and len(want.total) == 5
-
-
 def test_row_bits_hold_exactly_the_rows_added():
     """engine.RowBits (what the streamed budget and the once-per-call test remember about
     API rows): membership equals a Python set's, across byte boundaries and repeats."""
@@ -436,18 +388,16 @@ def test_row_bits_hold_exactly_the_rows_added():
     assert not engine.RowBits(0).has(np.array([0, 5])).any()
 
 
-@pytest.mark.parametrize("passes", ["compiled", "numpy"])
-def test_streamed_budget_two_gpus_synthetic_from_real(reports, passes, tmp_path, monkeypatch):
+def test_streamed_budget_two_gpus_synthetic_from_real(reports, tmp_path, monkeypatch):
     """Synthetic edit of a real export: every other kernel and copy on a second GPU (device
     1). The streamed budget keeps one running state per GPU and starts a GPU's launch-time
     bits afresh; in batches of 997 and 5 it must give the in-memory budget of both GPUs,
-    and launch_compute and sync_gaps must agree too (passes compiled and in NumPy)."""
+    and launch_compute and sync_gaps must agree too."""
     import shutil
     import sqlite3
 
     from nsightlab.analysis import budget_stream
 
-    _passes(passes, monkeypatch)
     path = tmp_path / "two-gpus.sqlite"
     shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
     with sqlite3.connect(path) as c:
@@ -464,21 +414,19 @@ def test_streamed_budget_two_gpus_synthetic_from_real(reports, passes, tmp_path,
                 assert_same(tables[table], got[table], f"two GPUs {recipe}.{table} ({rows})")
 
 
-@pytest.mark.parametrize("passes", ["compiled", "numpy"])
-def test_streamed_budget_tied_starts_synthetic_from_real(reports, passes, tmp_path, monkeypatch):
+def test_streamed_budget_tied_starts_synthetic_from_real(reports, tmp_path, monkeypatch):
     """Synthetic edit of a real export: kernel and copy starts rounded down to 200 us, so
     operations tie in start on a GPU (launched at different times, ending at different
     times, kernels tied with copies). DuckDB sorts the budget's start-order pass by (GPU,
     start) only and sync_gaps' by (process, GPU, context, start), and the ties are put in
     order batch by batch, held back across batch edges; in batches of 997, 5 and 2 the
     budget, launch_compute (busy time from that pass) and sync_gaps must equal the in-memory
-    ones, which sort ties as a whole (passes compiled and in NumPy)."""
+    ones, which sort ties as a whole."""
     import shutil
     import sqlite3
 
     from nsightlab.analysis import budget_stream
 
-    _passes(passes, monkeypatch)
     path = tmp_path / "tied.sqlite"
     shutil.copy(reports("nsys", "", "h200-vit-fp16-syncy"), path)
     with sqlite3.connect(path) as c:
@@ -826,9 +774,7 @@ def test_launch_compute_out_of_memory_beside_its_statistics_tries_again(reports,
 
     path = reports("nsys", "", "h200-launchbound")
     ref = _run(path, "launch_compute", "numpy", tmp_path, monkeypatch)
-    failed, medians = [], engine.medians
-    # the pass's last step, compiled or in NumPy (``analysis.compiled``)
-    finishes = {c: c.finish for c in (budget_stream._Device, budget_stream._LoopDevice)}
+    failed, finish, medians = [], budget_stream._Device.finish, engine.medians
     done = {"pass": threading.Event(), "statistics": threading.Event()}
     other = {"pass": "statistics", "statistics": "pass"}
 
@@ -842,15 +788,14 @@ def test_launch_compute_out_of_memory_beside_its_statistics_tries_again(reports,
 
     def pass_short_of_memory(self, *a):
         fail_once("pass", duckdb.OutOfMemoryException("Out of Memory Error: could not allocate"))
-        return finishes[type(self)](self, *a)
+        return finish(self, *a)
 
     def side_fails(*a, **k):
         if threading.current_thread().name == "nsightlab-beside":
             fail_once("statistics", RuntimeError("the statistics failed too"))
         return medians(*a, **k)
 
-    for c in finishes:
-        monkeypatch.setattr(c, "finish", pass_short_of_memory)
+    monkeypatch.setattr(budget_stream._Device, "finish", pass_short_of_memory)
     monkeypatch.setattr(engine, "medians", side_fails)
     got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
     assert failed == [first, other[first]]

@@ -39,7 +39,7 @@ from nsightlab.analysis.budget_parts import (
     max_end_per_iteration,
     none_last,
 )
-from nsightlab.analysis import compiled, completeness
+from nsightlab.analysis import completeness
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.engine import RowBits, runs, ties_in_order
 from nsightlab.analysis.launches import (
@@ -75,7 +75,6 @@ class StreamedOps:
 
     def __init__(self, report, db, batch_rows: int | None = None):
         self.report, self.db, self.batch_rows = report, db, batch_rows or BATCH_ROWS
-        compiled.warm_up()  # loaded while the calls are read and joined, ready for the passes
         share = self._shared_launches()
         selects = [self._select(i, t, share) for i, t in enumerate(TABLES) if report.has_rows(t)]
         self.count, self.lo, self.hi, self._by_gpu = 0, 0, 0, "device_id, "
@@ -270,19 +269,14 @@ class StreamedOps:
         re_ = iters["end_ns"].to_numpy(np.int64) if iters is not None else np.empty(0, np.int64)
         gpu_end = np.full(len(rs), -1, np.int64)
         carry: tuple | None = None  # (device, last launch time, the distinct one before it)
-        loops = compiled.loops()
         stream = self.db.stream("SELECT device_id, api_start, api_row, end_ns, tbl FROM bops "
                                 f"WHERE api_start IS NOT NULL ORDER BY {self._by_gpu}api_start",
                                 self.batch_rows)
         for batch in stream:
             dev, t, row, e, tbl = (batch.column(i).to_numpy() for i in range(5))
-            t, e = t.astype(np.int64, copy=False), e.astype(np.int64, copy=False)
-            if loops is not None:  # the same bits and ends, compiled (``compiled``)
-                carry = _launch_loops(loops, dev, t, row, e, tbl, carry, bits, calls, rs, re_,
-                                      gpu_end)
-                continue
             if calls is not None:
                 calls.add(row[tbl == 0])
+            t, e = t.astype(np.int64, copy=False), e.astype(np.int64, copy=False)
             for lo, hi in runs(dev):
                 d = int(dev[lo])
                 prev = _previous_distinct(t[lo:hi], carry[1:] if carry and carry[0] == d else None)
@@ -304,14 +298,13 @@ class StreamedOps:
         self._launch_pass(None)
         present = self.db.frame("SELECT DISTINCT device_id, part FROM bops")
         ctx = idle_context(start, end, syncs)
-        loops = compiled.loops()
         workers = min(IDLE_THREADS, readers())
-        if workers < 2 or loops is not None:
-            return self._start_pass(present, ctx, None, loops)
+        if workers < 2:
+            return self._start_pass(present, ctx, None)
         with ThreadPoolExecutor(workers) as pool:
-            return self._start_pass(present, ctx, pool, None)
+            return self._start_pass(present, ctx, pool)
 
-    def _start_pass(self, present: pd.DataFrame, ctx: dict, pool, loops) -> dict:
+    def _start_pass(self, present: pd.DataFrame, ctx: dict, pool) -> dict:
         out, state = {}, None
         lk = self._left_view or self.db.left_launches is not None
         # GPU busy time of the launch table's kernels (those with a launch call) per (process,
@@ -341,19 +334,14 @@ class StreamedOps:
                     if state is not None:
                         out[state.device] = state.finish()
                     codes = present.loc[present["device_id"] == d, "part"].to_numpy()
-                    state = (_Device(d, codes, ctx, self._quick, pool) if loops is None else
-                             _LoopDevice(loops, d, codes, ctx, self._quick, busy))
+                    state = _Device(d, codes, ctx, self._quick, pool)
                 state.add(s[lo:hi], e[lo:hi], part[lo:hi], api[lo:hi], row[lo:hi])
+                kernel = col[6][lo:hi] == 0
                 if pairs is not None:
-                    kernel = col[6][lo:hi] == 0
                     pairs[col[7][lo:hi][kernel]] = row[lo:hi][kernel]
-                if busy is None:
-                    continue
-                if loops is not None:
-                    state.add_busy(col[8][lo:hi], col[6][lo:hi], row[lo:hi], s[lo:hi], e[lo:hi])
-                else:
-                    _add_busy(busy, d, col[8][lo:hi], (col[6][lo:hi] == 0) & (row[lo:hi] >= 0),
-                              s[lo:hi], e[lo:hi])
+                if busy is not None:
+                    _add_busy(busy, d, col[8][lo:hi], kernel & (row[lo:hi] >= 0), s[lo:hi],
+                              e[lo:hi])
         if state is not None:
             out[state.device] = state.finish()
         if busy is not None:
@@ -475,100 +463,20 @@ class _Device:
         self._idle(np.array([last_end]), np.array([_MAX]), np.array([np.nan]), np.array([False]))
         while self.pending:
             self._add_idle(self.pending.pop(0).result())
-        return _device_parts(self.ctx, self.level, self.alone, self.idle)
-
-
-def _device_parts(ctx: dict, level: dict, alone: dict, idle: list) -> tuple[dict, pd.DataFrame]:
-    """A GPU's budget from its pass: covered time per window of each level (``level``: the
-    busy parts up to that code) and of each copy part alone, and the idle sums."""
-    parts, done = {}, np.zeros(len(ctx["start"]), np.int64)
-    copy_total = np.zeros_like(done)
-    for code, part in enumerate(BUSY_PARTS):
-        if code in level:
-            parts[f"{part}_ns"] = level[code] - done
-            done = level[code]
-            if code in alone:
-                copy_total += alone[code]
-        else:
-            parts[f"{part}_ns"] = np.zeros_like(done)
-    copies = sum(parts[f"{p}_ns"] for p in COPY_PARTS)
-    parts.update(add_idle(ctx, idle))
-    parts["hidden_copy_ns"] = copy_total - copies
-    return parts, by_sync_frame(ctx, idle)
-
-
-class _LoopDevice:
-    """``_Device`` in compiled loops (``compiled.loops``): the same unions, covered time and
-    idle attribution, one pass over each batch; and the launched kernels' busy time per
-    process (``_add_busy``), kept here per GPU and added to ``busy`` at the end."""
-
-    #: process slots of the busy time to begin with (more are given when needed)
-    SLOTS = 8
-
-    def __init__(self, loops, device: int, codes: np.ndarray, ctx: dict, quick_bits,
-                 busy: BusyByKey | None):
-        self.loops, self.device, self.ctx, self.busy = loops, device, ctx, busy
-        self.codes = np.array(sorted(int(c) for c in codes), np.int64)
-        nc, n, m = len(self.codes), len(ctx["start"]), len(ctx["sync_names"])
-        self.alone = np.array([BUSY_PARTS[c] in COPY_PARTS for c in self.codes])
-        self.bits = quick_bits.bits
-        # per union (the levels, then each copy part alone): carried interval, and the
-        # first window its next interval can meet
-        self.has, self.cs, self.ce, self.ptr = (np.zeros(2 * nc, np.int64) for _ in range(4))
-        self.st = np.array([0, -1], np.int64)  # gaps: next window, last sync before
-        self.level_cov, self.alone_cov = np.zeros((nc, n), np.int64), np.zeros((nc, n), np.int64)
-        self.idle = np.zeros((len(IDLE_PARTS), n), np.int64)
-        self.sync_idle, self.sync_count = np.zeros(m, np.int64), np.zeros(m, np.int64)
-        self.keys, self.reach, self.total = (np.zeros(self.SLOTS, np.int64) for _ in range(3))
-        self.used = np.zeros(1, np.int64)
-        self.windows = (ctx["start"].astype(np.int64, copy=False),
-                        ctx["end"].astype(np.int64, copy=False))
-        self.syncs = (ctx["se"].astype(np.int64, copy=False),
-                      ctx["sync_code"].astype(np.int64, copy=False))
-
-    def add(self, s, e, part, api, row) -> None:
-        part = part.astype(np.int64, copy=False)  # one compiled signature for every table
-        self.loops.start_pass(s, e, part, api, row, self.bits, self.codes, self.alone,
-                              self.has, self.cs, self.ce, self.ptr, *self.windows, *self.syncs,
-                              self.st, self.level_cov, self.alone_cov, self.idle,
-                              self.sync_idle, self.sync_count)
-
-    def add_busy(self, pid, tbl, row, s, e) -> None:
-        pid, tbl = pid.astype(np.int64, copy=False), tbl.astype(np.int64, copy=False)
-        at = 0
-        while (at := self.loops.busy_add(pid, tbl, row, s, e, self.keys, self.reach,
-                                          self.total, self.used, at)) < len(s):
-            self.keys, self.reach, self.total = (  # a process more than there are slots
-                np.concatenate([a, np.zeros_like(a)]) for a in (self.keys, self.reach, self.total))
-
-    def finish(self) -> tuple[dict, pd.DataFrame]:
-        self.loops.finish(self.codes, self.has, self.cs, self.ce, self.ptr, *self.windows,
-                          *self.syncs, self.st, self.level_cov, self.alone_cov, self.idle,
-                          self.sync_idle, self.sync_count)
-        if self.busy is not None:
-            for k in range(int(self.used[0])):
-                key = (int(self.keys[k]), self.device)
-                self.busy.total[key] = self.busy.total.get(key, 0) + int(self.total[k])
-        level = {int(c): self.level_cov[j] for j, c in enumerate(self.codes)}
-        alone = {int(c): self.alone_cov[j] for j, c in enumerate(self.codes) if self.alone[j]}
-        idle = [({f"{p}_ns": self.idle[i] for i, p in enumerate(IDLE_PARTS)}, self.sync_idle,
-                 self.sync_count)]
-        return _device_parts(self.ctx, level, alone, idle)
-
-
-def _launch_loops(loops, dev, t, row, e, tbl, carry, bits: RowBits, calls, rs, re_, gpu_end):
-    """``_launch_pass`` over one batch in compiled loops: the same bits, iteration ends and
-    shared-call finding; returns the carry for the next batch."""
-    if calls is not None:
-        calls.add(row[tbl == 0])
-    row = row.astype(np.int64, copy=False)
-    for lo, hi in runs(dev):
-        d = int(dev[lo])
-        state = (np.array(carry[1], np.int64) if carry is not None and carry[0] == d
-                 else np.zeros(3, np.int64))
-        loops.launch_pass(t[lo:hi], row[lo:hi], e[lo:hi], bits.bits, state, rs, re_, gpu_end)
-        carry = (d, state)
-    return carry
+        parts, done = {}, np.zeros(len(self.ctx["start"]), np.int64)
+        copy_total = np.zeros_like(done)
+        for code, part in enumerate(BUSY_PARTS):
+            if code in self.level:
+                parts[f"{part}_ns"] = self.level[code] - done
+                done = self.level[code]
+                if code in self.alone:
+                    copy_total += self.alone[code]
+            else:
+                parts[f"{part}_ns"] = np.zeros_like(done)
+        copies = sum(parts[f"{p}_ns"] for p in COPY_PARTS)
+        parts.update(add_idle(self.ctx, self.idle))
+        parts["hidden_copy_ns"] = copy_total - copies
+        return parts, by_sync_frame(self.ctx, self.idle)
 
 
 def _previous_distinct(t: np.ndarray, carry: tuple | None) -> np.ndarray:

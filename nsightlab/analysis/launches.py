@@ -273,21 +273,15 @@ def _shared_calls(db) -> bool:
 
 class SharedCalls:
     """Whether any API row was added twice (a call that launched several operations), with
-    a bit per row (``engine.RowBits``); marked in a compiled loop where there is one
-    (``analysis.compiled``: no sort of each batch, and no GIL held)."""
+    a bit per row (``engine.RowBits``)."""
 
     def __init__(self, n: int):
-        from nsightlab.analysis import compiled
         from nsightlab.analysis.engine import RowBits
 
-        self.seen, self.shared, self._loops = RowBits(n), False, compiled.loops()
+        self.seen, self.shared = RowBits(n), False
 
     def add(self, rows: np.ndarray) -> None:
         if self.shared or not len(rows):
-            return
-        if self._loops is not None:
-            self.shared = self._loops.any_seen_twice(rows.astype(np.int64, copy=False),
-                                                     self.seen.bits)
             return
         rows = np.sort(rows, kind="stable")  # nearly sorted: a merge of runs
         if np.any(rows[1:] == rows[:-1]) or self.seen.has(rows).any():
