@@ -14,7 +14,7 @@ from click.testing import CliRunner
 import nsightlab
 import nsightlab.recipe_runner as R
 from conftest import xz_fixtures
-from nsightlab.analysis import completeness, iterations, steady
+from nsightlab.analysis import completeness, iterations, kinds
 from nsightlab.cli import cli
 
 STEADY = Path(__file__).parent / "data" / "steady"
@@ -122,26 +122,28 @@ def test_with_ranges_the_warm_up_does_not_decide_the_verdict(run, cache_dir):
     assert s["wall_ns"] < 1.1 * s["wall_med_ns"]
 
 
-def test_phases_set_warm_up_and_outliers_apart():
+def test_warm_up_is_a_prefix_and_isolated_iterations_are_outliers():
     w = np.array([90.0, 40, 10, 10.2, 9.9, 10.1, 30, 10, 9.8, 10.1, 2.0])
-    ph = steady.phases(w)
-    assert list(ph[:2]) == ["warm-up", "warm-up"] and ph[6] == "outlier" and ph[-1] == "outlier"
-    assert (ph[2:6] == "steady").all()
-    st = steady.stats(w, ph)
-    assert st["steady_iterations"] == 7 and st["p50_ns"] == pytest.approx(10.0)
-    assert st["cov_pct"] < 2 and st["max_ns"] == 30.0  # the tails keep every post-warm-up one
+    loop = kinds.classify(w)
+    assert loop.warmup == 2 and list(loop.outliers) == [6, 10]
+    st = kinds.stats(w, loop.label)
+    # the loop's statistics keep the outliers: never taken after trimming
+    assert st["steady_iterations"] == 9 and st["p50_ns"] == pytest.approx(10.0)
+    assert st["mean_ns"] == pytest.approx(w[2:].mean()) and st["max_ns"] == 30.0
 
 
-def test_steady_state_of_a_regular_loop_keeps_every_iteration():
+def test_a_regular_loop_is_one_kind():
     w = 5.0 + 0.05 * np.sin(np.arange(30))
-    assert (steady.phases(w) == "steady").all()
+    loop = kinds.classify(w)
+    assert (loop.label == kinds.MAIN).all() and loop.trend is None
 
 
-def test_the_budget_is_the_mean_of_the_steady_iterations(run, cache_dir):
-    """The parts add up to the steady mean, not to a mean the warm-up decides."""
+def test_the_budget_is_the_mean_of_the_loop_after_warm_up(run, cache_dir):
+    """The parts add up to the loop's mean (every iteration after warm-up), not to a mean the
+    warm-up decides."""
     out = R.run("budget", run("compile"))
     s, it = out["summary"].iloc[0], out["iterations"]
-    st = it[it["phase"] == "steady"]
+    st = it[it["phase"] == "loop"]
     assert s["wall_ns"] == pytest.approx(st["wall_ns"].mean())
     parts = sum(s[f"{p}_ns"] for p in ("kernels", "h2d_pageable", "h2d_pinned", "d2h_pageable",
                                        "d2h_pinned", "d2d", "peer", "copy_other", "memset",
@@ -151,11 +153,11 @@ def test_the_budget_is_the_mean_of_the_steady_iterations(run, cache_dir):
     assert it["wall_ns"].max() > 100 * s["wall_med_ns"]  # the compiling call, left out
 
 
-def test_report_says_the_steady_state_and_what_was_left_out(run, cache_dir):
+def test_report_says_the_loop_and_what_was_left_out(run, cache_dir):
     res = CliRunner().invoke(cli, ["report", str(run("compile"))])
     assert res.exit_code == 0, res.output
-    assert "steady state:" in res.output and "left out of the steady state:" in res.output
-    assert "warm-up" in res.output
+    assert "loop: " in res.output and "warm-up left out: " in res.output
+    assert "warm-up and outlier iterations:" in res.output
 
 
 def test_diff_of_runs_without_ranges_compares_their_steady_iterations(run, cache_dir):

@@ -50,7 +50,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     max_end_per_iteration,
     none_last,
 )
-from nsightlab.analysis import iterations, steady
+from nsightlab.analysis import iterations, kinds, steady
 from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.completeness import LAUNCH_CALLS
@@ -249,21 +249,52 @@ def _compute(report: Report, ops) -> tuple[pd.DataFrame, pd.DataFrame, str]:
         start, end, names = np.array([lo]), np.array([hi]), np.array([WHOLE_RUN])
         source = (f"{source}: the whole span of GPU activity as one iteration"
                   if ops.count else "no GPU activity")
-    phase = steady.phases(end - start)
+    loop = kinds.classify(end - start)
+    moved = _copy_bytes(report, start, end) if ops.count else {}
     rows, causes = [], []
     for dev, (parts, idle) in ops.budgets(start, end, syncs).items():
         rows.append(pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
                                   "device_id": int(dev), "start_ns": start, "end_ns": end,
-                                  "wall_ns": end - start, **parts, "phase": phase}))
+                                  "wall_ns": end - start, **parts, **moved.get(int(dev), {}),
+                                  "phase": loop.phase, "kind": loop.label}))
         causes.append(idle)
-    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
-        columns=["iteration", "name", "device_id", "start_ns", "end_ns", "wall_ns",
-                 *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", "phase"])
+    columns = ["iteration", "name", "device_id", "start_ns", "end_ns", "wall_ns",
+               *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", *BYTES, "phase", "kind"]
+    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=columns)
+    for c in BYTES:
+        table[c] = table[c].fillna(0).astype(np.int64) if c in table else np.int64(0)
+    table = table[columns]
     by_sync = merge_by_sync(causes)
     by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
     del ops, rows, causes
     release_memory()  # the idle threads' scratch: before the caller builds its own tables
     return table, by_sync, source
+
+
+#: bytes copied per iteration, by direction (for the words of a kind that copies)
+BYTES = ("h2d_bytes", "d2h_bytes", "d2d_bytes")
+_BYTE_KINDS = {"Host-to-Device": "h2d_bytes", "Device-to-Host": "d2h_bytes",
+               "Device-to-Device": "d2d_bytes"}
+
+
+def _copy_bytes(report: Report, start: np.ndarray, end: np.ndarray) -> dict:
+    """Bytes copied per iteration window (by the copy's start), by GPU and direction:
+    {device: {"h2d_bytes": array, ...}}; empty without copies."""
+    if not report.has_rows("memcpy"):
+        return {}
+    mc = report.memcpy(["device_id", "start_ns", "bytes", "copy_kind"])
+    at = np.searchsorted(start, mc["start_ns"].to_numpy(), "right") - 1
+    inside = (at >= 0) & (mc["start_ns"].to_numpy() <= end[np.maximum(at, 0)])
+    out: dict = {}
+    kind = mc["copy_kind"].astype(str).to_numpy()
+    dev = mc["device_id"].to_numpy()
+    nbytes = mc["bytes"].to_numpy(np.float64)
+    for d in np.unique(dev):
+        out[int(d)] = {c: np.bincount(at[sel], weights=nbytes[sel], minlength=len(start))
+                       .astype(np.int64)
+                       for k, c in _BYTE_KINDS.items()
+                       for sel in [inside & (dev == d) & (kind == k)]}
+    return out
 
 
 def api_names(report: Report) -> list[str]:
@@ -381,35 +412,110 @@ COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
 
 def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
               params: dict | None = None) -> pd.DataFrame:
-    """One row per GPU: iterations, mean wall time, every part per iteration (``*_ns``) and
-    its share (``*_pct``), hidden copy time, verdict, evidence and advice. Without iteration
-    ranges the evidence says that set-up time is in it."""
+    """One row per GPU: the loop (every iteration after warm-up, ``nsightlab.analysis.kinds``):
+    its iterations and statistics, its mean wall time (what throughput sees: total time /
+    iterations), every part per iteration (``*_ns``, means over the loop: they add up to the
+    mean) and its share (``*_pct``), hidden copy time, verdict, evidence and advice; then the
+    main kind's iterations and median. Without iteration ranges the evidence says that set-up
+    time is in it."""
     params = {**DEFAULTS, **(params or {})}
     rows = []
     for dev, g in table.groupby("device_id", sort=True):
-        phase = g["phase"].to_numpy() if "phase" in g else np.full(len(g), steady.STEADY)
-        st = steady.stats(g["wall_ns"].to_numpy(float), phase)
-        use = g[phase == steady.STEADY] if st["steady_iterations"] else g
+        label = _labels(g)
+        st = kinds.stats(g["wall_ns"].to_numpy(float), label)
+        st["main_cov_pct"] = kinds.stats(g["wall_ns"].to_numpy(float)[label == kinds.MAIN],
+                                         np.full(int((label == kinds.MAIN).sum()), kinds.MAIN)
+                                         )["cov_pct"]
+        st["trend"] = kinds.classify(g["wall_ns"].to_numpy(float)).trend is not None
+        use = g[label != kinds.WARM_UP] if st["steady_iterations"] else g
         wall = float(use["wall_ns"].mean())
+        main = g["wall_ns"].to_numpy(float)[label == kinds.MAIN]
         row = {"device_id": int(dev), "iterations": len(g),
                "steady_iterations": st["steady_iterations"],
                "warmup_iterations": st["warmup_iterations"],
-               "outlier_iterations": st["outlier_iterations"], "wall_ns": wall,
-               "wall_med_ns": st["p50_ns"], "wall_p95_ns": st["p95_ns"],
-               "wall_p99_ns": st["p99_ns"], "wall_cov_pct": st["cov_pct"]}
-        for p in PARTS:
-            row[f"{p}_ns"] = float(use[f"{p}_ns"].mean())
-        for p in PARTS:
-            row[f"{p}_pct"] = 100.0 * row[f"{p}_ns"] / wall if wall else 0.0
-        row["hidden_copy_ns"] = float(use["hidden_copy_ns"].mean())
+               "outlier_iterations": st["outlier_iterations"], "kinds": st["kinds"],
+               "wall_ns": wall, "wall_med_ns": st["p50_ns"], "wall_p95_ns": st["p95_ns"],
+               "wall_p99_ns": st["p99_ns"], "wall_cov_pct": st["cov_pct"],
+               "warmup_ns": st["warmup_ns"], "main_iterations": int(len(main)),
+               "main_med_ns": float(np.median(main)) if len(main) else st["p50_ns"]}
+        _add_parts(row, use, wall)
         row["verdict"], row["evidence"], row["advice"] = verdict(row, by_sync, graphs, params)
         if (g["name"] == WHOLE_RUN).all():
             row["evidence"] += ("; the whole run, set-up included (no iterations found: name "
                                 "one NVTX range per iteration, iterN, for a steady-state verdict)")
-        elif steady_words(st):
-            row["evidence"] += "; " + steady_words(st).lstrip("; ")
+        elif loop_words(st):
+            row["evidence"] += "; " + loop_words(st)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _labels(g: pd.DataFrame) -> np.ndarray:
+    """Each iteration's kind (``kinds``' labels): from the table, else classified now."""
+    if "kind" in g:
+        return g["kind"].to_numpy(object)
+    return kinds.classify(g["wall_ns"].to_numpy(float)).label
+
+
+def _add_parts(row: dict, use: pd.DataFrame, wall: float) -> None:
+    """The mean of every part over iterations ``use``, and its share of ``wall``."""
+    for p in PARTS:
+        row[f"{p}_ns"] = float(use[f"{p}_ns"].mean()) if len(use) else 0.0
+    for p in PARTS:
+        row[f"{p}_pct"] = 100.0 * row[f"{p}_ns"] / wall if wall else 0.0
+    row["hidden_copy_ns"] = float(use["hidden_copy_ns"].mean()) if len(use) else 0.0
+
+
+def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
+                params: dict | None = None) -> pd.DataFrame:
+    """One row per GPU and kind of iteration (the main kind first, then the others, the
+    outliers and the warm-up; ``nsightlab.analysis.kinds``): which iterations (``pattern``,
+    ``which``), how many, their median / min / max / mean wall time, their total time and its
+    share of the loop's (``share_pct``: warm-up's against the loop's too, though it is not in
+    it), every part's mean, the verdict of the kind's own mean budget, and ``cause``: the part
+    that makes it differ from the main kind (none for the main kind; for a trend's main kind,
+    the part that grows from the first quarter to the last)."""
+    params = {**DEFAULTS, **(params or {})}
+    out = []
+    for dev, g in table.groupby("device_id", sort=True):
+        wall = g["wall_ns"].to_numpy(float)
+        loop = kinds.classify(wall)
+        label = _labels(g)
+        loop_ns = float(wall[label != kinds.WARM_UP].sum()) or 1.0
+        main = g[label == kinds.MAIN]
+        groups = [(x.name, x.pattern, x.words) for x in loop.kinds if (label == x.name).any()]
+        if (label == kinds.OUTLIER).any():
+            rows = np.flatnonzero(label == kinds.OUTLIER)
+            groups.append((kinds.OUTLIER, "isolated", f"{len(rows)} of {len(wall) - loop.warmup}: "
+                           f"iterations {', '.join(str(int(r)) for r in rows[:8])}"))
+        if loop.warmup:
+            groups.append((kinds.WARM_UP, "prefix", f"iterations 0-{loop.warmup - 1}"))
+        for name, pattern, which in groups:
+            mine = g[label == name]
+            w = mine["wall_ns"].to_numpy(float)
+            row = {"device_id": int(dev), "kind": name, "pattern": pattern, "which": which,
+                   "iterations": len(mine), "med_ns": float(np.median(w)),
+                   "min_ns": float(w.min()), "max_ns": float(w.max()), "mean_ns": float(w.mean()),
+                   "time_ns": float(w.sum()), "share_pct": 100.0 * float(w.sum()) / loop_ns,
+                   "period": next((x.period for x in loop.kinds if x.name == name), None)}
+            _add_parts(row, mine, row["mean_ns"])
+            for c in BYTES:
+                row[c] = float(mine[c].mean()) if c in mine else 0.0
+            row["verdict"] = verdict({**row, "wall_ns": row["mean_ns"]}, by_sync, graphs,
+                                     params)[0]
+            row["cause"] = (steady.cause(mine, main) if name != kinds.MAIN else
+                            steady.trend_cause(main) if loop.trend else "")
+            if name == kinds.MAIN and loop.trend:
+                t = loop.trend
+                row["pattern"] = "trend"
+                row["which"] += (f"; {'slows down' if t['change_pct'] > 0 else 'speeds up'} "
+                                 f"{abs(t['change_pct']):.0f}%: median {t['first_ns'] / 1e6:.3g} "
+                                 f"ms in the first {t['quarter']} iterations, "
+                                 f"{t['last_ns'] / 1e6:.3g} ms in the last {t['quarter']}")
+            out.append(row)
+    cols = ["device_id", "kind", "pattern", "which", "iterations", "med_ns", "min_ns", "max_ns",
+            "mean_ns", "time_ns", "share_pct", "period", "verdict", "cause",
+            *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", *BYTES]
+    return pd.DataFrame(out, columns=cols)
 
 
 def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
@@ -441,19 +547,20 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
                        "verdicts are withheld"}
 
 
-def steady_words(st: dict) -> str:
-    """What the verdict averaged over, said in one clause: steady iterations, warm-up and
-    outliers left out, and whether the steady state is stable."""
+def loop_words(st: dict) -> str:
+    """What the verdict's mean is over, said in one clause when something was left out or the
+    mean misleads: the iterations after warm-up, the median when the two differ, and
+    whether the loop is stable."""
     n, k = st["iterations"], st["steady_iterations"]
-    left = [f"{st[f'{w}_iterations']} {label}" for w, label in
-            (("warmup", "warm-up"), ("outlier", "outlier(s)")) if st[f"{w}_iterations"]]
-    out = (f"mean of {k} steady iterations of {n} ({', '.join(left)} left out)" if left
-           else "")
-    if st["p50_ns"] and abs(st["mean_ns"] - st["p50_ns"]) > steady.MEAN_MEDIAN_PCT / 100 * st["p50_ns"]:
-        out += f"; the median steady iteration is {st['p50_ns'] / 1e6:.3f} ms"
-    if st["cov_pct"] > steady.UNSTABLE_COV_PCT:
-        out += (f"; UNSTABLE: the steady iterations vary by {st['cov_pct']:.0f}% (CoV), so one "
-                "run's numbers may not repeat")
+    out = (f"the mean of the {k} iterations after warm-up ({st['warmup_iterations']} of {n} "
+           "left out)" if st["warmup_iterations"] else "")
+    if st["p50_ns"] and abs(st["mean_ns"] - st["p50_ns"]) > kinds.MEAN_MEDIAN_PCT / 100 * st["p50_ns"]:
+        out += f"{'; ' if out else ''}the median iteration is {st['p50_ns'] / 1e6:.3f} ms"
+    cov = st.get("main_cov_pct", st["cov_pct"])
+    if cov > kinds.UNSTABLE_COV_PCT and not st.get("trend"):
+        out += (f"{'; ' if out else ''}UNSTABLE: the {'main kind' if st['kinds'] > 1 else 'loop'}"
+                f"'s iterations vary by {cov:.0f}% (CoV, outliers apart), so one run's numbers "
+                "may not repeat")
     return out
 
 

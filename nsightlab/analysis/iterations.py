@@ -200,8 +200,19 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
     if evidenced:  # the innermost level, of those holding the loop, whose boundaries are
         # where host and GPU meet (a decode step: not the layer inside, not the call around)
         most = max(lv["coverage"] for lv in evidenced)
-        best = max((lv for lv in evidenced if lv["coverage"] >= 0.5 * most),
-                   key=lambda lv: (lv["count"], lv["alike"]))
+        held = [lv for lv in evidenced if lv["coverage"] >= 0.5 * most]
+        best = max(held, key=lambda lv: (lv["count"], lv["alike"]))
+        # a level with a few more units than one over the same stretch of the run whose
+        # boundaries all carry evidence, or whose units are more alike, is that level with
+        # some units cut in two (a sync inside every 5th step, a host stall inside a pass),
+        # not a level inside it (those have 2x the units or more)
+        whole = [lv for lv in held if lv["count"] < best["count"] <= 1.5 * lv["count"]
+                 and lv["coverage"] >= 0.98 * best["coverage"]
+                 and (lv["evidence"] >= best["evidence"] + 0.1
+                      or lv["alike"] >= best["alike"] + 0.1)]
+        if whole:
+            best = max(whole, key=lambda lv: (lv["evidence"], lv["alike"], lv["count"]))
+        best = _split_alike(ops, best, cut)
     else:  # a fully asynchronous loop: the outermost level that repeats
         alike = [lv for lv in levels if lv["alike"] >= 0.8] or levels
         best = min(alike, key=lambda lv: (lv["count"], -lv["alike"]))
@@ -212,20 +223,55 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
     outer = [lv for lv in evidenced if lv["count"] < best["count"]
              and best["count"] % lv["count"] == 0 and lv["alike"] >= 0.9]
     per_outer = best["count"] // max(lv["count"] for lv in outer) if outer else 0
-    ranges = _ranges(ops, best["starts"], best["ends"])
+    ranges = _ranges(ops, best["starts"], best["ends"], tile=True)
     layers = _layers(ops, best, levels)
     reasons = _evidence_words(why, best["starts"]) if best["evidence"] >= MIN_EVIDENCE else \
         "none (an asynchronous loop): the outermost level that repeats"
     shape = (f"{per_outer} iterations x {best['count'] // per_outer} outer units of "
              if per_outer else f"{best['count']} iterations of ")
+    alike = (" (but for kernels that change from one to the next: grids, KV lengths)"
+             if best.get("tolerant") else "")
     source = (f"found in the trace (no NVTX iteration ranges): {shape}a "
-              f"{best['length']}-operation sequence, {best['alike']:.0%} of them alike, in "
+              f"{best['length']}-operation sequence, {best['alike']:.0%} of them alike{alike}, in "
               f"{best['coverage']:.0%} of the GPU's busy time; boundaries: {reasons}")
     return Found(ranges, source, operations=best["length"], alike_pct=100 * best["alike"],
                  coverage_pct=100 * best["coverage"], evidence=reasons, outer=per_outer,
                  layers=layers,
                  levels=[{k: v for k, v in lv.items() if k not in ("starts", "ends")}
                          for lv in levels])
+
+
+def _split_alike(ops: dict, best: dict, cut: np.ndarray) -> dict:
+    """``best`` with each unit cut at its inner boundaries when every unit holds the same
+    number of stretches between host/GPU boundaries and those stretches are alike in size
+    (within 1.5x) and operations (30% of their distinct kernels shared: two batch sizes pick
+    different GEMM and conv kernels): a loop of two input shapes that syncs after each pass
+    repeats as pairs of passes, but each pass is an iteration (of two kinds). A decode step's
+    sampling stretch (10 operations beside 125) and a training step's optimizer stay inside
+    their step."""
+    starts, ends = best["starts"], best["ends"]
+    cuts = np.flatnonzero(cut)
+    inner = np.searchsorted(cuts, ends, "left") - np.searchsorted(cuts, starts, "right")
+    k = int(np.bincount(inner).argmax()) if len(inner) else 0
+    if k < 1 or (inner == k).mean() < 0.8:
+        return best
+    unit = int(np.flatnonzero(inner == k)[len(np.flatnonzero(inner == k)) // 2])
+    a, b = int(starts[unit]), int(ends[unit])
+    edges = [a, *cuts[(cuts > a) & (cuts < b)].tolist(), b]
+    pieces = [ops["token"][x:y] for x, y in zip(edges[:-1], edges[1:])]
+    sizes = [len(p) for p in pieces]
+    if min(sizes) * 1.5 < max(sizes):
+        return best
+    sets = [set(np.unique(p).tolist()) for p in pieces]
+    shared = set.intersection(*sets)
+    if len(shared) < 0.3 * len(set.union(*sets)):
+        return best
+    lo = np.searchsorted(cuts, starts, "right")
+    extra = [cuts[i:i + k] for i, n_in in zip(lo, inner) if n_in == k]
+    new = np.unique(np.concatenate([starts, *extra]))
+    new_ends = np.concatenate([new[1:], [ends[-1]]])
+    return {**best, "starts": new, "ends": new_ends, "count": len(new),
+            "length": int(np.median(np.diff(np.append(new, ends[-1]))))}
 
 
 def _no_ranges() -> pd.DataFrame:
@@ -272,7 +318,8 @@ def _levels(ops: dict, cut: np.ndarray) -> list[dict]:
     m = {"prefix": np.concatenate([[np.uint64(0)], np.cumsum(h[inv], dtype=np.uint64)]),
          "busy": np.concatenate([[0.0], np.cumsum((ops["end_ns"] - ops["start_ns"])
                                                   .astype(np.float64))]),
-         "cut": cut, "token": tok, "kernel": (tok >= 0) | (tok <= GRAPH_TOKEN)}
+         "cut": cut, "token": tok, "kernel": (tok >= 0) | (tok <= GRAPH_TOKEN),
+         "hash": h, "inv": inv, "counts": counts}
     # every token's positions from one stable sort (not one pass over the run per anchor)
     order = np.argsort(inv, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -325,10 +372,29 @@ def _anchor_level(m: dict, q: np.ndarray, cuts: np.ndarray, n: int) -> dict | No
     k = np.searchsorted(cuts, starts[-1] + max(modal // 2, 1), "left")
     last = int(cuts[k]) if k < len(cuts) and cuts[k] <= starts[-1] + 1.5 * modal + 1 \
         else min(n, int(starts[-1]) + modal)
-    got = _assess(m, starts, np.concatenate([starts[1:], [last]]))
+    ends = np.concatenate([starts[1:], [last]])
+    got = _assess(m, starts, ends)
+    if got is None:  # alike but for the operations that vary from step to step
+        tolerant = _tolerant(m, len(q))
+        got = _assess(tolerant, starts, ends) if tolerant is not None else None
+        if got:
+            got["tolerant"] = True
     if got:
         got["source"] = "anchor"
     return got
+
+
+def _tolerant(m: dict, count: int) -> dict | None:
+    """``m`` with units compared only by the operations that can recur evenly in ``count``
+    units (tokens seen a multiple of ``count`` times): a decode step whose attention kernel
+    changes as the KV cache grows is still the same step. None when those operations are
+    fewer than half of all."""
+    even = m["counts"] % count == 0
+    if even[m["inv"]].mean() < 0.5:
+        return None
+    h = np.where(even, m["hash"], np.uint64(0))
+    return {**m, "prefix": np.concatenate([[np.uint64(0)],
+                                           np.cumsum(h[m["inv"]], dtype=np.uint64)])}
 
 
 def _assess(m: dict, starts: np.ndarray, ends: np.ndarray) -> dict | None:
@@ -463,7 +529,7 @@ def _layers(ops: dict, best: dict, levels: list[dict]) -> pd.DataFrame:
     return out
 
 
-def _ranges(ops: dict, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
+def _ranges(ops: dict, starts: np.ndarray, ends: np.ndarray, tile: bool = False) -> pd.DataFrame:
     """Each unit as a CPU range: from the first launch call of its operations to the end of the
     last (GPU times where a launch call is missing)."""
     s = np.where(np.isnan(ops["api_start_ns"]), ops["start_ns"], ops["api_start_ns"])
@@ -471,8 +537,11 @@ def _ranges(ops: dict, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
     lo = _per_unit(np.minimum, s, starts, ends)
     hi = _per_unit(np.maximum, e, starts, ends)
     hi = np.maximum(hi, lo)
-    # ranges must not overlap (the budget tiles them): end each where the next starts
-    hi[:-1] = np.minimum(hi[:-1], lo[1:])
+    # ranges must not overlap (the budget tiles them): end each where the next starts; with
+    # ``tile`` (iterations) run each to there: the host's time between two units (a stall,
+    # work that launches nothing) is the loop's, in the iteration it follows, as the period
+    # from one iteration's start to the next is what a loop's iteration takes
+    hi[:-1] = lo[1:] if tile else np.minimum(hi[:-1], lo[1:])
     return pd.DataFrame({"name": [f"iter{i}" for i in range(len(lo))], "start_ns": lo,
                          "end_ns": hi})
 

@@ -1,106 +1,91 @@
-"""The steady state: warm-up and outlier iterations set apart, by a robust rule over the
-iterations' wall-clock times, so that no answer is an average the first iterations decide.
-
-- **Warm-up** is the leading run of iterations slower than the steady band (compilation,
-  autotuning, allocation, library initialisation make the first iterations slow; a count
-  fixed in advance would be wrong for most runs);
-- **outliers** are later iterations outside the band (a slow step: a sync, host work, a
-  recompile; or one much faster: cut short);
-- the band is the median of the iterations after the first quarter's slow ones, plus or minus
-  ``BAND_SIGMAS`` robust standard deviations (1.4826 x the median absolute deviation), and at
-  least ``BAND_MIN`` of the median: a 3% wobble is the steady state, not an outlier.
-
-Statistics are reported as benchmarking tools report them: median, p95 and p99, and the
-coefficient of variation of the steady iterations (trtexec warns above 2.5%, torch.utils.
-benchmark above 10% IQR/median; nsightlab warns above ``UNSTABLE_COV_PCT``).
-"""
+"""Why iterations differ: the part of the time budget that makes a kind of iteration (or an
+outlier, or the warm-up) differ from the main kind, and the part a trend grows
+(``nsightlab.analysis.kinds`` says which iterations are which)."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-BAND_SIGMAS = 3.0
-BAND_MIN = 0.10  # of the median, above it (a slow iteration)
-BAND_MIN_FAST = 0.25  # of the median, below it (a much faster iteration: cut short?)
-UNSTABLE_COV_PCT = 10.0
-#: the mean and median of the steady iterations differ by more than this: said
-MEAN_MEDIAN_PCT = 5.0
-WARM_UP, STEADY, OUTLIER = "warm-up", "steady", "outlier"
+from nsightlab.analysis.budget_parts import COPY_PARTS
+from nsightlab.analysis.kinds import MAIN, OUTLIER, WARM_UP
+
+#: budget parts (or groups of them), as the cause of a difference is said
+CAUSES = {"kernels": "kernel time", "idle_host": "host work with the GPU idle",
+          "idle_sync": "GPU idle after host syncs", "idle_launch": "launch overhead",
+          "idle_unattributed": "GPU idle (no cause known)", "memset": "memsets"}
+COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
+              "h2d_pinned": "host-to-device copies (pinned)",
+              "d2h_pageable": "device-to-host copies into pageable memory",
+              "d2h_pinned": "device-to-host copies (pinned)", "d2d": "device-to-device copies",
+              "peer": "peer copies", "copy_other": "other copies"}
+_BYTES = {"h2d": "h2d_bytes", "d2h": "d2h_bytes", "d2d": "d2d_bytes"}
 
 
-def phases(wall: np.ndarray) -> np.ndarray:
-    """``WARM_UP``, ``STEADY`` or ``OUTLIER`` for each iteration of wall times ``wall`` (in
-    order). Fewer than 4 iterations are all steady: too few to tell."""
-    wall = np.asarray(wall, dtype=float)
-    n = len(wall)
-    out = np.full(n, STEADY, dtype=object)
-    if n < 4:
-        return out
-    med = float(np.median(wall))
-    sigma = 1.4826 * float(np.median(np.abs(wall - med)))
-    slow = wall > med + max(BAND_SIGMAS * sigma, BAND_MIN * med)
-    fast = wall < med - max(BAND_SIGMAS * sigma, BAND_MIN_FAST * med)
-    lead = int(np.argmin(slow)) if not slow.all() else n  # leading slow run
-    lead = min(lead, n // 2)
-    out[:lead] = WARM_UP
-    out[lead:][slow[lead:] | fast[lead:]] = OUTLIER
-    if (out == STEADY).sum() < 3:  # no band to speak of: everything after warm-up
-        out[lead:] = STEADY
-    return out
+def _parts(rows: pd.DataFrame) -> dict[str, float]:
+    """Mean of every cause's part over ``rows``."""
+    return {p: float(rows[f"{p}_ns"].mean()) if len(rows) else 0.0
+            for p in (*CAUSES, *COPY_WORDS)}
 
 
-def stats(wall: np.ndarray, phase: np.ndarray) -> dict:
-    """Iteration statistics: ``iterations``, ``steady_iterations``, ``warmup_iterations``,
-    ``outlier_iterations``; of the steady ones ``mean_ns``, ``p50_ns``, ``cov_pct``,
-    ``iqr_ns``; of every iteration after warm-up ``p95_ns``, ``p99_ns``, ``max_ns``,
-    ``min_ns``."""
-    wall = np.asarray(wall, dtype=float)
-    phase = np.asarray(phase, dtype=object)
-    steady = wall[phase == STEADY]
-    after = wall[phase != WARM_UP]
-    if not len(steady):
-        steady = after if len(after) else wall
-    if not len(after):
-        after = wall
-    q25, q50, q75 = np.percentile(steady, [25, 50, 75]) if len(steady) else (0.0, 0.0, 0.0)
-    mean = float(steady.mean()) if len(steady) else 0.0
-    p95, p99 = np.percentile(after, [95, 99]) if len(after) else (0.0, 0.0)
-    return {"iterations": int(len(wall)), "steady_iterations": int((phase == STEADY).sum()),
-            "warmup_iterations": int((phase == WARM_UP).sum()),
-            "outlier_iterations": int((phase == OUTLIER).sum()),
-            "mean_ns": mean, "p50_ns": float(q50), "iqr_ns": float(q75 - q25),
-            "cov_pct": float(100 * steady.std() / mean) if mean and len(steady) > 1 else 0.0,
-            "p95_ns": float(p95), "p99_ns": float(p99),
-            "min_ns": float(after.min()) if len(after) else 0.0,
-            "max_ns": float(after.max()) if len(after) else 0.0}
+def _mib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB" if n >= 2**20 \
+        else f"{n / 2**10:.0f} KiB"
 
 
-#: budget parts, grouped as causes of a slow iteration are named
-CAUSES = {"kernels_ns": "more GPU work (kernels)", "idle_host_ns": "host work with the GPU idle",
-          "idle_sync_ns": "waits on host syncs", "idle_launch_ns": "launch overhead",
-          "idle_unattributed_ns": "GPU idle (no cause known)"}
+def _said(part: str, delta: float, rows: pd.DataFrame, base: pd.DataFrame) -> str:
+    """One part's change in words: '+170.2 ms of device-to-host copies into pageable memory
+    (256 MiB an iteration)'."""
+    words = COPY_WORDS.get(part) or CAUSES[part]
+    text = f"{'+' if delta >= 0 else '-'}{abs(delta) / 1e6:.3g} ms of {words}"
+    col = _BYTES.get(part.split("_")[0])
+    if part in COPY_PARTS and col and col in rows:
+        moved = float(rows[col].mean()) - (float(base[col].mean()) if len(base) else 0.0)
+        if moved >= 2**20:
+            text += f" ({_mib(moved)} more an iteration)"
+    return text
+
+
+def cause(rows: pd.DataFrame, main: pd.DataFrame) -> str:
+    """The budget part that makes iterations ``rows`` differ most from the main kind's
+    ``main`` (by the means of each part), in words; '' when nothing differs."""
+    if not len(rows) or not len(main):
+        return ""
+    a, b = _parts(main), _parts(rows)
+    slower = float(rows["wall_ns"].mean()) >= float(main["wall_ns"].mean())
+    grow = {p: b[p] - a[p] for p in a}
+    part = max(grow, key=grow.get) if slower else min(grow, key=grow.get)
+    if not abs(grow[part]) > 0:
+        return ""
+    text = _said(part, grow[part], rows, main)
+    other = min(grow, key=grow.get) if slower else max(grow, key=grow.get)
+    if abs(grow[other]) >= 0.3 * abs(grow[part]):  # much of it given back elsewhere
+        text += ", offset by " + _said(other, grow[other], rows, main)
+    return text
+
+
+def trend_cause(main: pd.DataFrame) -> str:
+    """The part that grows (or shrinks) most from the first quarter of the main kind's
+    iterations to the last, in words."""
+    q = max(len(main) // 4, 1)
+    first, last = main.iloc[:q], main.iloc[-q:]
+    return cause(last, first)
 
 
 def explain(table: pd.DataFrame) -> pd.DataFrame:
-    """The warm-up and outlier iterations of one GPU's budget ``table`` (with ``phase``): their
-    wall time, how much slower than the steady median, and the part of the budget that grew
-    most against the steady iterations' median (``why``)."""
-    steady = table[table["phase"] == STEADY]
-    odd = table[table["phase"] != STEADY]
-    if odd.empty or steady.empty:
+    """The warm-up and outlier iterations of one GPU's budget ``table`` (with ``kind``): their
+    wall time, how much slower than the main kind's median, and the part of the budget that
+    grew most against the main kind (``why``)."""
+    kind = table["kind"] if "kind" in table else pd.Series(MAIN, index=table.index)
+    main = table[kind == MAIN]
+    odd = table[kind.isin([WARM_UP, OUTLIER])]
+    if odd.empty or main.empty:
         return pd.DataFrame(columns=["iteration", "phase", "wall_ns", "excess_ns", "why"])
-    med = steady[list(CAUSES) + ["wall_ns"]].median()
-    copies = [c for c in table.columns if c.endswith("_ns") and (c.startswith(("h2d", "d2h",
-                                                                               "d2d", "peer",
-                                                                               "copy", "memset")))]
+    med = float(np.median(main["wall_ns"]))
     rows = []
-    for _, r in odd.iterrows():
-        grow = {CAUSES[c]: float(r[c] - med[c]) for c in CAUSES}
-        grow["copies"] = float(sum(r[c] for c in copies) - steady[copies].sum(axis=1).median())
-        cause = max(grow, key=grow.get)
-        excess = float(r["wall_ns"] - med["wall_ns"])
-        why = (f"{cause} +{grow[cause] / 1e6:.2f} ms" if excess > 0 and grow[cause] > 0
-               else "faster than the steady iterations: cut short?" if excess < 0 else "")
-        rows.append({"iteration": int(r["iteration"]), "phase": r["phase"],
-                     "wall_ns": float(r["wall_ns"]), "excess_ns": excess, "why": why})
+    for i in range(len(odd)):
+        r = odd.iloc[i:i + 1]
+        excess = float(r["wall_ns"].iloc[0] - med)
+        why = cause(r, main) if excess > 0 else "faster than the main kind: cut short?"
+        rows.append({"iteration": int(r["iteration"].iloc[0]), "phase": str(kind[r.index[0]]),
+                     "wall_ns": float(r["wall_ns"].iloc[0]), "excess_ns": excess, "why": why})
     return pd.DataFrame(rows)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis import budget, steady
+from nsightlab.analysis import budget, kinds
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison import trt_layers
 from nsightlab.comparison.run_profile import ITERATION_LAYER, OUTSIDE, RunProfile, profile
@@ -59,8 +59,10 @@ class Diff(Result):
     """Run B against run A, per iteration. Sections (DataFrames, times in ns per iteration):
 
     - ``headline`` (a dict): labels, iterations and their source, ``a/b_iteration_ns`` (the
-      median steady iteration), ``a/b_mean_ns`` (the steady mean: the budget's parts add up to
-      it), ``a/b_steady_iterations``, ``speedup`` (of the medians), kernel time, busy %, kernels per iteration, ``gemm_change_pct``,
+      loop's median iteration after warm-up), ``a/b_mean_ns`` (the loop's mean: the budget's
+      parts add up to it), ``a/b_main_ns`` (the main kind's median), ``a/b_kinds``,
+      ``a/b_steady_iterations``, ``speedup`` (of the medians; of the main kinds' medians when
+      a run has several kinds of iteration), kernel time, busy %, kernels per iteration, ``gemm_change_pct``,
       ``conversion_overhead_ns``, ``layers_matched`` and the ``verdict`` sentence;
     - ``by_class``: kernel_class, a_ns, b_ns, delta_ns, a_count, b_count, delta_share_pct;
     - ``by_precision``: precision, kernel_class, a_ns, b_ns, delta_ns;
@@ -391,26 +393,57 @@ def _overlap_note(pa: RunProfile, pb: RunProfile) -> str:
             "more than the GPU work above)")
 
 
+def _several(p: RunProfile) -> list[dict]:
+    """The kinds of iteration of a run other than its main one (outliers and warm-up apart)."""
+    return [k for k in p.kinds if k["kind"] not in (kinds.MAIN, kinds.OUTLIER, kinds.WARM_UP)]
+
+
+def kinds_note(pa: RunProfile, pb: RunProfile) -> str:
+    """Said when a run's loop holds several kinds of iteration: the headline compares the
+    main kinds (the same kind in both runs), and each run's other kinds with their share."""
+    if not _several(pa) and not _several(pb):
+        return ""
+    def said(r: str, p: RunProfile) -> str:
+        other = _several(p)
+        if not other:
+            return f"{r} has one kind"
+        return f"{r} also has " + ", ".join(
+            f"{k['which'].split(' (')[0]} ({k['iterations']}, median {_ms(k['med_ns'])}, "
+            f"{k['share_pct']:.0f}% of its loop's time)" for k in other)
+    return (f"the runs' kinds of iteration differ: {said('A', pa)}; {said('B', pb)}; the times "
+            f"above are the main kinds' medians (A {_ms(pa.main_ns)}, B {_ms(pb.main_ns)}); "
+            f"the loops' means: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)}")
+
+
+def _same_kind(p: RunProfile, both: bool) -> float:
+    """The iteration a headline compares: the main kind's median when a run has several
+    kinds (``both``: either run has), else the loop's median."""
+    return (p.main_ns or p.iteration_ns) if both else p.iteration_ns
+
+
 def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> dict:
-    speedup = pa.iteration_ns / pb.iteration_ns if pb.iteration_ns else float("nan")
-    delta = pb.iteration_ns - pa.iteration_ns
+    several = bool(_several(pa) or _several(pb))
+    a_ns, b_ns = _same_kind(pa, several), _same_kind(pb, several)
+    speedup = a_ns / b_ns if b_ns else float("nan")
+    delta = b_ns - a_ns
     cls = by_class.set_index("kernel_class")
     gemm_a = cls["a_ns"].get("gemm", 0.0)
     gemm_b = cls["b_ns"].get("gemm", 0.0)
     gemm_change = 100.0 * (gemm_b - gemm_a) / gemm_a if gemm_a else float("nan")
-    base = max(pa.iteration_ns, 1.0)
+    base = max(a_ns, 1.0)
     parts = []
     if abs(speedup - 1) < 0.02:
-        parts.append(f"B runs an iteration in the same time as A ({_ms(pb.iteration_ns)} vs "
-                     f"{_ms(pa.iteration_ns)})")
+        parts.append(f"B runs an iteration in the same time as A ({_ms(b_ns)} vs {_ms(a_ns)})")
     else:
         word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
-        parts.append(f"B is {word} per iteration ({_ms(pb.iteration_ns)} vs {_ms(pa.iteration_ns)})")
+        parts.append(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)})")
     skewed = [p for p in (pa, pb) if p.mean_ns and p.iteration_ns
-              and abs(p.mean_ns - p.iteration_ns) > steady.MEAN_MEDIAN_PCT / 100 * p.iteration_ns]
-    if skewed:  # the headline's times are medians; the parts below add up to the means
-        parts[-1] += (f" (medians of the steady iterations; their means, to which the parts add "
-                      f"up: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)})")
+              and abs(p.mean_ns - p.iteration_ns) > kinds.MEAN_MEDIAN_PCT / 100 * p.iteration_ns]
+    if several:
+        parts[-1] += " (" + kinds_note(pa, pb) + ")"
+    elif skewed:  # the headline's times are medians; the parts below add up to the means
+        parts[-1] += (f" (medians of the loops' iterations after warm-up; their means, to "
+                      f"which the parts add up: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)})")
     # the wall-clock change, part by part of the time budget: a launch-idle change is a cause
     # only in a run the budget calls launch-bound (else it is queue back-pressure)
     wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
@@ -470,6 +503,8 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         "a_iteration_ns": pa.iteration_ns, "b_iteration_ns": pb.iteration_ns,
         "a_mean_ns": pa.mean_ns, "b_mean_ns": pb.mean_ns,
         "a_steady_iterations": pa.steady_iterations, "b_steady_iterations": pb.steady_iterations,
+        "a_main_ns": pa.main_ns, "b_main_ns": pb.main_ns,
+        "a_kinds": len(pa.kinds) and 1 + len(_several(pa)), "b_kinds": len(pb.kinds) and 1 + len(_several(pb)),
         "speedup": speedup, "a_kernel_ns": pa.kernel_ns, "b_kernel_ns": pb.kernel_ns,
         "a_busy_pct": pa.busy_pct, "b_busy_pct": pb.busy_pct,
         "a_kernels": pa.kernels, "b_kernels": pb.kernels,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis import budget, completeness, steady
+from nsightlab.analysis import budget, completeness, kinds
 from nsightlab.core.labels import run_labels
 from nsightlab.analysis.budget import iteration_ranges
 from nsightlab.comparison.diff import Diff, compare as diff_profiles
@@ -42,8 +42,8 @@ class Lineup(Result):
       share per EP), ort_fallback_pct, ort_memcpy_pct; a run without GPU kernels (CPU EP) is
       timed by its NVTX iterations, with no GPU columns and no kernel-level pair detail;
     - ``by_class`` / ``by_precision``: run, kernel_class / precision, time_ns;
-    - ``latency``: run, iteration, wall_ns, phase (every wall-clock iteration: warm-up,
-      steady or outlier);
+    - ``latency``: run, iteration, wall_ns, phase (every wall-clock iteration: its kind,
+      warm-up, main, B..., or outlier; ``nsightlab.analysis.kinds``);
     - ``pairs``: run, baseline, verdict (the diff's sentence), workload_warnings.
 
     ``diffs`` holds each run's ``Diff`` against the baseline.
@@ -148,12 +148,12 @@ def _unique(labels: list[str]) -> list[str]:
 
 def _walls(report: Report, p: RunProfile) -> pd.DataFrame:
     """Every wall-clock iteration (first GPU; a CPU run's NVTX iterations): run, iteration,
-    wall_ns, phase (warm-up, steady or outlier)."""
+    wall_ns, phase (its kind: warm-up, main, B..., or outlier)."""
     if p.kernels:
         w, phase = iteration_walls(report, with_phase=True)
     else:
         w = _cpu_walls(report)
-        phase = steady.phases(w)
+        phase = kinds.classify(w).label
     return pd.DataFrame({"run": p.label, "iteration": range(len(w)), "wall_ns": w,
                          "phase": phase})
 

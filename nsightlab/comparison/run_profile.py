@@ -23,7 +23,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, steady
+from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, kinds
 from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches, want_pairs
@@ -54,8 +54,8 @@ class RunProfile:
     label: str
     iterations: int  # every iteration, warm-up and outliers included
     iteration_source: str
-    iteration_ns: float          # median steady wall-clock iteration (the budget's windows)
-    kernel_ns: float             # kernel time per steady iteration
+    iteration_ns: float          # median wall-clock iteration of the loop (after warm-up)
+    kernel_ns: float             # kernel time per iteration of the loop
     kernels: float               # kernels per iteration
     busy_pct: float              # share of the iteration with GPU work (kernels, copies, memsets)
     by_class: pd.DataFrame       # kernel_class, time_ns, count
@@ -68,13 +68,16 @@ class RunProfile:
     gpu_span_ns: float = 0.0     # mean GPU span (first kernel start to last kernel end)
     outside_kernel_ns: float = 0.0  # kernel time outside the iterations (warm-up, compile), total
     budget: dict = field(default_factory=dict)  # the budget summary of the first GPU
-    steady_iterations: int = 0   # the iterations every per-iteration number is taken over
-    mean_ns: float = 0.0         # mean steady wall-clock iteration (the budget's parts add to it)
+    steady_iterations: int = 0   # the loop's iterations (after warm-up): every number's base
+    mean_ns: float = 0.0         # mean iteration of the loop: what throughput sees (the
+    #                              budget's parts add up to it)
     gpus: list = field(default_factory=list)  # names of the GPUs the run used
     batch: int | None = None     # items per iteration, where the capture manifest says
     drivers: dict = field(default_factory=dict)  # NVIDIA driver and CUDA versions, if recorded
     latency: dict = field(default_factory=dict)  # wall-clock iteration: mean/p50/p95/p99/min/max_ns
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
+    main_ns: float = 0.0         # median iteration of the main kind (the same kind in two runs)
+    kinds: list = field(default_factory=list)  # the budget's kinds table (first GPU) as records
 
 
 FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
@@ -117,7 +120,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     warnings += _trace_gaps(report)
     ranges, iters, found_source = _iteration_ranges(report)
     # kernel time of launches left out of lk: outside every iteration, and in the warm-up
-    # and outlier iterations (left out here, not copied out of an 8M-row table later)
+    # iterations (left out here, not copied out of an 8M-row table later)
     outside, unsteady = [0.0], [0.0]
     steady_ = _steady_iterations(report, iters, len(iters))
 
@@ -148,7 +151,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0] + unsteady[0]
     lk, n, source = _assign_iterations(lk, ranges, iters, found_source)
     total = n
-    # warm-up and outliers included
+    # warm-up included
     inside_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + unsteady[0]
     lk, iters, n = _steady_only(lk, iters, n, steady_)
     trace.mark("profile: iterations and layers assigned")
@@ -176,7 +179,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         flat_slots = _slots(lk, n, by_layer=False)
         trace.mark("profile: slots")
         overheads = overheads.result()
-    # the headline's iteration: the median steady one (the budget's parts add up to the mean)
+    # the headline's iteration: the loop's median one (the budget's parts add up to the mean)
     wall = summary.get("wall_med_ns") or summary.get("wall_ns") or span_ns
     return RunProfile(
         label=label, iterations=total, steady_iterations=n, iteration_source=source,
@@ -189,44 +192,63 @@ def _compute(report: Report, label: str) -> RunProfile:
         by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
         flat_slots=flat_slots,
         overheads=overheads,
-        tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall))
+        tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
+        main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report))
+
+
+def _kinds(report: Report) -> list[dict]:
+    """The budget's kinds of iteration on the first GPU, as plain records (kind, pattern,
+    which, iterations, med_ns, share_pct, verdict, cause)."""
+    try:
+        k = recipes.run("budget", report)["kinds"]
+    except (recipes.NoDataError, KeyError):
+        return []
+    if not len(k):
+        return []
+    k = k[k["device_id"] == k["device_id"].iloc[0]]
+    cols = ["kind", "pattern", "which", "iterations", "med_ns", "min_ns", "max_ns", "share_pct",
+            "verdict", "cause"]
+    return [{c: (v.item() if hasattr(v, "item") else v) for c, v in r.items()}
+            for r in k[cols].to_dict("records")]
 
 
 def iteration_walls(report: Report, with_phase: bool = False):
     """The wall-clock time (ns) of every iteration of the time budget, first GPU; empty when
-    the report has no GPU work. ``with_phase``: (times, warm-up/steady/outlier of each)."""
+    the report has no GPU work. ``with_phase``: (times, the kind of each: warm-up, main,
+    B..., outlier; ``nsightlab.analysis.kinds``)."""
     try:
         it = recipes.run("budget", report)["iterations"]
     except recipes.NoDataError:
-        it = pd.DataFrame({"wall_ns": [], "phase": []})
+        it = pd.DataFrame({"wall_ns": [], "kind": []})
     if len(it):
         it = it[it["device_id"] == it["device_id"].iloc[0]]
     w = it["wall_ns"].to_numpy(float)
     if not with_phase:
         return w
-    phase = it["phase"].to_numpy() if "phase" in it else np.full(len(w), steady.STEADY)
-    return w, phase
+    label = it["kind"].to_numpy(object) if "kind" in it else kinds.classify(w).label
+    return w, label
 
 
 def _latency(report: Report, mean_ns: float) -> dict:
     """``latency_stats`` of the wall-clock iterations (one iteration, the mean, when the
     budget has none)."""
-    w, phase = iteration_walls(report, with_phase=True)
+    w, label = iteration_walls(report, with_phase=True)
     if not len(w):
         return latency_stats(np.array([mean_ns], float))
-    return latency_stats(w, phase)
+    return latency_stats(w, label)
 
 
-def latency_stats(w: np.ndarray, phase: np.ndarray | None = None) -> dict:
-    """Iteration times ``w`` (not empty) as benchmarks report them: mean and p50 of the steady
-    iterations, p95, p99, min and max of every iteration after warm-up (``*_ns``), and the
-    counts and CoV behind them (``nsightlab.analysis.steady``)."""
-    st = steady.stats(w, steady.phases(w) if phase is None else phase)
+def latency_stats(w: np.ndarray, label: np.ndarray | None = None) -> dict:
+    """Iteration times ``w`` (not empty) as benchmarks report them, over every iteration of the
+    loop (after warm-up; outliers and every kind included, ``kinds.stats``): mean (total
+    time / iterations: what throughput sees), p50, p95, p99, min and max (``*_ns``), CoV, and
+    the counts behind them."""
+    st = kinds.stats(w, kinds.classify(w).label if label is None else label)
     return {"mean_ns": st["mean_ns"], "p50_ns": st["p50_ns"], "p95_ns": st["p95_ns"],
             "p99_ns": st["p99_ns"], "min_ns": st["min_ns"], "max_ns": st["max_ns"],
             "cov_pct": st["cov_pct"], "steady_iterations": st["steady_iterations"],
             "warmup_iterations": st["warmup_iterations"],
-            "outlier_iterations": st["outlier_iterations"]}
+            "outlier_iterations": st["outlier_iterations"], "kinds": st["kinds"]}
 
 
 def _budget(report: Report) -> dict:
@@ -359,9 +381,9 @@ def _graph_level(report: Report) -> dict | None:
 
 
 def _steady_iterations(report: Report, iters: pd.DataFrame, n: int) -> np.ndarray | None:
-    """Which of the ``n`` iterations are steady (the time budget's phases:
-    ``nsightlab.analysis.steady``); None when all are, none is, or the budget has no phases
-    for these iterations (then every iteration counts)."""
+    """Which of the ``n`` iterations are in the loop (after warm-up: every kind and outlier
+    included, ``nsightlab.analysis.kinds``); None when all are, none is, or the budget has no
+    kinds for these iterations (then every iteration counts)."""
     try:
         it = recipes.run("budget", report)["iterations"]
     except recipes.NoDataError:
@@ -372,7 +394,7 @@ def _steady_iterations(report: Report, iters: pd.DataFrame, n: int) -> np.ndarra
     phase = it["phase"].to_numpy()
     if len(phase) != n or len(iters) != n:
         return None
-    keep = phase == steady.STEADY
+    keep = phase != kinds.WARM_UP
     return None if keep.all() or not keep.any() else keep
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, steady
+from nsightlab.analysis import budget, completeness, kinds, steady
 from nsightlab.analysis.budget import busy_pct, iteration_ranges
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.launches import want_pairs
@@ -31,8 +31,11 @@ SYNC_NOTE_PCT = 5.0
 #: kernel time outside the iterations worth a finding (share of all kernel time)
 WARMUP_NOTE_PCT = 10.0
 #: the budget summary's steady-state numbers carried into the run row
-STEADY_KEYS = ("steady_iterations", "warmup_iterations", "outlier_iterations", "wall_med_ns",
-               "wall_p95_ns", "wall_p99_ns", "wall_cov_pct")
+STEADY_KEYS = ("steady_iterations", "warmup_iterations", "outlier_iterations", "kinds",
+               "wall_med_ns", "wall_p95_ns", "wall_p99_ns", "wall_cov_pct", "warmup_ns",
+               "main_iterations", "main_med_ns")
+#: a share of the loop's time (%) that is named in the first lines (warm-up, outliers)
+NAMED_PCT = 5.0
 #: rows kept of the longer tables
 TOP_KERNELS = 15
 LONGEST_GAPS = 15
@@ -45,9 +48,11 @@ class RunReport(Result):
     - ``run``: label, iterations, iteration_source, iteration_ns (wall clock), kernel_ns,
       kernels, busy_pct, verdict (one row, per iteration);
     - ``warnings``: check, severity, message (trace completeness, said first);
-    - ``unsteady``: the warm-up and outlier iterations left out of every per-iteration number:
-      iteration, phase, wall_ns, excess_ns (over the steady median), why (the budget part that
-      grew most: host work, syncs, launch overhead, more GPU work);
+    - ``kinds``: the budget's kinds of iteration (first GPU): kind, pattern, which,
+      iterations, med/min/max/mean_ns, share_pct of the loop's time, verdict, cause;
+    - ``unsteady``: the warm-up and outlier iterations, one by one: iteration, phase (its
+      kind), wall_ns, excess_ns (over the main kind's median), why (the budget part that grew
+      most);
     - ``findings``: finding (one sentence each, with its numbers);
     - ``budget``: the budget recipe's summary (per GPU: parts, shares, verdict, advice);
     - ``by_class`` / ``by_layer``: the profile's time per iteration by kernel class / layer;
@@ -71,6 +76,7 @@ class RunReport(Result):
     sync_idle: pd.DataFrame
     iteration_ranges: int = 0  # NVTX iteration ranges, said when no GPU work was traced
     unsteady: pd.DataFrame = field(default_factory=pd.DataFrame)  # warm-up and outliers, why
+    kinds: pd.DataFrame = field(default_factory=pd.DataFrame)  # kinds of iteration, first GPU
 
     def brief(self) -> str:
         run = self.run_row()
@@ -86,6 +92,7 @@ class RunReport(Result):
                 "iteration_source": b["iteration_source"] if b is not None else
                 (p.iteration_source if p else no_gpu),
                 "iteration_ns": float(b["wall_ns"]) if b is not None else None,
+                "mean_ns": float(b["wall_ns"]) if b is not None else None,
                 "kernel_ns": p.kernel_ns if p else None, "kernels": p.kernels if p else None,
                 "busy_pct": busy_pct(b) if b is not None else None,
                 **{k: (float(b[k]) if k.endswith("_ns") or k.endswith("_pct") else int(b[k]))
@@ -104,7 +111,7 @@ class RunReport(Result):
                "budget": self.budget}
         if self.profile is not None:
             out.update(by_class=self.profile.by_class, by_layer=self.profile.by_layer)
-        out.update(unsteady=self.unsteady, top_kernels=self.top_kernels, launch=self.launch, syncs=self.syncs,
+        out.update(kinds=self.kinds, unsteady=self.unsteady, top_kernels=self.top_kernels, launch=self.launch, syncs=self.syncs,
                    gaps=self.gaps, tensor_core=self.tensor_core, api=self.api, ranges=self.ranges,
                    sync_idle=self.sync_idle)
         return out
@@ -170,9 +177,12 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
                    api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle,
                    0 if b is not None else len(iteration_ranges(r)))
-    if b is not None and len(b["iterations"]) and "phase" in b["iterations"]:
+    if b is not None and len(b["iterations"]) and "kind" in b["iterations"]:
         it = b["iterations"]
         rr.unsteady = steady.explain(it[it["device_id"] == it["device_id"].iloc[0]])
+        k = b["kinds"]
+        rr.kinds = k[k["device_id"] == k["device_id"].iloc[0]].reset_index(drop=True) \
+            if len(k) else k
     rr.findings = findings(rr, ks)
     outside = float(whole["total_ns"].sum() - ks["total_ns"].sum()) if len(whole) else 0.0
     if len(whole) and outside > WARMUP_NOTE_PCT / 100 * max(whole["total_ns"].sum(), 1) \
@@ -187,6 +197,51 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     if memory:
         rr.findings.append(memory)
     return rr
+
+
+def time_by_kind(k: pd.DataFrame) -> list[str]:
+    """Where the loop's time goes across its kinds of iteration (a ``kinds`` table of one
+    GPU), largest share first: a sentence per kind other than the main one, the main kind's
+    share after them; a trend's size and the part that grows; outliers; the warm-up when it
+    holds ``NAMED_PCT`` or more of the loop's time. Empty for a loop of one kind, steady."""
+    if not len(k):
+        return []
+    main = k[k["kind"] == kinds.MAIN]
+    others = k[~k["kind"].isin([kinds.MAIN, kinds.OUTLIER, kinds.WARM_UP])] \
+        .sort_values("share_pct", ascending=False)
+    out = []
+    for r in others.itertuples():
+        cause = f" with {r.cause}" if r.cause else ""
+        out.append(f"{r.pattern if r.pattern != 'recurring' else ''} {r.which}".strip()
+                   .replace("phase from", "from").replace("phase until", "until")
+                   .replace("cluster iterations", "iterations")
+                   .replace("scattered ", "")
+                   + f"{cause}, {_ms(r.min_ns)}-{_ms(r.max_ns)} each (median {_ms(r.med_ns)}): "
+                   f"{r.share_pct:.0f}% of the loop's time")
+    if len(others) and len(main):
+        m = main.iloc[0]
+        out.append(f"{m['which']}: median {_ms(m['med_ns'])}, {m['share_pct']:.0f}% of the "
+                   "loop's time")
+    if len(main) and main.iloc[0]["pattern"] == "trend":
+        m = main.iloc[0]
+        out.append(f"a trend, not kinds: the loop {m['which'].split('; ', 1)[-1]}"
+                   + (f"; {m['cause']}" if m["cause"] else ""))
+    odd = k[k["kind"] == kinds.OUTLIER]
+    for r in odd.itertuples():
+        span = _ms(r.min_ns) if r.iterations == 1 else f"{_ms(r.min_ns)}-{_ms(r.max_ns)}"
+        out.append(f"{r.iterations} outlier iteration{'s' if r.iterations > 1 else ''} "
+                   f"({r.which.replace('iterations ', 'iteration ') if r.iterations == 1 else r.which}), "
+                   f"{span}" + (f", {r.cause}" if r.cause else "")
+                   + f": {r.share_pct:.1f}% of the loop's time, kept in every statistic")
+    warm = k[k["kind"] == kinds.WARM_UP]
+    if len(warm) and warm.iloc[0]["share_pct"] >= NAMED_PCT:
+        w = warm.iloc[0]
+        size = (f"{w['share_pct'] / 100:.1f}x the loop's time" if w["share_pct"] >= 100
+                else f"{w['share_pct']:.0f}% of the loop's time")
+        which = w["which"].replace("iterations 0-0", "iteration 0")
+        out.append(f"warm-up ({which}): {_ms(w['time_ns'])}, as long as {size}; left out of "
+                   "the loop's numbers")
+    return out
 
 
 def _profile(r: Report, label: str) -> RunProfile | None:
@@ -238,9 +293,17 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
     if rr.partial:
         out.append("no performance verdict: the trace lacks part of the run (see the warnings)")
     elif len(rr.budget):
+        out += time_by_kind(rr.kinds)
         for _, b in rr.budget.iterrows():
             gpu = f"GPU {b['device_id']}: " if len(rr.budget) > 1 else ""
-            out.append(f"{gpu}{b['verdict']}: {b['evidence']}")
+            main = rr.kinds[rr.kinds["kind"] == kinds.MAIN] if len(rr.kinds) else rr.kinds
+            if b["kinds"] > 1 and len(main) and b["device_id"] == rr.kinds["device_id"].iloc[0]:
+                m = main.iloc[0]
+                out.append(f"{gpu}the main kind ({m['which']}, median {_ms(m['med_ns'])}): "
+                           f"{m['verdict']}")
+                out.append(f"{gpu}the loop, every kind by its time: {b['verdict']}: {b['evidence']}")
+            else:
+                out.append(f"{gpu}{b['verdict']}: {b['evidence']}")
             if b["advice"]:
                 out.append(f"{gpu}what to do: {b['advice']}")
             if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \

@@ -165,11 +165,17 @@ def _(rr: RunReport) -> str:
     items = "".join(f"<li>{html.escape(f)}</li>" for f in rr.findings)
     head = html.escape(str(run["iteration_source"]))
     if run["iteration_ns"] is not None:
-        head += f"; iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock, GPU busy {run['busy_pct']:.0f}%"
+        head += (f"; iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock (the loop's mean), "
+                 f"median {run['wall_med_ns'] / 1e6:.2f} ms, GPU busy {run['busy_pct']:.0f}%")
     sections = [("Findings", f"<p>{head}</p>" + (f"<ul class='verdict'>{warn}</ul>" if warn else "")
                  + f"<ul>{items}</ul>")]
     if len(rr.budget):
-        sections.append(("Where an iteration's time goes (mean per steady iteration)",
+        if len(rr.kinds) and ((~rr.kinds["kind"].isin(["main", "warm-up"])).any()
+                              or (rr.kinds["pattern"] == "trend").any()):
+            sections.append(("Kinds of iteration", table_html(rr.kinds[
+                ["kind", "which", "iterations", "med_ns", "min_ns", "max_ns", "share_pct",
+                 "verdict", "cause"]])))
+        sections.append(("Where an iteration's time goes (mean per iteration of the loop)",
                          table_html(parts_table(rr.budget))))
     top = rr.top_kernels
     if len(top):  # labelled as diff labels kernels

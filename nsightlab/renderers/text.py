@@ -228,25 +228,33 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
     if run["iteration_ns"] is not None:
         kernel = f", {run['kernel_ns'] / 1e6:.2f} ms kernel time, {run['kernels']:.0f} kernels" \
             if run["kernel_ns"] is not None else ""
-        lines.append(f"  iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock{kernel}, "
-                     f"GPU busy {run['busy_pct']:.0f}%")
+        lines.append(f"  iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock (the loop's "
+                     f"mean: what throughput sees){kernel}, GPU busy {run['busy_pct']:.0f}%")
         if (run.get("iterations") or 0) >= 4 and run.get("steady_iterations") is not None:
-            left = ", ".join(f"{run[k]} {w}" for k, w in (("warmup_iterations", "warm-up"),
-                                                          ("outlier_iterations", "outlier(s)"))
-                             if run[k])
+            left = (f"; warm-up left out: {run['warmup_iterations']} iteration(s), "
+                    f"{run['warmup_ns'] / 1e6:.2f} ms" if run["warmup_iterations"] else "")
+            odd = (f", {run['outlier_iterations']} outlier(s) kept" if run["outlier_iterations"]
+                   else "")
+            many = f", {run['kinds']} kinds" if (run.get("kinds") or 1) > 1 else ""
             lines.append(
-                f"  steady state: {run['steady_iterations']} of {run['iterations']} iterations"
-                + (f" ({left} left out)" if left else "")
-                + f"; median {run['wall_med_ns'] / 1e6:.2f} ms, p95 {run['wall_p95_ns'] / 1e6:.2f}"
-                f" ms, p99 {run['wall_p99_ns'] / 1e6:.2f} ms, CoV {run['wall_cov_pct']:.1f}%")
+                f"  loop: {run['steady_iterations']} of {run['iterations']} iterations{many}{odd}"
+                f"{left}; median {run['wall_med_ns'] / 1e6:.2f} ms, p95 "
+                f"{run['wall_p95_ns'] / 1e6:.2f} ms, p99 {run['wall_p99_ns'] / 1e6:.2f} ms, "
+                f"CoV {run['wall_cov_pct']:.1f}%")
     shown = [w for w in rr.warnings if w["severity"] != "note"]
     if shown:
         lines += ["", "warnings:"] + [f"  - {w['severity'].upper()}: {w['message']}" for w in shown]
     lines += ["", "findings:"] + [f"  - {f}" for f in rr.findings]
+    if not rr.partial and len(rr.kinds) and ((~rr.kinds["kind"].isin(["main", "warm-up"])).any()
+                                             or (rr.kinds["pattern"] == "trend").any()):
+        k = rr.kinds[["kind", "which", "iterations", "med_ns", "min_ns", "max_ns", "share_pct",
+                      "verdict"]]
+        lines += ["", "kinds of iteration (share: of the loop's time):", ms_table(k.head(limit))]
     if len(rr.unsteady):
-        lines += ["", "left out of the steady state:", ms_table(rr.unsteady.head(limit))]
+        lines += ["", "warm-up and outlier iterations:", ms_table(rr.unsteady.head(limit))]
     if len(rr.budget) and not rr.partial:
-        lines += ["", "where an iteration's time goes (mean per iteration):", budget_text(rr.budget)]
+        lines += ["", "where an iteration's time goes (mean per iteration of the loop):",
+                  budget_text(rr.budget)]
     if rr.profile is not None:
         p = rr.profile
         lines += ["time per iteration by class (GPU):",

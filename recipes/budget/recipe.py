@@ -7,4 +7,5 @@ def run(report, params):
     graphs = any(n.startswith("cudaGraphLaunch") for n in budget.api_names(report))
     summary = budget.summarize(table, by_sync, graphs, params)
     summary.insert(1, "iteration_source", source)
-    return {"summary": summary, "iterations": table, "sync_idle": by_sync}
+    return {"summary": summary, "iterations": table, "sync_idle": by_sync,
+            "kinds": budget.kinds_table(table, by_sync, graphs, params)}

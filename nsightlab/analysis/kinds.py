@@ -1,0 +1,455 @@
+"""Kinds of iteration: what a loop's iterations are, from their wall-clock times alone.
+
+A loop is rarely one kind of iteration. Slow iterations are often the answer (every 4th one
+logs an activation to the host; the loop slows down after the cache fills), so nothing is
+set apart as an "outlier" because it is slow. The rules, each with a worked example in
+``docs/iterations.md``:
+
+- **Warm-up** is a prefix, found by change point: the split of the sequence (log times) into a
+  leading part and the rest that fits best, kept when the leading part is slower, then cut back
+  to its last iteration slower than what its place in the loop predicts (compilation,
+  autotuning, allocation; a recurring slow iteration that happens to come first is the loop's).
+- **The loop** is every iteration after warm-up. Its statistics (mean, median, percentiles,
+  CoV) are over all of them, never after trimming; the mean is what throughput sees.
+- **Kinds**: the loop's times (divided by a trend line where there is one) are split into
+  groups by value at their largest gaps. A split holds when the groups' medians differ by at
+  least max(``KIND_MIN_PCT``, ``KIND_SIGMAS`` robust sigma of the larger group) and do not
+  touch. The largest group is the main kind; another group is a kind when it has at least
+  ``MIN_KIND`` iterations, named by its pattern: *recurring* (every Nth), a *phase* (the loop
+  changes speed after iteration K, or before it), a *cluster* (iterations a-b), or
+  *scattered*.
+- **Trend**: a gradual slowdown or speed-up (bins of iterations rise or fall together, a line
+  fits them better than one step, and the line moves at least ``TREND_MIN_PCT``) is said with
+  its size, and is not split into kinds.
+- **Outliers** are only isolated, rare iterations with no pattern: groups too small to be a
+  kind, or scattered ones, together at most ``OUTLIER_MAX_PCT`` of the loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+WARM_UP, LOOP = "warm-up", "loop"
+MAIN, OUTLIER = "main", "outlier"
+#: a kind holds at least this many iterations
+MIN_KIND = 3
+#: a kind's median differs from the main kind's by at least this much (%), and by
+#: ``KIND_SIGMAS`` robust standard deviations of the main kind
+KIND_MIN_PCT = 10.0
+KIND_SIGMAS = 3.0
+#: scattered odd iterations are outliers while they are at most this share of the loop (%)
+OUTLIER_MAX_PCT = 5.0
+#: a trend moves the loop's time by at least this much (%), first bin to last
+TREND_MIN_PCT = 10.0
+#: at most this many kinds (main included)
+MAX_KINDS = 4
+#: the steady iterations vary more than this (CoV, %): unstable
+UNSTABLE_COV_PCT = 10.0
+#: the loop's mean and median differ by more than this (%): said
+MEAN_MEDIAN_PCT = 5.0
+#: names of the kinds after the main one
+NAMES = "BCDEFGH"
+
+
+@dataclass
+class Kind:
+    """One kind of iteration: ``rows`` (iteration numbers, in order), ``pattern`` (recurring,
+    phase, cluster, scattered or main), ``period`` (recurring kinds) and ``words`` (which
+    iterations, as a person says it)."""
+
+    name: str
+    rows: np.ndarray
+    pattern: str
+    words: str
+    period: int | None = None
+
+
+@dataclass
+class Loop:
+    """A loop's iterations sorted out (``classify``): ``label`` per iteration (``WARM_UP``,
+    a kind's name or ``OUTLIER``), the kinds (the main one first), the warm-up length and the
+    trend, if any (first_ns / last_ns: medians of the first and last quarter of the loop,
+    change_pct)."""
+
+    label: np.ndarray
+    warmup: int
+    kinds: list[Kind] = field(default_factory=list)
+    trend: dict | None = None
+
+    @property
+    def outliers(self) -> np.ndarray:
+        return np.flatnonzero(self.label == OUTLIER)
+
+    @property
+    def phase(self) -> np.ndarray:
+        return np.where(self.label == WARM_UP, WARM_UP, LOOP)
+
+
+def classify(wall) -> Loop:
+    """Warm-up, kinds, trend and outliers of iterations with wall times ``wall`` (in order).
+    Fewer than 4 iterations are one kind: too few to tell."""
+    w = np.maximum(np.asarray(wall, dtype=float), 1.0)
+    n = len(w)
+    label = np.full(n, MAIN, dtype=object)
+    if n < 4:
+        return Loop(label, 0, [Kind(MAIN, np.arange(n), MAIN, "every iteration")])
+    k = _warm_up(w)
+    fit = _trend_line(w[k:])
+    x = w[k:] / fit if fit is not None else w[k:]
+    cycle = _periodic(x)
+    groups = cycle[0] if cycle else _groups(x)
+    main = groups[0] + k
+    kinds, odd = [], []
+    if cycle:
+        odd += [r + k for r in cycle[1]]
+    for g in (groups if cycle else _merged(groups, x))[1:]:
+        rows = g + k
+        if len(rows) < MIN_KIND:
+            odd.append(rows)
+            continue
+        stray = _strays(rows, _pattern(rows, k, n)[0])
+        if len(stray):  # a stretch's odd iterations elsewhere in the loop: outliers
+            odd.append(stray)
+            rows = np.setdiff1d(rows, stray)
+        if len(rows) >= MIN_KIND:
+            kinds.append(Kind("", rows, *_pattern(rows, k, n)))
+        else:
+            odd.append(rows)
+    # scattered odd iterations on one side of the main kind are outliers while rare
+    limit = OUTLIER_MAX_PCT / 100 * (n - k)
+    scattered = [x for x in kinds if x.pattern == "scattered"]
+    if scattered and sum(len(x.rows) for x in scattered) + sum(map(len, odd)) <= max(limit, 1):
+        odd += [x.rows for x in scattered]
+        kinds = [x for x in kinds if x.pattern != "scattered"]
+    kinds.sort(key=lambda x: x.rows[0])
+    for name, x in zip(NAMES, kinds):
+        x.name = name
+        label[x.rows] = name
+    for rows in odd:
+        label[rows] = OUTLIER
+    label[:k] = WARM_UP
+    k = _give_back(w, label, k, main, kinds)
+    for x in kinds:  # a slower stretch right after warm-up is the warm-up's tail
+        if x.pattern == "phase" and x.rows[0] <= k + 1 and \
+                np.median(w[x.rows]) > np.median(w[label == MAIN]):
+            k = int(x.rows[-1]) + 1
+            label[:k] = WARM_UP
+    kinds = [x for x in kinds if (label == x.name).any()]
+    out = [Kind(MAIN, np.flatnonzero(label == MAIN), MAIN, "")]
+    for x in kinds:
+        rows = np.flatnonzero(label == x.name)
+        out.append(Kind(x.name, rows, *_pattern(rows, k, n)))
+    out[0].words = _main_words(out[0].rows, k, n, len(out) > 1)
+    trend = _trend_words(w[k:], label[k:]) if fit is not None else None
+    return Loop(label, k, out, trend)
+
+
+def _l1(x: np.ndarray) -> float:
+    return float(np.abs(x - np.median(x)).sum()) if len(x) else 0.0
+
+
+def _sigma(x: np.ndarray) -> float:
+    """Robust standard deviation (1.4826 x the median absolute deviation)."""
+    return 1.4826 * float(np.median(np.abs(x - np.median(x)))) if len(x) else 0.0
+
+
+def _candidates(limit: int) -> np.ndarray:
+    """Warm-up lengths tried: every one up to 64, then ~100 more spread geometrically."""
+    small = np.arange(1, min(limit, 64) + 1)
+    if limit <= 64:
+        return small
+    return np.unique(np.concatenate([small, np.geomspace(65, limit, 100).astype(int)]))
+
+
+def _warm_up(w: np.ndarray) -> int:
+    """The warm-up's length: the change point of the log times (the best split into a
+    leading part and the rest, by absolute deviations from each part's median) among splits
+    whose leading part is at least ``KIND_MIN_PCT`` slower; 0 when none fits better than no
+    split. ``_give_back`` cuts it back once the loop's kinds are known."""
+    x = np.log(w)
+    n = len(x)
+    best, best_cost = 0, _l1(x)
+    slower = np.log1p(KIND_MIN_PCT / 100)
+    if x[0] - np.median(x) < slower:  # a warm-up starts slow
+        return 0
+    for k in _candidates(n // 2):
+        head, rest = x[:k], x[k:]
+        if np.median(head) - np.median(rest) < slower:
+            continue
+        cost = _l1(head) + _l1(rest)
+        if cost < best_cost:
+            best, best_cost = int(k), cost
+    return best
+
+
+def _give_back(w: np.ndarray, label: np.ndarray, k: int, main: np.ndarray,
+               kinds: list[Kind]) -> int:
+    """The warm-up cut back to its last iteration slower than its place in the loop predicts
+    (a recurring kind's median where the iteration falls on its period, else the main
+    kind's); the iterations given back take that kind. Returns the new warm-up length."""
+    if not k:
+        return 0
+    ref = w[main] if len(main) else w[k:]
+    m, s = float(np.median(ref)), _sigma(ref)
+    expect = np.full(k, m)
+    owner = np.full(k, MAIN, dtype=object)
+    for x in kinds:
+        if x.pattern == "recurring" and x.period:
+            on = (np.arange(k) - x.rows[0]) % x.period == 0
+            expect[on], owner[on] = float(np.median(w[x.rows])), x.name
+    slow = w[:k] > expect + np.maximum(KIND_MIN_PCT / 100 * expect, KIND_SIGMAS * s)
+    new = int(np.flatnonzero(slow)[-1]) + 1 if slow.any() else 0
+    label[new:k] = owner[new:k]
+    while new == k and k < len(label) and label[k] == OUTLIER:  # the warm-up's slow tail
+        label[k] = WARM_UP
+        new = k = k + 1
+    return new
+
+
+def _splits(x: np.ndarray) -> tuple[int, bool]:
+    """Where sorted values ``x`` split at their largest gap (the index of the first value of
+    the upper group), and whether the split holds: the two groups' medians differ by at least
+    max(``KIND_MIN_PCT``, ``KIND_SIGMAS`` robust sigma of the larger group), and the gap is
+    wider than two of those sigmas (the groups do not touch)."""
+    gaps = np.diff(np.log(x))
+    j = int(np.argmax(gaps)) + 1
+    lo, hi = x[:j], x[j:]
+    big, small = (lo, hi) if len(lo) >= len(hi) else (hi, lo)
+    m = float(np.median(big))
+    s = max(_sigma(big), 0.002 * m)
+    d = abs(float(np.median(small)) - m)
+    return j, d >= max(KIND_MIN_PCT / 100 * m, KIND_SIGMAS * s) and x[j] - x[j - 1] > 2 * s
+
+
+def _groups(v: np.ndarray) -> list[np.ndarray]:
+    """Positions of ``v`` in groups by value (``_splits``), the largest first (ties: the one
+    with more time). The main group is split again and again; another group again only into
+    parts of ``MIN_KIND`` or more."""
+    order = np.argsort(v, kind="stable")
+    x = v[order]
+    main, others = (0, len(x)), []
+    while len(others) + 1 < MAX_KINDS and main[1] - main[0] >= 2:
+        a, b = main
+        j, ok = _splits(x[a:b])
+        if not ok:
+            break
+        lo, hi = (a, a + j), (a + j, b)
+        main, other = (lo, hi) if (j, x[a:a + j].sum()) >= (b - a - j, x[a + j:b].sum()) \
+            else (hi, lo)
+        others.append(other)
+    done = []
+    for a, b in others:  # two kinds apart from the main one (an eval step, a checkpoint)
+        if b - a >= 2 * MIN_KIND:
+            j, ok = _splits(x[a:b])
+            lo, hi = x[a:a + j], x[a + j:b]
+            if ok and min(len(lo), len(hi)) >= MIN_KIND and \
+                    hi[0] - lo[-1] > KIND_SIGMAS * max(_sigma(lo), _sigma(hi)):
+                done += [(a, a + j), (a + j, b)]
+                continue
+        done.append((a, b))
+    out = [np.sort(order[main[0]:main[1]])] + [np.sort(order[a:b]) for a, b in done]
+    return [out[0]] + sorted(out[1:], key=len, reverse=True)
+
+
+#: periods looked for (every 2nd ... every ``MAX_PERIOD``th iteration)
+MAX_PERIOD = 12
+
+
+def _periodic(x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """Kinds that recur with a period, found by position rather than by value: the loop's
+    iterations in classes by their place in a cycle of p (2..``MAX_PERIOD``), for the
+    shortest p whose classes are each of one level (no class splits in two by ``_splits``,
+    but for a few odd members) and whose levels differ by at least max(``KIND_MIN_PCT``,
+    ``KIND_SIGMAS`` sigma of a class). A kind that drifts, or whose times overlap another's at
+    the edges, is still found (two shapes alternating). Returns (groups of positions, the
+    largest first; the odd iterations: more than max(``ODD_PCT``, 5 sigma) from their class's
+    median, while rare) or None."""
+    n = len(x)
+    for p in range(2, min(MAX_PERIOD, n // 4) + 1):  # 4 cycles at least
+        cls = np.arange(n) % p
+        parts = [x[cls == j] for j in range(p)]
+        if any(_two_levels(c) for c in parts):
+            continue
+        med = np.array([np.median(c) for c in parts])
+        sig = np.array([max(_sigma(c), 0.002 * m) for c, m in zip(parts, med)])
+        order = np.argsort(med)  # classes in levels: a new level where medians jump
+        jump = np.diff(med[order]) >= np.maximum(KIND_MIN_PCT / 100 * med[order][:-1],
+                                                 KIND_SIGMAS * np.median(sig))
+        if not jump.any():
+            continue
+        levels = np.split(order, np.flatnonzero(jump) + 1)
+        odd = np.abs(x - med[cls]) > np.maximum(ODD_PCT / 100 * med[cls], 5 * sig[cls])
+        if odd.sum() > OUTLIER_MAX_PCT / 100 * n + 1:  # not rare: they stay in their class
+            odd[:] = False
+        groups = [np.flatnonzero(np.isin(cls, lv) & ~odd) for lv in levels]
+        groups.sort(key=lambda g: (len(g), x[g].sum()), reverse=True)
+        if len(groups[1]) < MIN_KIND:
+            continue
+        return groups, ([np.flatnonzero(odd)] if odd.any() else [])
+    return None
+
+
+#: a member of a recurring kind this far from its kind's median (%) is an outlier
+ODD_PCT = 25.0
+
+
+def _two_levels(c: np.ndarray) -> bool:
+    """Whether values ``c`` hold two levels (``_splits``), each of at least 2 members and a
+    quarter of them: a class that mixes two kinds, not one with an odd member."""
+    if len(c) < 4:
+        return False
+    x = np.sort(c)
+    j, ok = _splits(x)
+    return ok and min(j, len(x) - j) >= max(2, len(x) // 4)
+
+
+def _merged(groups: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
+    """The groups after the main one, with the kinds on one side of it (slower, or faster)
+    merged into one unless each has a pattern of its own: two kinds of slow iteration need
+    more than a gap between their times."""
+    m = float(np.median(x[groups[0]]))
+    out = []
+    for side in (True, False):
+        mine = [g for g in groups[1:] if (float(np.median(x[g])) > m) == side]
+        big = [g for g in mine if len(g) >= MIN_KIND]
+        patterned = [g for g in big if _pattern(g, 0, len(x))[0] != "scattered"]
+        if len(big) > 1 and len(patterned) < len(big):
+            mine = [np.sort(np.concatenate(big))] + [g for g in mine if len(g) < MIN_KIND]
+        out += mine
+    return [groups[0]] + sorted(out, key=len, reverse=True)
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _list(rows: np.ndarray, most: int = 6) -> str:
+    shown = ", ".join(str(int(r)) for r in rows[:most])
+    return shown + (f", ... {int(rows[-1])}" if len(rows) > most else "")
+
+
+def _runs(rows: np.ndarray) -> list[np.ndarray]:
+    """``rows`` (sorted) in runs of iterations at most 2 apart (one odd iteration inside a
+    stretch does not break it)."""
+    return np.split(rows, np.flatnonzero(np.diff(rows) > 2) + 1) if len(rows) else []
+
+
+def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None]:
+    """(pattern, words, period) of iterations ``rows`` of a loop from ``k`` to ``n``:
+    recurring every Nth, a phase (one stretch that reaches the loop's start or end), a
+    cluster (up to 3 stretches), or scattered."""
+    if len(rows) >= MIN_KIND:
+        d = np.diff(rows)
+        p = int(np.bincount(d).argmax())
+        if p >= 2 and (d % p == 0).all() and (d == p).mean() >= 0.7:
+            return ("recurring", f"every {_ordinal(p)} iteration ({len(rows)} of {n - k}: "
+                    f"iterations {_list(rows)})", p)
+        for q in range(3, MAX_PERIOD + 1):  # several places in a cycle: 2 of every 4
+            places = np.unique(rows % q)
+            if len(places) < q - 1 and (len(rows) >= 2 * q or len(places) == 1) and \
+                    np.isin(np.arange(rows[0], rows[-1] + 1) % q, places).sum() <= len(rows) + 2:
+                return ("recurring", f"{len(places)} of every {q} iterations ({len(rows)} of "
+                        f"{n - k}: iterations {_list(rows)})", q)
+    runs = [r for r in _runs(rows) if len(r) >= 2]
+    if len(runs) == 1 and runs[0][-1] >= n - 2:
+        return "phase", f"from iteration {int(runs[0][0])} on ({len(rows)} of {n - k})", None
+    if len(runs) == 1 and runs[0][0] <= k + 1:
+        return "phase", f"until iteration {int(runs[0][-1])} ({len(rows)} of {n - k})", None
+    if 1 <= len(runs) <= 3:
+        spans = ", ".join(f"{int(r[0])}-{int(r[-1])}" for r in runs)
+        return "cluster", f"iterations {spans} ({len(rows)} of {n - k})", None
+    return "scattered", f"{len(rows)} of {n - k}, no pattern: iterations {_list(rows)}", None
+
+
+def _strays(rows: np.ndarray, pattern: str) -> np.ndarray:
+    """The iterations of a phase or cluster kind outside its stretches (runs of one)."""
+    if pattern not in ("phase", "cluster"):
+        return np.empty(0, rows.dtype)
+    return np.concatenate([r for r in _runs(rows) if len(r) < 2] or [np.empty(0, rows.dtype)])
+
+
+def _main_words(rows: np.ndarray, k: int, n: int, others: bool) -> str:
+    if not others:
+        return f"every iteration after warm-up ({len(rows)})"
+    return f"the other {len(rows)} of {n - k}"
+
+
+def _bins(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bin centres, bin medians) of a loop's times, in bins of 3-5 iterations (more on long
+    loops: at most ~40 bins), so that a recurring iteration does not move a bin's median."""
+    size = 3 if len(x) < 40 else max(5, len(x) // 40)
+    nb = len(x) // size
+    b = x[:nb * size].reshape(nb, size)
+    return np.arange(nb) * size + (size - 1) / 2, np.median(b, axis=1)
+
+
+def _theil_sen(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    i, j = np.triu_indices(len(t), 1)
+    slope = float(np.median((y[j] - y[i]) / (t[j] - t[i])))
+    return slope, float(np.median(y - slope * t))
+
+
+def _spearman(y: np.ndarray) -> float:
+    r = np.argsort(np.argsort(y)).astype(float)
+    t = np.arange(len(y), dtype=float)
+    if r.std() == 0:
+        return 0.0
+    return float(np.corrcoef(t, r)[0, 1])
+
+
+def _trend_line(x: np.ndarray) -> np.ndarray | None:
+    """A trend line through the loop's times ``x`` (one value per iteration), or None: the bin
+    medians rise or fall together (rank correlation >= 0.8), a line fits them better than one
+    step does, and it moves at least ``TREND_MIN_PCT`` from the first bin to the last."""
+    if len(x) < 18:
+        return None
+    t, y = _bins(x)
+    if len(y) < 6 or abs(_spearman(y)) < 0.8:
+        return None
+    slope, icpt = _theil_sen(t, y)
+    line = icpt + slope * t
+    if line.min() <= 0 or abs(line[-1] / line[0] - 1) < TREND_MIN_PCT / 100:
+        return None
+    step = min(_l1(y[:j]) + _l1(y[j:]) for j in range(2, len(y) - 1))
+    if step < np.abs(y - line).sum():
+        return None  # one step explains it better: a phase, found as a kind
+    fit = icpt + slope * np.arange(len(x))
+    return fit if fit.min() > 0 else None
+
+
+def _trend_words(x: np.ndarray, label: np.ndarray) -> dict:
+    """The trend's size: medians of the first and last quarter of the loop's main-kind
+    iterations."""
+    q = max(len(x) // 4, 1)
+    first, last = x[:q][label[:q] == MAIN], x[-q:][label[-q:] == MAIN]
+    first = first if len(first) else x[:q]
+    last = last if len(last) else x[-q:]
+    a, b = float(np.median(first)), float(np.median(last))
+    return {"first_ns": a, "last_ns": b, "change_pct": 100 * (b / a - 1) if a else 0.0,
+            "quarter": q}
+
+
+def stats(wall, label) -> dict:
+    """The loop's statistics, over every iteration after warm-up (outliers and every kind
+    included, never trimmed): ``iterations``, ``steady_iterations`` (after warm-up),
+    ``warmup_iterations``, ``outlier_iterations``, ``kinds``; ``mean_ns`` (total time /
+    iterations: what throughput sees), ``p50_ns``, ``p95_ns``, ``p99_ns``, ``min_ns``,
+    ``max_ns``, ``iqr_ns``, ``cov_pct``; ``warmup_ns`` (the warm-up's total time)."""
+    w = np.asarray(wall, dtype=float)
+    label = np.asarray(label, dtype=object)
+    after = w[label != WARM_UP]
+    if not len(after):
+        after = w
+    q = np.percentile(after, [25, 50, 75, 95, 99]) if len(after) else np.zeros(5)
+    mean = float(after.mean()) if len(after) else 0.0
+    return {"iterations": int(len(w)), "steady_iterations": int((label != WARM_UP).sum()),
+            "warmup_iterations": int((label == WARM_UP).sum()),
+            "outlier_iterations": int((label == OUTLIER).sum()),
+            "kinds": int(len({x for x in label if x not in (WARM_UP, OUTLIER)})),
+            "mean_ns": mean, "p50_ns": float(q[1]), "iqr_ns": float(q[2] - q[0]),
+            "cov_pct": float(100 * after.std() / mean) if mean and len(after) > 1 else 0.0,
+            "p95_ns": float(q[3]), "p99_ns": float(q[4]),
+            "min_ns": float(after.min()) if len(after) else 0.0,
+            "max_ns": float(after.max()) if len(after) else 0.0,
+            "warmup_ns": float(w[label == WARM_UP].sum())}
