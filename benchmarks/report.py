@@ -67,7 +67,9 @@ def run_cli(code: Path, report: Path, cache: Path) -> tuple[float, float, float]
     seconds = time.perf_counter() - t
     if p.returncode:
         raise SystemExit(f"nsightlab report failed ({code}):\n{p.stderr[-2000:]}")
-    me, kids = (int(x) / 1024 for x in p.stderr.strip().splitlines()[-1].split()[1:])
+    peak = next(x for x in reversed(p.stderr.replace("\r", "\n").splitlines())
+                if x.startswith("PEAK "))  # progress notes may end the stream
+    me, kids = (int(x) / 1024 for x in peak.split()[1:])
     print(f"  {code.name}: {p.stdout.splitlines()[0][:160]}", file=sys.stderr)
     return seconds, me, kids
 

@@ -178,7 +178,8 @@ def test_only_the_two_stalled_passes_are_outliers(run, cache_dir):
 def test_decode_tokens_are_the_unit_with_generate(run, cache_dir):
     """Hugging Face ``generate`` (GPT-2 shaped, 4 layers), 4 calls x 32 tokens, no NVTX: the
     unit is one token (count within 1, median within 5% of the events' period), although the
-    attention kernels change with the KV length; the first call is warm-up."""
+    attention kernels change with the KV length; the first call is warm-up; the calls are the
+    outer level and their prefills a recurring kind."""
     s, it, _ = budget(run("hf_s32"))
     t = truth("hf_s32")
     assert abs(int(s["iterations"]) - t["iterations"]) <= 1
@@ -186,6 +187,12 @@ def test_decode_tokens_are_the_unit_with_generate(run, cache_dir):
     loop = it["phase"].to_numpy() == "loop"
     assert s["wall_med_ns"] / 1e6 == pytest.approx(np.median(t["period"][loop[:-1]]), rel=0.05)
     assert 30 <= s["warmup_iterations"] <= 34
+    # the generate() calls are the level around the tokens, and each call's prefill (its
+    # first forward, over the whole prompt) is a kind of its own: one every 32 tokens
+    assert "32 iterations x 4 outer units" in s["iteration_source"]
+    prefill = np.flatnonzero(t["kind"] == "prefill")
+    b = np.flatnonzero(it["kind"].to_numpy() == "B")
+    assert set(b) == set(prefill[prefill >= s["warmup_iterations"]])
 
 
 def test_diff_of_two_precisions_compares_untrimmed_medians(run, cache_dir):

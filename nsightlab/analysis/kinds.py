@@ -86,9 +86,11 @@ class Loop:
         return np.where(self.label == WARM_UP, WARM_UP, LOOP)
 
 
-def classify(wall) -> Loop:
+def classify(wall, cycle: int = 0) -> Loop:
     """Warm-up, kinds, trend and outliers of iterations with wall times ``wall`` (in order).
-    Fewer than 4 iterations are one kind: too few to tell."""
+    Fewer than 4 iterations are one kind: too few to tell. ``cycle``: iterations per outer
+    unit where the trace shows one (decode steps per ``generate()`` call), a period tried
+    first, counted from the first iteration, with 2 cycles in the loop enough."""
     w = np.maximum(np.asarray(wall, dtype=float), 1.0)
     n = len(w)
     label = np.full(n, MAIN, dtype=object)
@@ -97,7 +99,7 @@ def classify(wall) -> Loop:
     k = _warm_up(w)
     fit = _trend_line(w[k:])
     x = w[k:] / fit if fit is not None else w[k:]
-    cycle = _periodic(x)
+    cycle = _periodic(x, cycle, k)
     groups = cycle[0] if cycle else _groups(x)
     main = groups[0] + k
     kinds, odd = [], []
@@ -122,6 +124,17 @@ def classify(wall) -> Loop:
     if scattered and sum(len(x.rows) for x in scattered) + sum(map(len, odd)) <= max(limit, 1):
         odd += [x.rows for x in scattered]
         kinds = [x for x in kinds if x.pattern != "scattered"]
+    elif odd and sum(map(len, odd)) > max(limit, 1):  # not rare: a kind, each side, if alike
+        m = float(np.median(w[main]))
+        rest = []
+        for side in (w[np.concatenate(odd)] > m, w[np.concatenate(odd)] <= m):
+            rows = np.sort(np.concatenate(odd)[side])
+            alike = len(rows) >= MIN_KIND and not _splits(np.sort(w[rows]))[1]
+            if alike:  # of one level (three 30 ms stalls, not a stall and a stray)
+                kinds.append(Kind("", rows, *_pattern(rows, k, n)))
+            else:
+                rest.append(rows)
+        odd = rest
     kinds.sort(key=lambda x: x.rows[0])
     for name, x in zip(NAMES, kinds):
         x.name = name
@@ -141,6 +154,27 @@ def classify(wall) -> Loop:
         rows = np.flatnonzero(label == x.name)
         out.append(Kind(x.name, rows, *_pattern(rows, k, n)))
     out[0].words = _main_words(out[0].rows, k, n, len(out) > 1)
+    trend = _trend_words(w[k:], label[k:]) if fit is not None else None
+    return Loop(label, k, out, trend)
+
+
+def describe(wall, label) -> Loop:
+    """The ``Loop`` of iterations already labelled (``classify``'s labels, as the budget's
+    iterations table keeps them): each kind's pattern and words, and the trend, from the
+    labels and times alone (not classified again)."""
+    w = np.maximum(np.asarray(wall, dtype=float), 1.0)
+    label = np.asarray(label, dtype=object)
+    n = len(w)
+    k = int((label == WARM_UP).sum())
+    names = [MAIN] + sorted({x for x in label if x not in (MAIN, WARM_UP, OUTLIER)})
+    out = []
+    for name in names:
+        rows = np.flatnonzero(label == name)
+        if name == MAIN:
+            out.append(Kind(MAIN, rows, MAIN, _main_words(rows, k, n, len(names) > 1)))
+        elif len(rows):
+            out.append(Kind(name, rows, *_pattern(rows, k, n)))
+    fit = _trend_line(w[k:]) if n >= 4 else None
     trend = _trend_words(w[k:], label[k:]) if fit is not None else None
     return Loop(label, k, out, trend)
 
@@ -256,7 +290,8 @@ def _groups(v: np.ndarray) -> list[np.ndarray]:
 MAX_PERIOD = 12
 
 
-def _periodic(x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+def _periodic(x: np.ndarray, outer: int = 0, start: int = 0
+              ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
     """Kinds that recur with a period, found by position rather than by value: the loop's
     iterations in classes by their place in a cycle of p (2..``MAX_PERIOD``), for the
     shortest p whose classes are each of one level (no class splits in two by ``_splits``,
@@ -266,8 +301,9 @@ def _periodic(x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]] | None
     largest first; the odd iterations: more than max(``ODD_PCT``, 5 sigma) from their class's
     median, while rare) or None."""
     n = len(x)
-    for p in range(2, min(MAX_PERIOD, n // 4) + 1):  # 4 cycles at least
-        cls = np.arange(n) % p
+    tries = [outer] if 2 <= outer and 2 * outer <= n else []
+    for p in tries + list(range(2, min(MAX_PERIOD, n // 4) + 1)):  # 4 cycles at least
+        cls = (np.arange(n) + (start if p == outer else 0)) % p
         parts = [x[cls == j] for j in range(p)]
         if any(_two_levels(c) for c in parts):
             continue

@@ -77,6 +77,7 @@ class RunReport(Result):
     iteration_ranges: int = 0  # NVTX iteration ranges, said when no GPU work was traced
     unsteady: pd.DataFrame = field(default_factory=pd.DataFrame)  # warm-up and outliers, why
     kinds: pd.DataFrame = field(default_factory=pd.DataFrame)  # kinds of iteration, first GPU
+    outside: tuple = (None, None)  # session time before the first iteration and after the last
 
     def brief(self) -> str:
         run = self.run_row()
@@ -93,6 +94,7 @@ class RunReport(Result):
                 (p.iteration_source if p else no_gpu),
                 "iteration_ns": float(b["wall_ns"]) if b is not None else None,
                 "mean_ns": float(b["wall_ns"]) if b is not None else None,
+                "before_ns": self.outside[0], "after_ns": self.outside[1],
                 "kernel_ns": p.kernel_ns if p else None, "kernels": p.kernels if p else None,
                 "busy_pct": busy_pct(b) if b is not None else None,
                 **{k: (float(b[k]) if k.endswith("_ns") or k.endswith("_pct") else int(b[k]))
@@ -183,6 +185,7 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
         k = b["kinds"]
         rr.kinds = k[k["device_id"] == k["device_id"].iloc[0]].reset_index(drop=True) \
             if len(k) else k
+        rr.outside = _outside(r, it, budget_)
     rr.findings = findings(rr, ks)
     outside = float(whole["total_ns"].sum() - ks["total_ns"].sum()) if len(whole) else 0.0
     if len(whole) and outside > WARMUP_NOTE_PCT / 100 * max(whole["total_ns"].sum(), 1) \
@@ -197,6 +200,16 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     if memory:
         rr.findings.append(memory)
     return rr
+
+
+def _outside(r: Report, it: pd.DataFrame, summary: pd.DataFrame) -> tuple:
+    """The session's time before the first iteration and after the last (start-up, set-up,
+    teardown: in no number), ns; (None, None) without iterations or a recorded span."""
+    span = r.span_ns
+    if not span or not len(it) or (it["name"] == budget.WHOLE_RUN).all():
+        return None, None
+    return (max(float(it["start_ns"].min() - span[0]), 0.0),
+            max(float(span[1] - it["end_ns"].max()), 0.0))
 
 
 def time_by_kind(k: pd.DataFrame) -> list[str]:

@@ -231,8 +231,11 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
         lines.append(f"  iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock (the loop's "
                      f"mean: what throughput sees){kernel}, GPU busy {run['busy_pct']:.0f}%")
         if (run.get("iterations") or 0) >= 4 and run.get("steady_iterations") is not None:
+            loop_ns = run["iteration_ns"] * run["steady_iterations"]
+            share = f" ({100 * run['warmup_ns'] / loop_ns:.0f}% of the loop's time)" \
+                if loop_ns else ""
             left = (f"; warm-up left out: {run['warmup_iterations']} iteration(s), "
-                    f"{run['warmup_ns'] / 1e6:.2f} ms" if run["warmup_iterations"] else "")
+                    f"{run['warmup_ns'] / 1e6:.2f} ms{share}" if run["warmup_iterations"] else "")
             odd = (f", {run['outlier_iterations']} outlier(s) kept" if run["outlier_iterations"]
                    else "")
             many = f", {run['kinds']} kinds" if (run.get("kinds") or 1) > 1 else ""
@@ -241,6 +244,10 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
                 f"{left}; median {run['wall_med_ns'] / 1e6:.2f} ms, p95 "
                 f"{run['wall_p95_ns'] / 1e6:.2f} ms, p99 {run['wall_p99_ns'] / 1e6:.2f} ms, "
                 f"CoV {run['wall_cov_pct']:.1f}%")
+            if run.get("before_ns") is not None:
+                lines.append(f"  session time in no number (start-up, set-up, teardown): "
+                             f"{_dur(run['before_ns'])} before the first iteration, "
+                             f"{_dur(run['after_ns'])} after the last")
     shown = [w for w in rr.warnings if w["severity"] != "note"]
     if shown:
         lines += ["", "warnings:"] + [f"  - {w['severity'].upper()}: {w['message']}" for w in shown]
@@ -273,6 +280,11 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
         lines += ["NVTX ranges:", ms_table(rr.ranges[["name", "instances", "cpu_total_ns",
                                                       "kernel_count"]].head(limit))]
     return "\n".join(lines)
+
+
+def _dur(ns: float) -> str:
+    """A span of session time: seconds from 1 s, else milliseconds."""
+    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.2f} ms"
 
 
 def budget_text(summary: pd.DataFrame) -> str:
