@@ -226,7 +226,9 @@ def outcome(kind: str, case: Path, args: list[str], res, good: str | None) -> tu
                            f"for {n} {kind.split(':')[1]}: {res.stderr[-300:]!r}")
         return "warning", ""
     if kind == "partial":  # a trace that lost a part: a result, and a warning saying so
-        said = warned or args[0] == "table" and "note:" in res.stderr  # the table's own note
+        # said on stderr, in the table's own note, or (report) in the first lines of its answer
+        said = warned or args[0] == "table" and "note:" in res.stderr or \
+            args[0] == "report" and "PARTIAL:" in "\n".join(res.stdout.splitlines()[:12])
         return ("warning", "") if said else ("BAD", "a partial trace with no warning")
     if kind == "ok" and warned:
         return "BAD", f"real data called damage: {warned[0][:300]}"

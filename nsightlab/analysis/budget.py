@@ -492,13 +492,13 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
         wall = g["wall_ns"].to_numpy(float)
         label = _labels(g)
         loop = kinds.describe(wall, label)
-        loop_ns = float(wall[label != kinds.WARM_UP].sum()) or 1.0
+        loop_ns = float(wall[label != kinds.WARM_UP].sum())
         main = g[label == kinds.MAIN]
         groups = [(x.name, x.pattern, x.words) for x in loop.kinds if (label == x.name).any()]
         if (label == kinds.OUTLIER).any():
             rows = np.flatnonzero(label == kinds.OUTLIER)
             groups.append((kinds.OUTLIER, "isolated", f"{len(rows)} of {len(wall) - loop.warmup}: "
-                           f"iterations {', '.join(str(int(r)) for r in rows[:8])}"))
+                           f"iterations {kinds.listed(rows, 8)}"))
         if loop.warmup:
             groups.append((kinds.WARM_UP, "prefix", f"iterations 0-{loop.warmup - 1}"))
         for name, pattern, which in groups:
@@ -507,7 +507,8 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
             row = {"device_id": int(dev), "kind": name, "pattern": pattern, "which": which,
                    "iterations": len(mine), "med_ns": float(np.median(w)),
                    "min_ns": float(w.min()), "max_ns": float(w.max()), "mean_ns": float(w.mean()),
-                   "time_ns": float(w.sum()), "share_pct": 100.0 * float(w.sum()) / loop_ns,
+                   "time_ns": float(w.sum()),
+                   "share_pct": 100.0 * float(w.sum()) / loop_ns if loop_ns else float("nan"),
                    "period": next((x.period for x in loop.kinds if x.name == name), None)}
             _add_parts(row, mine, row["mean_ns"])
             for c in BYTES:

@@ -142,8 +142,8 @@ def _check(report: Report) -> list[dict]:
     if impossible:
         out.append(_f("gpu_metrics_impossible", "warning",
                       f"left out of every number: {impossible:,} GPU-metrics samples that cannot "
-                      "be (a share outside 0-100%, a clock outside 0-10 GHz, a time before the "
-                      "session starts)"))
+                      "be (a share outside 0-100%, a clock outside 0-10 GHz, a time more than a "
+                      "second before the session starts)"))
     unknown = _unknown_devices(report)
     if unknown:
         out.append(_f("unknown_gpus", "warning",

@@ -291,6 +291,8 @@ def _split_alike(ops: dict, best: dict, cut: np.ndarray) -> dict:
     shared = set.intersection(*sets)
     if len(shared) < 0.3 * len(set.union(*sets)):
         return best
+    if any(a <= b for i, a in enumerate(sets) for j, b in enumerate(sets) if i != j):
+        return best  # one stretch is another plus a tail (micro-batches, then the optimizer)
     lo = np.searchsorted(cuts, starts, "right")
     extra = [cuts[i:i + k] for i, n_in in zip(lo, inner) if n_in == k]
     new = np.unique(np.concatenate([starts, *extra]))

@@ -48,6 +48,10 @@ MAX_KINDS = 4
 UNSTABLE_COV_PCT = 10.0
 #: the loop's mean and median differ by more than this (%): said
 MEAN_MEDIAN_PCT = 5.0
+#: the warm-up is looked for in the first this many iterations; kinds by position (every
+#: Nth) in loops of at most this many (longer ones: by value only): 1M iterations in ~1 s
+WARMUP_SEARCH = 20_000
+MAX_PERIODIC_N = 100_000
 #: names of the kinds after the main one
 NAMES = "BCDEFGH"
 
@@ -99,13 +103,14 @@ def classify(wall, cycle: int = 0) -> Loop:
     k = _warm_up(w)
     fit = _trend_line(w[k:])
     x = w[k:] / fit if fit is not None else w[k:]
-    cycle = _periodic(x, cycle, k)
-    groups = cycle[0] if cycle else _groups(x)
+    cycle = _periodic(x, cycle, k) if len(x) <= MAX_PERIODIC_N else None
+    groups = cycle[0] if cycle else _merged(_groups(x), x)
+    groups = sorted(groups, key=lambda g: (len(g), x[g].sum()), reverse=True)  # main: largest
     main = groups[0] + k
     kinds, odd = [], []
     if cycle:
         odd += [r + k for r in cycle[1]]
-    for g in (groups if cycle else _merged(groups, x))[1:]:
+    for g in groups[1:]:
         rows = g + k
         if len(rows) < MIN_KIND:
             odd.append(rows)
@@ -144,9 +149,12 @@ def classify(wall, cycle: int = 0) -> Loop:
     label[:k] = WARM_UP
     k = _give_back(w, label, k, main, kinds)
     for x in kinds:  # a slower stretch right after warm-up is the warm-up's tail
-        if x.pattern == "phase" and x.rows[0] <= k + 1 and \
-                np.median(w[x.rows]) > np.median(w[label == MAIN]):
-            k = int(x.rows[-1]) + 1
+        runs = [r for r in _runs(np.flatnonzero(label == x.name)) if len(r) >= 2]
+        main_left = np.flatnonzero(label == MAIN)
+        if x.pattern == "phase" and runs and runs[0][0] <= k + 1 and len(main_left) and \
+                runs[0][-1] < main_left[-1] and \
+                np.median(w[runs[0]]) > np.median(w[main_left]):
+            k = int(runs[0][-1]) + 1
             label[:k] = WARM_UP
     kinds = [x for x in kinds if (label == x.name).any()]
     out = [Kind(MAIN, np.flatnonzero(label == MAIN), MAIN, "")]
@@ -201,7 +209,7 @@ def _warm_up(w: np.ndarray) -> int:
     leading part and the rest, by absolute deviations from each part's median) among splits
     whose leading part is at least ``KIND_MIN_PCT`` slower; 0 when none fits better than no
     split. ``_give_back`` cuts it back once the loop's kinds are known."""
-    x = np.log(w)
+    x = np.log(w[:WARMUP_SEARCH])  # warm-up is at the start: a long run's head is enough
     n = len(x)
     best, best_cost = 0, _l1(x)
     slower = np.log1p(KIND_MIN_PCT / 100)
@@ -209,7 +217,13 @@ def _warm_up(w: np.ndarray) -> int:
         return 0
     for k in _candidates(n // 2):
         head, rest = x[:k], x[k:]
-        if np.median(head) - np.median(rest) < slower:
+        # the prefix slower by 10% and by 3 robust sigma of the rest (noise alone, a
+        # heavy-tailed loop, has prefixes 10% slower by chance)
+        # noise: the rest's spread, or twice its faster half's where smaller (a slow kind in
+        # the loop, every 2nd iteration 4x slower, is no noise)
+        m = np.median(rest)
+        noise = min(_sigma(rest), 2 * _sigma(rest[rest <= m]))
+        if np.median(head) - m < max(slower, KIND_SIGMAS * noise):
             continue
         cost = _l1(head) + _l1(rest)
         if cost < best_cost:
@@ -320,6 +334,13 @@ def _periodic(x: np.ndarray, outer: int = 0, start: int = 0
             odd[:] = False
         groups = [np.flatnonzero(np.isin(cls, lv) & ~odd) for lv in levels]
         groups.sort(key=lambda g: (len(g), x[g].sum()), reverse=True)
+        # an odd member at the main kind's level is the main kind's (a step of the usual
+        # time where its class is usually slow), not an outlier
+        m0 = float(np.median(x[groups[0]]))
+        home = odd & (np.abs(x - m0) <= max(KIND_MIN_PCT / 100 * m0, KIND_SIGMAS * np.median(sig)))
+        if home.any():
+            groups[0] = np.sort(np.concatenate([groups[0], np.flatnonzero(home)]))
+            odd &= ~home
         if len(groups[1]) < MIN_KIND:
             continue
         return groups, ([np.flatnonzero(odd)] if odd.any() else [])
@@ -358,6 +379,11 @@ def _merged(groups: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
 
 def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def listed(rows: np.ndarray, most: int = 6) -> str:
+    """Iteration numbers as a person lists them: the first ``most``, then '... last'."""
+    return _list(rows, most)
 
 
 def _list(rows: np.ndarray, most: int = 6) -> str:

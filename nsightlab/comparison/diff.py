@@ -417,8 +417,12 @@ def kinds_note(pa: RunProfile, pb: RunProfile) -> str:
 
 def _same_kind(p: RunProfile, both: bool) -> float:
     """The iteration a headline compares: the main kind's median when a run has several
-    kinds (``both``: either run has), else the loop's median."""
-    return (p.main_ns or p.iteration_ns) if both else p.iteration_ns
+    kinds (``both``: either run has) and its main kind holds 60% of its loop or more, else
+    the loop's median (two kinds of about as many iterations: which one is "main" is a
+    coin toss, and comparing them across runs could compare different kinds)."""
+    main = next((k for k in p.kinds if k["kind"] == kinds.MAIN), None)
+    held = main["iterations"] / max(p.steady_iterations, 1) if main else 1.0
+    return (p.main_ns or p.iteration_ns) if both and held >= 0.6 else p.iteration_ns
 
 
 def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> dict:

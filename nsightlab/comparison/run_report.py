@@ -333,8 +333,13 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
     it = p.iteration_ns or 1.0
     if len(ks):
         top = ks.iloc[0]
-        out.append(f"top kernel: {top['kernel_class']} {top['precision']} takes {top['time_pct']:.0f}% of "
-                   f"GPU time ({str(top['name'])[:80]})")
+        if top["kernel_class"] == "cuda graph":  # a graph-level trace: whole graphs, no kernels
+            share = 100 * top["total_ns"] / max(ks["total_ns"].sum(), 1)
+            out.append(f"top GPU work: {str(top['name'])[:80]} takes {share:.0f}% of the GPU "
+                       "time recorded (its kernels were not recorded one by one)")
+        else:
+            out.append(f"top kernel: {top['kernel_class']} {top['precision']} takes "
+                       f"{top['time_pct']:.0f}% of GPU time ({str(top['name'])[:80]})")
         fp32 = ks[(ks["precision"] == "fp32") & ks["kernel_class"].isin(MATH_CLASSES)]
         if len(fp32) and fp32["time_pct"].sum() > 5:
             out.append(f"FP32 math left over: {fp32['time_pct'].sum():.0f}% of GPU time in FP32 "

@@ -846,8 +846,10 @@ GM, GMI = "GPU_METRICS", "TARGET_INFO_GPU_METRICS"
 GPU_METRICS_VALUE = ("CASE WHEN m.metricName LIKE '%[MHz]%' AND g.value > 100000 "
                      "THEN CAST(ROUND(g.value / 1e6) AS INTEGER) ELSE g.value END")
 #: a GPU-metrics sample that cannot be: a share outside 0-100%, a clock outside 0-10 GHz, a
-#: time before the session (SQL over GPU_METRICS g joined to TARGET_INFO_GPU_METRICS m)
-GPU_METRICS_IMPOSSIBLE = (f"g.timestamp < 0 OR (m.metricName LIKE '%\\%]%' ESCAPE '\\' AND "
+#: time more than a second before the session (nsys 2025.3 starts sampling ~0.1-0.2 ms before
+#: the session's zero: those samples are real, and kept) (SQL over GPU_METRICS g joined to
+#: TARGET_INFO_GPU_METRICS m)
+GPU_METRICS_IMPOSSIBLE = (f"g.timestamp < -1000000000 OR (m.metricName LIKE '%\\%]%' ESCAPE '\\' AND "
                           f"(g.value < 0 OR g.value > 100)) OR (m.metricName LIKE '%[MHz]%' "
                           f"AND (({GPU_METRICS_VALUE}) < 0 OR ({GPU_METRICS_VALUE}) > 10000))")
 

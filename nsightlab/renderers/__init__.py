@@ -30,8 +30,9 @@ FORMATS = ("table", "csv", "json", "parquet", "html")
 
 def data_warnings(result) -> list[tuple[str, str]]:
     """(report, message) of every data-quality warning a result carries (the completeness
-    checks' warnings and partial findings, not their notes), each once: what every command
-    says on stderr, whatever the format (``cli.options.say_warnings``)."""
+    checks' warnings and partial findings, not their notes; a run report's partial findings
+    are in its own first lines), each once: what every command says on stderr, whatever the
+    format (``cli.options.say_warnings``), and no renderer prints again."""
     found: list[tuple[str, str]] = []
     infos = getattr(result, "infos", None)  # ReportInfos
     if infos is not None:
@@ -46,7 +47,7 @@ def data_warnings(result) -> list[tuple[str, str]]:
             found += [(str(h[side]), w) for side in ("a", "b") for w in h.get(f"{side}_warnings", [])]
     if hasattr(result, "findings") and isinstance(getattr(result, "warnings", None), list):
         found += [(str(result.label), w["message"]) for w in result.warnings  # a run report
-                  if w["severity"] != "note"]
+                  if w["severity"] == "warning"]  # (its partial findings are its first lines)
     return list(dict.fromkeys(found))
 
 

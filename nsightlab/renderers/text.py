@@ -92,8 +92,9 @@ def _(result: RunResult, limit: int | None = 25) -> str:
 @render.register
 def _(d: Diff, limit: int | None = 12) -> str:
     h = d.headline
-    warn = [f"WARNING (workload): {w}" for w in h.get("workload_warnings", [])] + \
-        [f"WARNING ({side.upper()}): {w}" for side in ("a", "b") for w in h[f"{side}_warnings"]]
+    # the reports' own data warnings are said once, on stderr (``cli.options.say_warnings``);
+    # that the two runs are not the same workload is part of the answer
+    warn = [f"WARNING (workload): {w}" for w in h.get("workload_warnings", [])]
     lines = [*warn, *([""] if warn else []), h["verdict"], "",
              f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']}); "
              f"{h['a_verdict']}",
@@ -248,7 +249,9 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
                 lines.append(f"  session time in no number (start-up, set-up, teardown): "
                              f"{_dur(run['before_ns'])} before the first iteration, "
                              f"{_dur(run['after_ns'])} after the last")
-    shown = [w for w in rr.warnings if w["severity"] != "note"]
+    # a partial trace is said here, in the first lines (and not again on stderr); the other
+    # data warnings once, on stderr (``cli.options.say_warnings``)
+    shown = [w for w in rr.warnings if w["severity"] == "partial"]
     if shown:
         lines += ["", "warnings:"] + [f"  - {w['severity'].upper()}: {w['message']}" for w in shown]
     lines += ["", "findings:"] + [f"  - {f}" for f in rr.findings]
@@ -300,7 +303,9 @@ def _(infos: ReportInfos, limit: int | None = None) -> str:
 def info_text(info: dict) -> str:
     """Human summary of ``Report.info()`` for the terminal."""
     out = [str(info["path"])]
-    out += [f"  {w['severity'].upper()}: {w['message']}" for w in info.get("warnings", [])]
+    # notes here; warnings and partial findings once, on stderr (``cli.options.say_warnings``)
+    out += [f"  {w['severity'].upper()}: {w['message']}" for w in info.get("warnings", [])
+            if w["severity"] == "note"]
     out.append(f"  nsys {info['nsys_version'] or '?'} · export schema {info['schema_version'] or '?'}")
     for g in info["gpus"]:
         mem = f", {g['memory_bytes'] / 2**30:.1f} GiB" if g.get("memory_bytes") else ""
