@@ -435,9 +435,7 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
     for dev, g in table.groupby("device_id", sort=True):
         label = _labels(g)
         st = kinds.stats(g["wall_ns"].to_numpy(float), label)
-        st["main_cov_pct"] = kinds.stats(g["wall_ns"].to_numpy(float)[label == kinds.MAIN],
-                                         np.full(int((label == kinds.MAIN).sum()), kinds.MAIN)
-                                         )["cov_pct"]
+        st["main_cov_pct"] = kinds.cov_pct(g["wall_ns"].to_numpy(float)[label == kinds.MAIN])
         st["trend"] = kinds.describe(g["wall_ns"].to_numpy(float), label).trend is not None
         use = g[label != kinds.WARM_UP] if st["steady_iterations"] else g
         wall = float(use["wall_ns"].mean())

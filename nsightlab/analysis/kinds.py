@@ -383,10 +383,6 @@ def _ordinal(n: int) -> str:
 
 def listed(rows: np.ndarray, most: int = 6) -> str:
     """Iteration numbers as a person lists them: the first ``most``, then '... last'."""
-    return _list(rows, most)
-
-
-def _list(rows: np.ndarray, most: int = 6) -> str:
     shown = ", ".join(str(int(r)) for r in rows[:most])
     return shown + (f", ... {int(rows[-1])}" if len(rows) > most else "")
 
@@ -406,13 +402,13 @@ def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None]:
         p = int(np.bincount(d).argmax())
         if p >= 2 and (d % p == 0).all() and (d == p).mean() >= 0.7:
             return ("recurring", f"every {_ordinal(p)} iteration ({len(rows)} of {n - k}: "
-                    f"iterations {_list(rows)})", p)
+                    f"iterations {listed(rows)})", p)
         for q in range(3, MAX_PERIOD + 1):  # several places in a cycle: 2 of every 4
             places = np.unique(rows % q)
             if len(places) < q - 1 and (len(rows) >= 2 * q or len(places) == 1) and \
                     np.isin(np.arange(rows[0], rows[-1] + 1) % q, places).sum() <= len(rows) + 2:
                 return ("recurring", f"{len(places)} of every {q} iterations ({len(rows)} of "
-                        f"{n - k}: iterations {_list(rows)})", q)
+                        f"{n - k}: iterations {listed(rows)})", q)
     runs = [r for r in _runs(rows) if len(r) >= 2]
     if len(runs) == 1 and runs[0][-1] >= n - 2:
         return "phase", f"from iteration {int(runs[0][0])} on ({len(rows)} of {n - k})", None
@@ -421,7 +417,7 @@ def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None]:
     if 1 <= len(runs) <= 3:
         spans = ", ".join(f"{int(r[0])}-{int(r[-1])}" for r in runs)
         return "cluster", f"iterations {spans} ({len(rows)} of {n - k})", None
-    return "scattered", f"{len(rows)} of {n - k}, no pattern: iterations {_list(rows)}", None
+    return "scattered", f"{len(rows)} of {n - k}, no pattern: iterations {listed(rows)}", None
 
 
 def _strays(rows: np.ndarray, pattern: str) -> np.ndarray:
@@ -492,6 +488,12 @@ def _trend_words(x: np.ndarray, label: np.ndarray) -> dict:
             "quarter": q}
 
 
+def cov_pct(w: np.ndarray) -> float:
+    """Coefficient of variation of times ``w`` (%); 0 for fewer than 2 or a zero mean."""
+    mean = float(w.mean()) if len(w) else 0.0
+    return float(100 * w.std() / mean) if mean and len(w) > 1 else 0.0
+
+
 def stats(wall, label) -> dict:
     """The loop's statistics, over every iteration after warm-up (outliers and every kind
     included, never trimmed): ``iterations``, ``steady_iterations`` (after warm-up),
@@ -510,7 +512,7 @@ def stats(wall, label) -> dict:
             "outlier_iterations": int((label == OUTLIER).sum()),
             "kinds": int(len({x for x in label if x not in (WARM_UP, OUTLIER)})),
             "mean_ns": mean, "p50_ns": float(q[1]), "iqr_ns": float(q[2] - q[0]),
-            "cov_pct": float(100 * after.std() / mean) if mean and len(after) > 1 else 0.0,
+            "cov_pct": cov_pct(after),
             "p95_ns": float(q[3]), "p99_ns": float(q[4]),
             "min_ns": float(after.min()) if len(after) else 0.0,
             "max_ns": float(after.max()) if len(after) else 0.0,
