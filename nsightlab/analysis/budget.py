@@ -50,7 +50,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     max_end_per_iteration,
     none_last,
 )
-from nsightlab.analysis import iterations, kinds, steady
+from nsightlab.analysis import ending, iterations, kinds, steady
 from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.completeness import LAUNCH_CALLS
@@ -250,6 +250,10 @@ def _compute(report: Report, ops, found: tuple | None = None
              ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     syncs = ops.syncs()
     iters, source = (found or ranges(report)) if ops.count else (iteration_ranges(report), "")
+    cut = ending.cut(report, iters) if ops.count else (iters, pd.DataFrame(columns=ending.CUT_COLUMNS))
+    iters = cut[0]
+    if len(cut[1]):
+        source += f"; the last ({cut[1]['name'].iloc[0]}) cut by the trace's end and left out"
     if len(iters) and ops.count:
         start, end = windows(iters, ops.gpu_end(iters))
         names = iters["name"].map(base_name).to_numpy()
@@ -280,6 +284,7 @@ def _compute(report: Report, ops, found: tuple | None = None
     by_sync["idle_ns_per_iteration"] = by_sync["idle_ns"] / max(len(start), 1)
     del ops, rows, causes
     release_memory()  # the idle threads' scratch: before the caller builds its own tables
+    table.attrs["cut"] = cut[1]  # the iteration the trace's end cut (``ending.cut``)
     return table, by_sync, source
 
 
@@ -548,7 +553,7 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
     launched = np.searchsorted(t, hi, "right") - np.searchsorted(t, lo, "left")
     bad = empty & (launched > 0)
     if not bad.any():
-        return None
+        return _untraced(report, first, empty, names, lo, hi)
     which = ", ".join(str(i) for i in first["iteration"].to_numpy()[bad][:5])
     return {"check": "iterations_without_gpu_work", "severity": "partial",
             "message": f"{int(bad.sum())} of {len(first)} iterations hold no kernel although "
@@ -556,6 +561,58 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
                        f"(iteration {which}{' ...' if bad.sum() > 5 else ''}): the trace lacks "
                        "their kernels (kernel trace stopped, buffers lost, capture cut); "
                        "verdicts are withheld"}
+
+
+#: CUDA driver entry-point look-ups: the CUDA 12+ runtime calls the driver through these, and
+#: an nsys older than the runtime may not see the calls made through them
+LOOKUP = "cuGetProcAddress"
+#: iterations without any CUDA call or GPU work, of all, that say the launches went unrecorded
+UNTRACED_SHARE = 0.8
+
+
+def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.Series,
+              lo: np.ndarray, hi: np.ndarray) -> dict | None:
+    """``partial`` when most iterations (``UNTRACED_SHARE``, 2 or more) hold no CUDA call
+    and no GPU work at all while the process did launch GPU work outside them: the loop's launches went
+    unrecorded (seen: nsys 2023.4 on the CUDA 13 runtime, whose calls go through driver entry
+    points that its CUPTI does not trace). The entry-point look-ups and the nsys and driver
+    versions are said beside it as support, not proof."""
+    busy = first[[f"{c}_ns" for c in BUSY_PARTS]].sum(axis=1).to_numpy()
+    idle = empty & (busy == 0)
+    if idle.sum() < max(2, UNTRACED_SHARE * len(first)) or not (
+            report.has_rows("kernels") or report.has_rows("memcpy")):
+        return None
+    t = np.sort(report.cuda_api(["start_ns"])["start_ns"].to_numpy(np.int64))
+    calls = np.searchsorted(t, hi, "right") - np.searchsorted(t, lo, "left")
+    bare = idle & (calls == 0)
+    if bare.sum() < max(2, UNTRACED_SHARE * len(first)):
+        return None
+    lookups = int(names.astype(str).str.startswith(LOOKUP).sum())
+    launches = int(names.isin([c for c in names.cat.categories
+                               if LAUNCH_CALLS.match(str(c))]).sum())
+    v = report.drivers
+    versions = (f"; recorded by nsys {report.nsys_version}"
+                + (f" on a driver for CUDA {v['cuda']}" if v.get("cuda") else "")
+                + ": an nsys older than the application's CUDA runtime misses launches made "
+                "through driver entry points" if report.nsys_version else "")
+    wall = float(np.median(hi - lo)) / 1e6
+    return {"check": "launches_untraced", "severity": "partial",
+            "message": f"launches not recorded: {int(bare.sum())} of {len(first)} iterations "
+                       f"({wall:.3g} ms each) "
+                       "hold no CUDA call, kernel or copy, though the process ran GPU work "
+                       f"outside them ({launches:,} launch call(s)"
+                       + (f", {lookups:,} {LOOKUP} look-ups" if lookups else "") + ")"
+                       + versions + "; profile with an nsys at least as new as the CUDA "
+                       "runtime; verdicts are withheld"}
+
+
+def trace_findings(report: Report, out: dict) -> list[dict]:
+    """The completeness findings that need the budget's iterations (``out``: the budget
+    recipe's tables): iterations without GPU work (``empty_iterations``), and how the trace
+    ended (``ending.finding``: a cut last iteration, a workload that exited with an error)."""
+    found = [empty_iterations(report, out["iterations"]),
+             ending.finding(report, out.get("cut", pd.DataFrame(columns=ending.CUT_COLUMNS)))]
+    return [f for f in found if f]
 
 
 def loop_words(st: dict) -> str:

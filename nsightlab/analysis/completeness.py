@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from nsightlab.analysis import engine
+from nsightlab.analysis import ending, engine
 from nsightlab.analysis.iterations import ITERATION, base_name
 from nsightlab.read import tables
 from nsightlab.read.metadata import traced
@@ -34,10 +34,12 @@ BENIGN = re.compile(r"Scheduling information is absent|No [\w ]+ events collecte
 #: nsys hedging that part of a trace may be missing: it says so whenever collection stopped
 #: before the application ended (--duration, a capture range, a crash or a kill) — whether
 #: records were lost is what the kernel/launch checks measure, so this alone is a note
-LOST = re.compile(r"Not all [\w ]+ events might have been collected")
-#: nsys saying that records were dropped (CUPTI buffers exhausted): a warning
-DROPPED = re.compile(r"events might be missing|events? (were|was) dropped|buffers? overflow",
-                     re.IGNORECASE)
+LOST = ending.STOPPED
+#: nsys saying that records were dropped (CUPTI buffers exhausted): a warning. (Its "Some
+#: CUPTI events might be missing ... let the application run until it quits" is the hedge
+#: above, said when collection stops first, not a count of lost records.)
+DROPPED = re.compile(r"events? (were|was|have been) dropped|dropped \d|buffers? overflow|"
+                     r"buffers? (was|were|is) full", re.IGNORECASE)
 #: fewer kernels than this share of non-graph launch calls means kernel records were lost
 KERNEL_RECORD_SHARE = 0.9
 #: SMs Active (mean over samples) above this, with no kernel traced, means unseen kernels
@@ -57,14 +59,14 @@ def check(report: Report, every_table: bool = False) -> list[dict]:
             "completeness", {}, [report.path], code_fingerprint(),
             lambda: ({}, {"findings": _check(report)}))
         found = attrs["findings"]
-    return _ordered(found + quality(report, tables.CHECKED, every_table))
+    return ordered(found + quality(report, tables.CHECKED, every_table))
 
 
 #: the data-quality findings, said afresh by ``check``
 _QUALITY = ("invalid_timestamps", "duplicate_rows")
 
 
-def _ordered(found: list[dict]) -> list[dict]:
+def ordered(found: list[dict]) -> list[dict]:
     """Partial findings first, then warnings (the trace's, then data quality), then notes."""
     rank = {"partial": 0, "warning": 1, "note": 2}
     return sorted(found, key=lambda f: (rank.get(f["severity"], 1), f["check"] in _QUALITY))
@@ -116,12 +118,17 @@ def _check(report: Report) -> list[dict]:
                           f"GPU metrics show the SMs {active:.0f}% active on average but the "
                           f"report holds no kernel: {why}"))
         elif not launches and cuda_on and (streams or any("CUDA" in t for t in lost)):
-            out.append(_f("kernels_missing", "partial",
-                          f"the application used CUDA ({streams} stream(s) created) but the "
-                          "report holds neither a kernel nor a launch: the capture ended "
-                          "before the GPU work began (--duration, a capture range), or the "
-                          "CUDA trace was lost (the application crashed or was killed before "
-                          "nsys flushed it); verdicts on GPU time are withheld"))
+            ran = _iteration_ranges(report)
+            out.append(_f("kernels_missing", "partial", (
+                f"the run died or was killed before nsys flushed its CUDA trace: {ran:,} NVTX "
+                f"iteration ranges were recorded but not one kernel or launch ({streams} "
+                "stream(s) created)" if ran else
+                f"the application used CUDA ({streams} stream(s) created) but the report holds "
+                "neither a kernel nor a launch: the capture ended before the GPU work began "
+                "(--duration, a capture range), or the run died or was killed before nsys "
+                "flushed its CUDA trace")
+                + (f"; nsys: \"{ending.stopped_early(report)}\"" if lost else "")
+                + "; verdicts on GPU time are withheld"))
     open_ranges = _open_ranges(report)
     open_iterations = [r for r in open_ranges if ITERATION.match(base_name(r))]
     if open_iterations and kernels:
@@ -135,7 +142,8 @@ def _check(report: Report) -> list[dict]:
                       f"{len(open_ranges)} NVTX range(s) never closed ({names}): the application "
                       "ended inside them (crashed or killed?); the last iteration may be cut"))
     for text in diagnostics:
-        out.append(_f("nsys_diagnostic", "warning" if DROPPED.search(text) else "note",
+        out.append(_f("nsys_diagnostic", "warning" if DROPPED.search(text) and
+                      not LOST.search(text) else "note",
                       f"nsys says: {text}"))
     out += [_f("capture_edges", "note", m) for m in _edge_work(report)]
     impossible = _impossible_metrics(report)
@@ -150,6 +158,15 @@ def _check(report: Report) -> list[dict]:
                       f"kernels ran on device(s) {unknown} that the report's GPU list does not "
                       "describe"))
     return out
+
+
+def _iteration_ranges(report: Report) -> int:
+    """NVTX ranges named as iterations (``ITERATION``)."""
+    if not report.has_rows("nvtx"):
+        return 0
+    n = report.nvtx(["name", "kind"])
+    names = n["name"][(n["kind"] != "mark").to_numpy()].astype(str).map(base_name)
+    return int(names.str.match(ITERATION).sum())
 
 
 def quality(report: Report, names, every_table: bool = True) -> list[dict]:

@@ -337,13 +337,13 @@ def _count(x: float) -> int | float:
 
 
 def _trace_gaps(report: Report) -> list[dict]:
-    """Completeness findings that need the iterations: iterations without any GPU work."""
+    """Completeness findings that need the iterations: iterations without any GPU work, a
+    cut last iteration (``budget.trace_findings``), a graph-level trace."""
     try:
-        it = recipes.run("budget", report)["iterations"]
+        out = recipes.run("budget", report)
     except recipes.NoDataError:
         return []
-    out = [f for f in (budget.empty_iterations(report, it), _graph_level(report)) if f]
-    return out
+    return [*budget.trace_findings(report, out), *filter(None, [_graph_level(report)])]
 
 
 def _with_graph_execs(report: Report, lk: pd.DataFrame, iters: pd.DataFrame) -> pd.DataFrame:

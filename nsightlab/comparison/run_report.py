@@ -173,9 +173,8 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     syncs = sg["by_api"] if sg is not None else empty
     gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
     warnings = completeness.check(r)
-    empty = budget.empty_iterations(r, b["iterations"]) if b is not None else None
-    if empty:
-        warnings = [*warnings, empty]
+    if b is not None:
+        warnings = completeness.ordered([*warnings, *budget.trace_findings(r, b)])
     rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
                    api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle,
                    0 if b is not None else len(iteration_ranges(r)))
@@ -297,6 +296,10 @@ def _table(r: Report, name: str, table: str) -> pd.DataFrame:
     return out[table] if out is not None and table in out else pd.DataFrame()
 
 
+#: completeness notes that are findings of the report (the iteration left out, and why)
+CUT_NOTES = ("capture_cut",)
+
+
 def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
     """Sentences about the run, most important first, each with the numbers behind it: the
     budget's verdict and advice (none for a partial trace), the top kernel, FP32 math left,
@@ -306,6 +309,8 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
     if rr.partial:
         out.append("no performance verdict: the trace lacks part of the run (see the warnings)")
     elif len(rr.budget):
+        # how the trace ended, when it cut an iteration: said before the numbers it changes
+        out += [w["message"] for w in rr.warnings if w["check"] in CUT_NOTES]
         out += time_by_kind(rr.kinds)
         for _, b in rr.budget.iterrows():
             gpu = f"GPU {b['device_id']}: " if len(rr.budget) > 1 else ""

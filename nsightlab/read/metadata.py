@@ -105,11 +105,13 @@ def processes(db: ExportDB) -> pd.DataFrame:
 
 
 def span(db: ExportDB) -> tuple[int, int] | None:
-    """(start_ns, end_ns) of the session: ANALYSIS_DETAILS, else the extent of GPU activity."""
+    """(start_ns, end_ns) of the collection on the events' clock: events are stamped from
+    the session's start (ANALYSIS_DETAILS.startTime is their zero; checked on exports of nsys
+    2022.4 to 2026.2), so it is (0, stopTime - startTime); else the extent of GPU activity."""
     if {"startTime", "stopTime"} <= set(db.columns("ANALYSIS_DETAILS")):
         row = db.query("SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS")[0]
         if row[0] is not None:
-            return int(row[0]), int(row[1])
+            return 0, int(row[1]) - int(row[0])
     lo, hi = None, None
     for spec in TABLES.values():
         if spec.split and db.has(spec.source):

@@ -1,0 +1,174 @@
+"""How the recording ended, and the iteration it cut.
+
+A trace that ends inside an iteration ends there for one of two reasons, and they call for
+different answers:
+
+- **the capture stopped while the application ran** (``--duration``, a capture range,
+  ``--delay`` with ``--duration``, ``nsys stop``). nsys then says that collection stopped
+  before the application ended ("Not all CUDA events might have been collected", "Some CUPTI
+  events might be missing ... let the application run until it quits") and flushes what it
+  had. The cut iteration is left out of every number; the verdict on the whole ones stands.
+- **the application ended inside it** (an uncaught exception, ``exit()``, a crash that still
+  let nsys flush). nsys hedges nothing, yet the last iteration holds only the first part of
+  what every other iteration runs. The run died there: verdicts are withheld. A capture's
+  manifest that records a workload exit code other than 0 says the same.
+
+An iteration is *cut* when it is the last one and either nsys closed its range at the
+collection's end (NVTX ranges still open when collection stops end there), or it ran fewer
+kernels than the iteration before it, all of them among that iteration's (the start of the
+same sequence, then nothing). Exports without ``DIAGNOSTIC_EVENT`` (nsys before 2024) cannot
+say which of the two cut it: then the cut iteration is left out with a warning.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from nsightlab.read.report import Report
+
+#: nsys saying that collection stopped before the application ended: it says one of these
+#: whenever --duration, a capture range or a stop command ends the session first, or the
+#: application is killed before nsys can flush (then the kernels are missing too)
+STOPPED = re.compile(r"Not all [\w ]+ events might have been collected|"
+                     r"let the application run until it quits")
+#: nsys saying the application ended abnormally
+DIED = re.compile(r"terminated (by|with) signal|crash|segmentation fault|abnormal",
+                  re.IGNORECASE)
+#: nsys saying a capture range (cudaProfilerStart/Stop, NVTX) opened the collection
+RANGE = re.compile(r"Profiling started due to|[Cc]apture range")
+#: the last iteration is only looked into when its wall time is off the one before by this
+#: share (a whole last iteration costs no read of the kernel names)
+ODD_WALL = 0.2
+CUT_COLUMNS = ["iteration", "name", "start_ns", "end_ns", "kernels", "expected_kernels",
+               "closed_by_nsys"]
+
+
+def diagnostics(report: Report) -> list[str] | None:
+    """Every message of the export's DIAGNOSTIC_EVENT (distinct, in time order); None when
+    the export has no such table (nsys before 2024)."""
+    if "text" not in report.db.columns("DIAGNOSTIC_EVENT"):
+        return None
+    rows = report.db.query("SELECT text, min(timestamp) AS t FROM DIAGNOSTIC_EVENT "
+                           "GROUP BY text ORDER BY t")
+    return [str(t).strip() for t, _ in rows if t]
+
+
+def stopped_early(report: Report) -> str | None:
+    """nsys's own words when collection stopped before the application ended; None when it
+    says no such thing (or keeps no diagnostics)."""
+    said = [t for t in diagnostics(report) or [] if STOPPED.search(t)]
+    return next((t for t in said if "CUDA" in t or "CUPTI" in t), said[0] if said else None)
+
+
+def capture_range(report: Report) -> str | None:
+    """nsys's words when a capture range opened the collection (cudaProfilerStart, NVTX)."""
+    return next((t for t in diagnostics(report) or [] if RANGE.search(t)), None)
+
+
+def exit_code(report: Report) -> int | None:
+    """The workload's exit code from the capture manifest beside the report (``nsightlab
+    capture``), None for a report that is not a capture's."""
+    src = report.source
+    folder = src if src.is_dir() else src.parent
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        return None
+    try:
+        m = json.loads(manifest.read_text())
+    except (ValueError, OSError):
+        return None  # a damaged manifest is said where the capture is opened
+    if not isinstance(m, dict) or not isinstance(m.get("sqlite"), str) or \
+            src.name not in (m["sqlite"], m["sqlite"] + ".xz") and not src.is_dir():
+        return None
+    code = m.get("exit_code")
+    return int(code) if isinstance(code, int) else None
+
+
+def cut(report: Report, iters: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the iterations kept, the last one when the trace cut it: ``CUT_COLUMNS``). The
+    kernel names are read only when the last iteration's wall time is off the one before by
+    ``ODD_WALL`` or more, or nsys closed its range."""
+    none = pd.DataFrame(columns=CUT_COLUMNS)
+    if len(iters) < 3:
+        return iters, none
+    start, end = iters["start_ns"].to_numpy(np.int64), iters["end_ns"].to_numpy(np.int64)
+    span = report.span_ns
+    closed = bool(span and end[-1] >= span[1])
+    wall, before = end[-1] - start[-1], end[-2] - start[-2]
+    if not closed and abs(wall - before) <= ODD_WALL * before:
+        return iters, none
+    last, ref = _kernels(report, start[-1], end[-1]), _kernels(report, start[-2], end[-2])
+    prefix = len(last) < len(ref) and not Counter(last) - Counter(ref)
+    if not (closed or prefix):
+        return iters, none
+    row = {"iteration": len(iters) - 1, "name": str(iters["name"].iloc[-1]),
+           "start_ns": int(start[-1]), "end_ns": int(end[-1]), "kernels": len(last),
+           "expected_kernels": len(ref), "closed_by_nsys": closed}
+    return iters.iloc[:-1].reset_index(drop=True), pd.DataFrame([row], columns=CUT_COLUMNS)
+
+
+def _kernels(report: Report, lo: int, hi: int) -> list:
+    """The names of the kernels that start in [lo, hi), in start order."""
+    if not report.has_rows("kernels"):
+        return []
+    k = report.kernels(["start_ns", "name"])
+    t = k["start_ns"].to_numpy(np.int64)
+    rows = np.flatnonzero((t >= lo) & (t < hi))
+    return [str(x) for x in k["name"].iloc[rows[np.argsort(t[rows], kind="stable")]]]
+
+
+def finding(report: Report, cut_rows: pd.DataFrame) -> dict | None:
+    """The completeness finding for a cut last iteration (``cut``): a note when the capture
+    cut it (the verdict stands), ``partial`` when the run died in it, a warning when the
+    export cannot tell which. Without a cut iteration: ``exited_with``."""
+    if not len(cut_rows):
+        return exited_with(report)
+    c = cut_rows.iloc[0]
+    what = (f"iteration {c['name']} (the last) was cut: it ran {int(c['kernels'])} of the "
+            f"{int(c['expected_kernels'])} kernels the one before it ran"
+            + (", and nsys closed its range when collection stopped" if c["closed_by_nsys"]
+               else ""))
+    stopped = stopped_early(report)
+    code = exit_code(report)
+    if stopped:
+        opened = capture_range(report)
+        how = f"; a capture range: \"{_short(opened)}\"" if opened else ""
+        return _f("capture_cut", "note",
+                  f"the capture ended while the application ran (nsys: \"{_short(stopped)}\"{how}): "
+                  f"{what}; it is left out of every number, and the verdict on the whole "
+                  "iterations stands")
+    if stopped is None and diagnostics(report) is None and code is None:
+        return _f("trace_cut", "warning",
+                  f"the trace ends inside an iteration: {what}; it is left out of every number. "
+                  "This export keeps no nsys diagnostics, so whether the capture stopped early "
+                  "or the application died there cannot be told")
+    why = (f"the workload exited with code {code}" if code else
+           "the application ended there by itself (nsys flushed its trace and says nothing "
+           "was left uncollected): an uncaught exception or exit()")
+    return _f("run_died", "partial",
+              f"the run died inside its last iteration: {what}; {why}. The whole iterations' "
+              "numbers are below; verdicts are withheld")
+
+
+def exited_with(report: Report) -> dict | None:
+    """``partial`` when a capture's manifest records a workload exit code other than 0 and
+    nsys did not stop the collection itself (it stops a --duration run with SIGTERM)."""
+    code = exit_code(report)
+    if not code or stopped_early(report):
+        return None
+    return _f("run_died", "partial",
+              f"the workload exited with code {code} (the capture's manifest): the run did not "
+              "finish, so its iterations may not be the loop it meant to run; verdicts are "
+              "withheld")
+
+
+def _short(text: str) -> str:
+    return text.split(". ")[0].rstrip(".")
+
+
+def _f(check: str, severity: str, message: str) -> dict:
+    return {"check": check, "severity": severity, "message": message}
