@@ -50,7 +50,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     max_end_per_iteration,
     none_last,
 )
-from nsightlab.analysis import ending, iterations, kinds, steady
+from nsightlab.analysis import completeness, ending, iterations, kinds, steady
 from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.completeness import LAUNCH_CALLS
@@ -250,7 +250,8 @@ def _compute(report: Report, ops, found: tuple | None = None
              ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     syncs = ops.syncs()
     iters, source = (found or ranges(report)) if ops.count else (iteration_ranges(report), "")
-    cut = ending.cut(report, iters) if ops.count else (iters, pd.DataFrame(columns=ending.CUT_COLUMNS))
+    cut = ending.cut(report, iters, not source.startswith("found")) if ops.count else \
+        (iters, pd.DataFrame(columns=ending.CUT_COLUMNS))
     iters = cut[0]
     if len(cut[1]):
         source += f"; the last ({cut[1]['name'].iloc[0]}) cut by the trace's end and left out"
@@ -610,8 +611,11 @@ def trace_findings(report: Report, out: dict) -> list[dict]:
     """The completeness findings that need the budget's iterations (``out``: the budget
     recipe's tables): iterations without GPU work (``empty_iterations``), and how the trace
     ended (``ending.finding``: a cut last iteration, a workload that exited with an error)."""
+    edges = [f["message"] for f in completeness.check(report) if f["check"] == "capture_edges"]
+    in_flight = edges[0].split(" (")[0] if edges else None
     found = [empty_iterations(report, out["iterations"]),
-             ending.finding(report, out.get("cut", pd.DataFrame(columns=ending.CUT_COLUMNS)))]
+             ending.finding(report, out.get("cut", pd.DataFrame(columns=ending.CUT_COLUMNS)),
+                            in_flight)]
     return [f for f in found if f]
 
 

@@ -24,7 +24,7 @@ from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
 #: kernel-launching API calls: each should have kernel records (graph launches: several)
-LAUNCH_CALLS = re.compile(r"^(cudaLaunch\w*|cuLaunch\w*|cudaGraphLaunch\w*|cuGraphLaunch\w*)")
+LAUNCH_CALLS = re.compile(ending.LAUNCH_CALLS)
 GRAPH_LAUNCH = re.compile(r"^(cudaGraphLaunch|cuGraphLaunch)")
 #: nsys diagnostics that are not news: every capture without CPU context switches carries the
 #: first; the others are said per process, and programs start helper processes (torch.compile

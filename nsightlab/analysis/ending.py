@@ -44,7 +44,9 @@ RANGE = re.compile(r"Profiling started due to|[Cc]apture range")
 #: share (a whole last iteration costs no read of the kernel names)
 ODD_WALL = 0.2
 CUT_COLUMNS = ["iteration", "name", "start_ns", "end_ns", "kernels", "expected_kernels",
-               "closed_by_nsys"]
+               "launches", "expected_launches", "closed_by_nsys"]
+#: kernel-launching API calls (as ``completeness.LAUNCH_CALLS``, which imports this module)
+LAUNCH_CALLS = r"^(cudaLaunch\w*|cuLaunch\w*|cudaGraphLaunch\w*|cuGraphLaunch\w*)"
 
 
 def diagnostics(report: Report) -> list[str] | None:
@@ -88,8 +90,11 @@ def exit_code(report: Report) -> int | None:
     return int(code) if isinstance(code, int) else None
 
 
-def cut(report: Report, iters: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the iterations kept, the last one when the trace cut it: ``CUT_COLUMNS``). The
+def cut(report: Report, iters: pd.DataFrame, host: bool = True
+        ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the iterations kept, the last one when the trace cut it: ``CUT_COLUMNS``). ``host``:
+    the iterations are host ranges (NVTX), whose kernels are those their calls launched;
+    else GPU windows (found in the trace), whose kernels are those that start in them. The
     kernel names are read only when the last iteration's wall time is off the one before by
     ``ODD_WALL`` or more, or nsys closed its range."""
     none = pd.DataFrame(columns=CUT_COLUMNS)
@@ -101,47 +106,84 @@ def cut(report: Report, iters: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame
     wall, before = end[-1] - start[-1], end[-2] - start[-2]
     if not closed and abs(wall - before) <= ODD_WALL * before:
         return iters, none
-    last, ref = _kernels(report, start[-1], end[-1]), _kernels(report, start[-2], end[-2])
-    prefix = len(last) < len(ref) and not Counter(last) - Counter(ref)
-    if not (closed or prefix):
+    # found iterations tile the loop start to start: the last holds all work after its start
+    stop = end if host else np.append(start[1:], np.iinfo(np.int64).max)
+    (last, calls), (ref, ref_calls) = (_kernels(report, start[k], stop[k], host) for k in (-1, -2))
+    fewer = len(last) < len(ref) and not Counter(last) - Counter(ref)
+    # a found iteration ends where its next begins: when the capture stopped before that, its
+    # time is unknown (its kernels may all be there)
+    unknown = not host and wall < (1 - ODD_WALL) * before and stopped_early(report) is not None
+    if not (closed or fewer or calls < ref_calls or unknown):
         return iters, none
     row = {"iteration": len(iters) - 1, "name": str(iters["name"].iloc[-1]),
            "start_ns": int(start[-1]), "end_ns": int(end[-1]), "kernels": len(last),
-           "expected_kernels": len(ref), "closed_by_nsys": closed}
+           "expected_kernels": len(ref), "launches": calls, "expected_launches": ref_calls,
+           "closed_by_nsys": closed}
     return iters.iloc[:-1].reset_index(drop=True), pd.DataFrame([row], columns=CUT_COLUMNS)
 
 
-def _kernels(report: Report, lo: int, hi: int) -> list:
-    """The names of the kernels that start in [lo, hi), in start order."""
+def _kernels(report: Report, lo: int, hi: int, host: bool) -> tuple[list, int]:
+    """(the names of the kernels launched by the API calls that start in [lo, hi) (joined by
+    process and correlation id) in launch order, and the kernel launch calls among those
+    calls): what the host asked for in that window, wherever the GPU ran it (an asynchronous
+    loop's kernels run after its range ends). Without an API trace, or for GPU windows (not
+    ``host``): the kernels that start in the window, and -1 (the calls are not counted)."""
     if not report.has_rows("kernels"):
-        return []
-    k = report.kernels(["start_ns", "name"])
-    t = k["start_ns"].to_numpy(np.int64)
-    rows = np.flatnonzero((t >= lo) & (t < hi))
-    return [str(x) for x in k["name"].iloc[rows[np.argsort(t[rows], kind="stable")]]]
+        return [], 0
+    if not host or not report.has_rows("cuda_api"):
+        k = report.kernels(["start_ns", "name"])
+        t = k["start_ns"].to_numpy(np.int64)
+        rows = np.flatnonzero((t >= lo) & (t < hi))
+        names = [str(x) for x in k["name"].iloc[rows[np.argsort(t[rows], kind="stable")]]]
+        return names, -1
+    api = report.cuda_api(["pid", "start_ns", "correlation_id", "name"])
+    t = api["start_ns"].to_numpy(np.int64)
+    calls = api.iloc[np.flatnonzero((t >= lo) & (t < hi))].sort_values("start_ns", kind="stable")
+    launches = int(calls["name"].astype(str).str.match(LAUNCH_CALLS).sum())
+    key = ["pid", "correlation_id"]
+    got = calls[key].merge(report.kernels([*key, "name"]), on=key, how="inner")  # calls' order
+    return [str(x) for x in got["name"]], launches
 
 
-def finding(report: Report, cut_rows: pd.DataFrame) -> dict | None:
+def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
+            ) -> dict | None:
     """The completeness finding for a cut last iteration (``cut``): a note when the capture
     cut it (the verdict stands), ``partial`` when the run died in it, a warning when the
-    export cannot tell which. Without a cut iteration: ``exited_with``."""
+    export cannot tell which. ``in_flight``: the words of GPU work running past the trace's
+    edges (a slice of a longer export, a capture opened or closed on running work:
+    ``completeness``' edge notes), which say the trace was cut around a running application.
+    Without a cut iteration: ``exited_with``."""
     if not len(cut_rows):
         return exited_with(report)
     c = cut_rows.iloc[0]
-    what = (f"iteration {c['name']} (the last) was cut: it ran {int(c['kernels'])} of the "
-            f"{int(c['expected_kernels'])} kernels the one before it ran"
+    launched = 0 <= int(c["launches"]) < int(c["expected_launches"])
+    ran = int(c["kernels"]) < int(c["expected_kernels"])
+    # the host stopped launching: fewer calls, or (found iterations) fewer kernels
+    stopped_launching = launched or (int(c["launches"]) < 0 and ran)
+    what = (f"iteration {c['name']} (the last) was cut: "
+            + (f"it made {int(c['launches'])} of the {int(c['expected_launches'])} launch calls "
+               "the one before it made" if launched else
+               f"it ran {int(c['kernels'])} of the {int(c['expected_kernels'])} kernels the one "
+               "before it ran" if ran else
+               "its kernels ran, but the trace ends before the next iteration begins, so its "
+               "time is unknown")
             + (", and nsys closed its range when collection stopped" if c["closed_by_nsys"]
                else ""))
-    stopped = stopped_early(report)
+    stopped = stopped_early(report) or in_flight
     code = exit_code(report)
     if stopped:
         opened = capture_range(report)
         how = f"; a capture range: \"{_short(opened)}\"" if opened else ""
         return _f("capture_cut", "note",
-                  f"the capture ended while the application ran (nsys: \"{_short(stopped)}\"{how}): "
+                  f"the capture ended while the application ran ({_evidence(stopped)}{how}): "
                   f"{what}; it is left out of every number, and the verdict on the whole "
                   "iterations stands")
-    if stopped is None and diagnostics(report) is None and code is None:
+    if not stopped_launching and not code:
+        return _f("capture_cut", "note",
+                  f"the trace ends while the last iteration's GPU work ran: {what}, though it "
+                  "made all its launch calls; it is left out of every number, and the verdict "
+                  "on the whole iterations stands")
+    if diagnostics(report) is None and code is None:
         return _f("trace_cut", "warning",
                   f"the trace ends inside an iteration: {what}; it is left out of every number. "
                   "This export keeps no nsys diagnostics, so whether the capture stopped early "
@@ -164,6 +206,10 @@ def exited_with(report: Report) -> dict | None:
               f"the workload exited with code {code} (the capture's manifest): the run did not "
               "finish, so its iterations may not be the loop it meant to run; verdicts are "
               "withheld")
+
+
+def _evidence(text: str) -> str:
+    return f"nsys: \"{_short(text)}\"" if STOPPED.search(text) else text
 
 
 def _short(text: str) -> str:

@@ -343,7 +343,8 @@ def _trace_gaps(report: Report) -> list[dict]:
         out = recipes.run("budget", report)
     except recipes.NoDataError:
         return []
-    return [*budget.trace_findings(report, out), *filter(None, [_graph_level(report)])]
+    found = [f for f in budget.trace_findings(report, out) if f["severity"] != "note"]
+    return [*found, *filter(None, [_graph_level(report)])]
 
 
 def _with_graph_execs(report: Report, lk: pd.DataFrame, iters: pd.DataFrame) -> pd.DataFrame:
