@@ -40,6 +40,9 @@ DIED = re.compile(r"terminated (by|with) signal|crash|segmentation fault|abnorma
                   re.IGNORECASE)
 #: nsys saying a capture range (cudaProfilerStart/Stop, NVTX) opened the collection
 RANGE = re.compile(r"Profiling started due to|[Cc]apture range")
+#: a range nsys closed when collection stopped ends at the collection's end (exactly, in the
+#: captures seen; within this many ns)
+CLOSED_NS = 1_000
 #: the last iteration is only looked into when its wall time is off the one before by this
 #: share (a whole last iteration costs no read of the kernel names)
 ODD_WALL = 0.2
@@ -60,10 +63,12 @@ def diagnostics(report: Report) -> list[str] | None:
 
 
 def stopped_early(report: Report) -> str | None:
-    """nsys's own words when collection stopped before the application ended; None when it
-    says no such thing (or keeps no diagnostics)."""
-    said = [t for t in diagnostics(report) or [] if STOPPED.search(t)]
-    return next((t for t in said if "CUDA" in t or "CUPTI" in t), said[0] if said else None)
+    """nsys's own words when CUDA collection stopped before the application ended; None when
+    it says no such thing (or keeps no diagnostics). Its NVTX and OS runtime hedges are not
+    taken: nsys says them per process, also of helper processes that never use CUDA
+    (torch.compile's workers), whose end says nothing of the application's."""
+    return next((t for t in diagnostics(report) or []
+                 if STOPPED.search(t) and ("CUDA" in t or "CUPTI" in t)), None)
 
 
 def capture_range(report: Report) -> str | None:
@@ -102,7 +107,7 @@ def cut(report: Report, iters: pd.DataFrame, host: bool = True
         return iters, none
     start, end = iters["start_ns"].to_numpy(np.int64), iters["end_ns"].to_numpy(np.int64)
     span = report.span_ns
-    closed = bool(span and end[-1] >= span[1])
+    closed = bool(span and abs(int(end[-1]) - span[1]) <= CLOSED_NS)
     wall, before = end[-1] - start[-1], end[-2] - start[-2]
     if not closed and abs(wall - before) <= ODD_WALL * before:
         return iters, none
@@ -136,13 +141,27 @@ def _kernels(report: Report, lo: int, hi: int, host: bool) -> tuple[list, int]:
         rows = np.flatnonzero((t >= lo) & (t < hi))
         names = [str(x) for x in k["name"].iloc[rows[np.argsort(t[rows], kind="stable")]]]
         return names, -1
-    api = report.cuda_api(["pid", "start_ns", "correlation_id", "name"])
-    t = api["start_ns"].to_numpy(np.int64)
-    calls = api.iloc[np.flatnonzero((t >= lo) & (t < hi))].sort_values("start_ns", kind="stable")
-    launches = int(calls["name"].astype(str).str.match(LAUNCH_CALLS).sum())
-    key = ["pid", "correlation_id"]
-    got = calls[key].merge(report.kernels([*key, "name"]), on=key, how="inner")  # calls' order
-    return [str(x) for x in got["name"]], launches
+    from nsightlab.analysis import engine  # (engine imports the read layer only)
+
+    def in_duckdb(db) -> list[tuple]:  # the window's calls alone, joined: no full read
+        return db.con.execute(
+            f"SELECT a.start_ns, a.name, k.name FROM (SELECT pid, correlation_id, name, start_ns "
+            f"FROM {db.view('cuda_api')} WHERE start_ns >= {int(lo)} AND start_ns < {int(hi)}) a "
+            f"LEFT JOIN {db.view('kernels')} k ON a.pid = k.pid AND "
+            "a.correlation_id = k.correlation_id ORDER BY a.start_ns").fetchall()
+
+    def in_numpy() -> list[tuple]:
+        api = report.cuda_api(["pid", "start_ns", "correlation_id", "name"])
+        t = api["start_ns"].to_numpy(np.int64)
+        calls = api.iloc[np.flatnonzero((t >= lo) & (t < hi))].sort_values("start_ns",
+                                                                            kind="stable")
+        key = ["pid", "correlation_id"]
+        got = calls.merge(report.kernels([*key, "name"]), on=key, how="left", sort=False)
+        return list(zip(got["start_ns"], got["name_x"], got["name_y"]))
+
+    rows = engine.analyse(report, in_duckdb, in_numpy)
+    launches = len({(t, str(c)) for t, c, _ in rows if re.match(LAUNCH_CALLS, str(c))})
+    return [str(k) for _, _, k in rows if k is not None and k == k], launches
 
 
 def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
