@@ -14,16 +14,18 @@ different answers:
   manifest that records a workload exit code other than 0 says the same.
 
 An iteration is *cut* when it is the last one and either nsys closed its range at the
-collection's end (NVTX ranges still open when collection stops end there), or it ran fewer
-kernels than the iteration before it, all of them among that iteration's (the start of the
-same sequence, then nothing). Exports without ``DIAGNOSTIC_EVENT`` (nsys before 2024) cannot
-say which of the two cut it: then the cut iteration is left out with a warning.
+collection's end (NVTX ranges still open when collection stops end there: the capture cut
+it), or its kernels are the start of the sequence the iteration before it ran, then nothing
+(an NVTX range: launched by its calls, which are fewer; a found iteration: from its start
+on), or (found iterations) the capture stopped before the next one began. A last iteration
+of another kind (other kernels, or as many) is not cut, nor one that launched nothing.
+Exports without ``DIAGNOSTIC_EVENT`` (nsys before 2024) cannot say which of the two cut it:
+then the cut iteration is left out with a warning.
 """
 from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -114,11 +116,14 @@ def cut(report: Report, iters: pd.DataFrame, host: bool = True
     # found iterations tile the loop start to start: the last holds all work after its start
     stop = end if host else np.append(start[1:], np.iinfo(np.int64).max)
     (last, calls), (ref, ref_calls) = (_kernels(report, start[k], stop[k], host) for k in (-1, -2))
-    fewer = len(last) < len(ref) and not Counter(last) - Counter(ref)
+    # the start of the same sequence, then nothing: what an iteration stopped midway leaves
+    # (a last iteration of another kind runs other kernels, or as many)
+    prefix = 0 < len(last) < len(ref) and last == ref[:len(last)]
+    stopped = prefix and (not host or calls < ref_calls)
     # a found iteration ends where its next begins: when the capture stopped before that, its
     # time is unknown (its kernels may all be there)
     unknown = not host and wall < (1 - ODD_WALL) * before and stopped_early(report) is not None
-    if not (closed or fewer or calls < ref_calls or unknown):
+    if not (closed or stopped or unknown):
         return iters, none
     row = {"iteration": len(iters) - 1, "name": str(iters["name"].iloc[-1]),
            "start_ns": int(start[-1]), "end_ns": int(end[-1]), "kernels": len(last),
@@ -177,8 +182,6 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
     c = cut_rows.iloc[0]
     launched = 0 <= int(c["launches"]) < int(c["expected_launches"])
     ran = int(c["kernels"]) < int(c["expected_kernels"])
-    # the host stopped launching: fewer calls, or (found iterations) fewer kernels
-    stopped_launching = launched or (int(c["launches"]) < 0 and ran)
     what = (f"iteration {c['name']} (the last) was cut: "
             + (f"it made {int(c['launches'])} of the {int(c['expected_launches'])} launch calls "
                "the one before it made" if launched else
@@ -188,7 +191,8 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
                "time is unknown")
             + (", and nsys closed its range when collection stopped" if c["closed_by_nsys"]
                else ""))
-    stopped = stopped_early(report) or in_flight
+    stopped = stopped_early(report) or in_flight or (
+        "nsys closed its range at the collection's end" if c["closed_by_nsys"] else None)
     code = exit_code(report)
     if stopped:
         opened = capture_range(report)
@@ -197,11 +201,6 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
                   f"the capture ended while the application ran ({_evidence(stopped)}{how}): "
                   f"{what}; it is left out of every number, and the verdict on the whole "
                   "iterations stands")
-    if not stopped_launching and not code:
-        return _f("capture_cut", "note",
-                  f"the trace ends while the last iteration's GPU work ran: {what}, though it "
-                  "made all its launch calls; it is left out of every number, and the verdict "
-                  "on the whole iterations stands")
     if diagnostics(report) is None and code is None:
         return _f("trace_cut", "warning",
                   f"the trace ends inside an iteration: {what}; it is left out of every number. "
