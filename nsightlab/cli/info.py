@@ -17,7 +17,9 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
     count of every table (with the nsys option that would record the missing ones).
 
     JSON keys: path, sqlite, nsys_version, schema_version, gpus, processes, span_ns,
-    start_ns, end_ns, tables {name: rows}, missing {name: how to record it}, warnings
+    start_ns, end_ns, tables {name: rows}, missing {name: how to record it}, runtimes [{pid,
+    runtime, evidence, libraries, kernels}: which runtime ran each process's kernels, from
+    the trace itself ("unknown" without a runtime's own kernels or ranges)], warnings
     [{check, severity, message}: what the trace lacks] (a list of these for several reports).
 
     \b
@@ -33,7 +35,7 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
         return
     with spot.recording() if spot is not None else contextlib.nullcontext():
         import nsightlab
-        from nsightlab.analysis import completeness
+        from nsightlab.analysis import completeness, runtime
         from nsightlab.read.metadata import ReportInfos
         from nsightlab.renderers import emit
 
@@ -41,6 +43,7 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
         for p in paths:
             with nsightlab.open(p, **open_options) as report:
                 infos.append({**report.info(),
+                              "runtimes": runtime.identify(report).to_dict("records"),
                               "warnings": completeness.check(report, every_table=True)})
         emit(ReportInfos(infos), fmt, output)
         say_warnings(ReportInfos(infos))

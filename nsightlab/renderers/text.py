@@ -319,6 +319,10 @@ def info_text(info: dict) -> str:
     out.append(f"  CUDA processes: {shown or 'none'}"
                + (f" and {len(procs) - 4} more" if len(procs) > 4 else "")
                + f"  [{len(info['processes'])} processes recorded]")
+    for r in info.get("runtimes", []):
+        who = f"pid {r['pid']}: " if r["pid"] >= 0 and len(info["runtimes"]) > 1 else ""
+        libs = f"; libraries: {r['libraries']}" if r["libraries"] else ""
+        out.append(f"  runtime: {who}{r['runtime']} ({r['evidence']}{libs})")
     if info["span_ns"] is not None:
         out.append(f"  span: {info['span_ns'] / 1e9:.3f} s "
                    f"({info['start_ns']} → {info['end_ns']} ns)")

@@ -1,0 +1,83 @@
+"""The runtime behind each process, from the trace itself (issue 47, begun): real reports of
+PyTorch eager, torch.compile, TensorRT (a public trtexec-free TensorRT 10 app, and a public
+TensorRT trace with NVTX only), two torchrun ranks, a plain CUDA program and an ONNX Runtime
+capture; library kernels alone name no runtime."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import nsightlab
+from conftest import xz_fixtures
+from nsightlab.analysis import runtime
+from nsightlab.cli import cli
+
+DATA = Path(__file__).parent / "data"
+
+
+def said(path) -> list[dict]:
+    return runtime.identify(nsightlab.open(path)).to_dict("records")
+
+
+@pytest.mark.parametrize("stem,expected,library", [
+    ("h200-vit-fp16", "PyTorch", "cuBLAS"),           # ATen kernels beside cuBLAS nvjet GEMMs
+    ("pub-realcugan-trt10", "TensorRT", "cuDNN"),     # trt_ / __myl_ / nvinfer1:: kernels
+    ("pub-pipit-saxpy-a100", "unknown", ""),          # a plain CUDA program: saxpy only
+])
+def test_the_runtime_is_named_from_its_own_kernels(sqlite_of, cache_dir, stem, expected, library):
+    (r,) = said(sqlite_of(stem))
+    assert r["runtime"] == expected
+    assert library in r["libraries"]
+    if expected == "unknown":
+        assert "no kernel a runtime writes" in r["evidence"]
+    else:
+        assert "kernels" in r["evidence"]
+
+
+def test_library_kernels_alone_name_no_runtime():
+    """cuBLAS, cuDNN, CUTLASS and NCCL kernels are libraries, whoever called them."""
+    for name in ("nvjet_sm90_hsh_128x128_64x6_1x2_h_bz_bias_TNT",
+                 "cutlass::Kernel2<cutlass_80_wmma_tensorop_h161616gemm_32x32_128x1_tn_align8>",
+                 "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                 "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16"):
+        assert not any(p.search(name) for p in runtime.RUNTIME_KERNELS.values()), name
+        assert any(p.search(name) for p in runtime.LIBRARY_KERNELS.values()), name
+
+
+def test_torch_compile_is_named(tmp_path_factory):
+    model = xz_fixtures(tmp_path_factory, DATA / "models")
+    (r,) = said(model("h100-gpt-compile-bf16"))
+    assert r["runtime"] == "PyTorch (torch.compile)" and "Inductor" in r["evidence"]
+
+
+def test_each_torchrun_rank_is_its_own_process(tmp_path_factory):
+    """nsys-ai's 2-GPU slice: two python3 processes, each PyTorch with NCCL."""
+    edges = xz_fixtures(tmp_path_factory, DATA / "edges")
+    rows = said(edges("nsysai-mfu_2gpu_after"))
+    assert len(rows) == 2 and len({r["pid"] for r in rows}) == 2
+    assert all(r["runtime"] == "PyTorch" and "NCCL" in r["libraries"] for r in rows)
+
+
+def test_tensorrt_nvtx_ranges_name_it_without_kernels(sqlite_of, cache_dir):
+    """A public TensorRT trace with NVTX only (no CUDA trace): its TensorRT and myelin-exec
+    domains and {ForeignNode[...]} layer ranges."""
+    (r,) = said(sqlite_of("pub-centerformer-trt-nvtx"))
+    assert r["runtime"] == "TensorRT" and "NVTX ranges" in r["evidence"] and r["kernels"] == 0
+
+
+def test_an_ort_capture_is_named_by_its_manifest(tmp_path, cache_dir):
+    shutil.copytree(DATA / "ort" / "captures" / "ort-cpu", tmp_path / "ort-cpu")
+    (r,) = said(tmp_path / "ort-cpu")
+    assert r["runtime"] == "ONNX Runtime (CPU EP)" and "manifest" in r["evidence"]
+
+
+def test_info_shows_the_runtime(sqlite_of, cache_dir):
+    path = sqlite_of("h200-vit-fp16")
+    res = CliRunner().invoke(cli, ["info", str(path)])
+    assert res.exit_code == 0 and "  runtime: PyTorch (" in res.stdout
+    res = CliRunner().invoke(cli, ["info", str(path), "--json"])
+    assert json.loads(res.stdout)["runtimes"][0]["runtime"] == "PyTorch"
