@@ -161,3 +161,15 @@ def test_a_run_whose_kernels_were_lost_is_not_taken_for_a_cpu_run(sqlite_of, cac
                                 "h100-crash.sqlite.xz").read())
     with pytest.raises(NsightlabError, match="before nsys flushed its CUDA trace"):
         nsightlab.compare([sqlite_of("h200-vit-fp16"), crash])
+
+
+def test_ort_takes_a_capture_name(tmp_path, monkeypatch):
+    """`nsightlab ort NAME` finds the capture by name in the store, as every command does."""
+    import shutil
+
+    shutil.copytree(DATA / "captures" / "ort-cpu", tmp_path / "store" / "ort-cpu")
+    monkeypatch.setenv("NSIGHTLAB_STORE", str(tmp_path / "store"))
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(cli, ["ort", "ort-cpu"])
+    assert res.exit_code == 0, res.output
+    assert "CPUExecutionProvider" in res.stdout

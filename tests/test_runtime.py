@@ -81,3 +81,28 @@ def test_info_shows_the_runtime(sqlite_of, cache_dir):
     assert res.exit_code == 0 and "  runtime: PyTorch (" in res.stdout
     res = CliRunner().invoke(cli, ["info", str(path), "--json"])
     assert json.loads(res.stdout)["runtimes"][0]["runtime"] == "PyTorch"
+
+
+def test_report_and_diff_say_the_runtime(sqlite_of, cache_dir):
+    """report's second line names the runtime; diff across runtimes says the runtime change
+    first, and does not ask whether the runs are the same model because their math kernels
+    differ (two runtimes launch the same math differently: that is the comparison)."""
+    vit, trt = sqlite_of("h200-vit-fp16"), sqlite_of("pub-realcugan-trt10")
+    out = CliRunner().invoke(cli, ["report", str(vit)]).stdout.splitlines()
+    assert out[1].startswith("  runtime: PyTorch (") and "ATen" in out[1]
+    res = CliRunner().invoke(cli, ["diff", str(vit), str(trt)])
+    assert res.exit_code == 0, res.output
+    assert "runtime change: PyTorch -> TensorRT" in res.stdout
+    assert "their math kernels differ" not in res.stdout
+    d = nsightlab.diff(vit, trt)
+    assert (d.headline["a_runtime"], d.headline["b_runtime"]) == ("PyTorch", "TensorRT")
+    same = nsightlab.diff(vit, sqlite_of("h200-vit-fp8"))
+    assert same.headline["runtime_change"] == ""
+
+
+def test_compare_has_a_runtime_column(tmp_path, cache_dir):
+    shutil.copytree(DATA / "ort" / "captures", tmp_path / "c")
+    lineup = nsightlab.compare([tmp_path / "c" / "torch-eager", tmp_path / "c" / "ort-cpu"],
+                               labels=["eager", "ort"])
+    s = lineup.summary.set_index("run")["runtime"]
+    assert s["eager"] == "PyTorch" and s["ort"] == "ONNX Runtime (CPU EP)"

@@ -521,7 +521,16 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         "a_warnings": [w["message"] for w in pa.warnings],
         "b_warnings": [w["message"] for w in pb.warnings],
         "workload_warnings": warnings,
+        "a_runtime": pa.runtime, "b_runtime": pb.runtime,
+        "runtime_change": _runtime_change(pa, pb),
     }
+
+
+def _runtime_change(pa: RunProfile, pb: RunProfile) -> str:
+    """"A -> B" when the two runs ran on different known runtimes (the comparison users make
+    between deployments), else empty."""
+    a, b = pa.runtime, pb.runtime
+    return f"{a} -> {b}" if a != b and "unknown" not in (a, b) else ""
 
 
 def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
@@ -543,7 +552,7 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
                    f"{pb.batch}): times are per iteration, not per item")
     la = set(pa.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
     lb = set(pb.by_layer["layer"]) - {OUTSIDE, ITERATION_LAYER}
-    if la and lb and len(la & lb) < 0.5 * min(len(la), len(lb)):
+    if la and lb and len(la & lb) < 0.5 * min(len(la), len(lb)) and not _runtime_change(pa, pb):
         out.append(f"the runs have different NVTX layers ({len(la & lb)} names in common of "
                    f"{len(la)} and {len(lb)}): are they the same model?")
     whole = [p for p in (pa, pb) if p.iteration_source.startswith("no NVTX iteration")]
@@ -557,7 +566,8 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
     math = _math_counts(pa).to_frame("a").join(_math_counts(pb).to_frame("b"), how="outer")
     math = math.fillna(0)
     differs = math[(math.max(axis=1) > 1) & (math.max(axis=1) > 1.25 * math.min(axis=1))]
-    if len(differs):
+    if len(differs) and not _runtime_change(pa, pb):  # two runtimes launch the same math
+        # differently (fusion, library choice): that is the comparison, not a sign of two models
         out.append("their math kernels differ (" + ", ".join(
             f"{c}: A {r.a:.0f}, B {r.b:.0f} per iteration" for c, r in differs.iterrows())
             + "): are they the same model? (a precision change replaces math kernels, it "

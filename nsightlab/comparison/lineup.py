@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis import budget, completeness, kinds
+from nsightlab.analysis import budget, completeness, kinds, runtime
 from nsightlab.core.labels import run_labels
 from nsightlab.analysis.budget import iteration_ranges
 from nsightlab.comparison.diff import Diff, compare as diff_profiles
@@ -105,7 +105,8 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     for i, (p, r, b) in enumerate(zip(profiles, reports, batches)):
         lat = p.latency or {"mean_ns": p.iteration_ns}
         mean = lat.get("mean_ns") or p.iteration_ns
-        row = {"run": p.label, "iterations": p.iterations, "iteration_source": p.iteration_source,
+        row = {"run": p.label, "runtime": p.runtime, "iterations": p.iterations,
+               "iteration_source": p.iteration_source,
                **{f"latency_{k}_ns": lat.get(f"{k}_ns", float("nan")) for k in LATENCY},
                "iterations_per_s": 1e9 / mean if mean else float("nan"), "batch": b,
                "items_per_s": b * 1e9 / mean if b and mean else float("nan"),
@@ -183,7 +184,8 @@ def _profile(report: Report, label: str) -> RunProfile:
         by_class=empty, by_precision=pd.DataFrame({"precision": [], "kernel_class": [], "time_ns": []}),
         by_layer=pd.DataFrame({"layer": [], "time_ns": [], "count": [], "math_precision": []}),
         slots=pd.DataFrame(), flat_slots=pd.DataFrame(),
-        budget={"verdict": "CPU only (no GPU kernels)"}, latency=latency)
+        budget={"verdict": "CPU only (no GPU kernels)"}, latency=latency,
+        runtimes=runtime.identify(report).to_dict("records"))
 
 
 def _cpu_walls(report: Report) -> np.ndarray:

@@ -76,8 +76,14 @@ class Placement(Result):
 
 
 def locate(path: str | Path) -> tuple[Path, Path | None]:
-    """(profile JSON, runner record or None) for a profile file or an ``--ort`` capture folder."""
+    """(profile JSON, runner record or None) for a profile file or an ``--ort`` capture folder,
+    given by its path or, as every command takes it, by its capture name."""
+    from nsightlab.read.locate import default_store
+
     p = Path(path)
+    if not p.exists() and not p.is_absolute() and len(p.parts) == 1 and \
+            (default_store() / p).is_dir():
+        p = default_store() / p
     if p.is_dir():
         prof, run = p / "ort_profile.json", p / "ort_run.json"
         if not prof.is_file() and (p / "ort_profile.json.xz").is_file():

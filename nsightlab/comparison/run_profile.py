@@ -23,7 +23,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, kinds
+from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, kinds, runtime
 from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches, want_pairs
@@ -50,6 +50,11 @@ def layer_key(name: str) -> str:
 @dataclass
 class RunProfile:
     """Per-iteration summary of one report (see module docstring). Times are ns/iteration."""
+
+    @property
+    def runtime(self) -> str:
+        """The runtime(s) that ran its kernels, as one name ("unknown" without evidence)."""
+        return runtime.named(self.runtimes)
 
     label: str
     iterations: int  # every iteration, warm-up and outliers included
@@ -78,6 +83,7 @@ class RunProfile:
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
     main_ns: float = 0.0         # median iteration of the main kind (the same kind in two runs)
     kinds: list = field(default_factory=list)  # the budget's kinds table (first GPU) as records
+    runtimes: list = field(default_factory=list)  # per process: ``analysis.runtime.identify``
 
 
 FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
@@ -193,7 +199,8 @@ def _compute(report: Report, label: str) -> RunProfile:
         flat_slots=flat_slots,
         overheads=overheads,
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
-        main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report))
+        main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
+        runtimes=runtime.identify(report).to_dict("records"))
 
 
 def _kinds(report: Report) -> list[dict]:

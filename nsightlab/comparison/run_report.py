@@ -99,7 +99,8 @@ class RunReport(Result):
                 "busy_pct": busy_pct(b) if b is not None else None,
                 **{k: (float(b[k]) if k.endswith("_ns") or k.endswith("_pct") else int(b[k]))
                    if b is not None and k in b else None for k in STEADY_KEYS},
-                "verdict": str(b["verdict"]) if b is not None and not self.partial else None}
+                "verdict": str(b["verdict"]) if b is not None and not self.partial else None,
+                "runtime": p.runtime if p else None}
 
     @property
     def partial(self) -> bool:

@@ -95,7 +95,8 @@ def _(d: Diff, limit: int | None = 12) -> str:
     # the reports' own data warnings are said once, on stderr (``cli.options.say_warnings``);
     # that the two runs are not the same workload is part of the answer
     warn = [f"WARNING (workload): {w}" for w in h.get("workload_warnings", [])]
-    lines = [*warn, *([""] if warn else []), h["verdict"], "",
+    change = [f"runtime change: {h['runtime_change']}"] if h.get("runtime_change") else []
+    lines = [*warn, *([""] if warn else []), *change, h["verdict"], "",
              f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']}); "
              f"{h['a_verdict']}",
              f"B {h['b']}: {h['b_iterations']} iterations ({h['b_iteration_source']}); "
@@ -192,8 +193,9 @@ def _one(v: float) -> str:
 def _(l: Lineup, limit: int | None = 12) -> str:
     s = l.summary
     table = pd.DataFrame({
-        "run": s["run"], "iters": s["iterations"],
-        "mean_ms": s["latency_mean_ns"] / 1e6, "p50_ms": s["latency_p50_ns"] / 1e6,
+        "run": s["run"], **({"runtime": s["runtime"]} if "runtime" in s and
+                            (s["runtime"] != "unknown").any() else {}),
+        "iters": s["iterations"], "mean_ms": s["latency_mean_ns"] / 1e6, "p50_ms": s["latency_p50_ns"] / 1e6,
         "p95_ms": s["latency_p95_ns"] / 1e6, "p99_ms": s["latency_p99_ns"] / 1e6,
         "min_ms": s["latency_min_ns"] / 1e6, "max_ms": s["latency_max_ns"] / 1e6,
         "iter/s": s["iterations_per_s"].map(_one), **({"items/s": s["items_per_s"]}
@@ -226,6 +228,7 @@ def _(l: Lineup, limit: int | None = 12) -> str:
 def _(rr: RunReport, limit: int | None = 8) -> str:
     run = rr.run_row()
     lines = [f"{rr.label}: {run['iterations'] or 0} iteration(s) ({run['iteration_source']})"]
+    lines += runtime_lines(rr.profile.runtimes if rr.profile is not None else [])
     if run["iteration_ns"] is not None:
         kernel = f", {run['kernel_ns'] / 1e6:.2f} ms kernel time, {run['kernels']:.0f} kernels" \
             if run["kernel_ns"] is not None else ""
@@ -300,6 +303,16 @@ def _(infos: ReportInfos, limit: int | None = None) -> str:
     return "\n".join(info_text(i) for i in infos.infos)
 
 
+def runtime_lines(rows: list[dict]) -> list[str]:
+    """One line per process of ``analysis.runtime.identify``: its runtime and the evidence."""
+    out = []
+    for r in rows:
+        who = f"pid {r['pid']}: " if r["pid"] >= 0 and len(rows) > 1 else ""
+        libs = f"; libraries: {r['libraries']}" if r["libraries"] else ""
+        out.append(f"  runtime: {who}{r['runtime']} ({r['evidence']}{libs})")
+    return out
+
+
 def info_text(info: dict) -> str:
     """Human summary of ``Report.info()`` for the terminal."""
     out = [str(info["path"])]
@@ -319,10 +332,7 @@ def info_text(info: dict) -> str:
     out.append(f"  CUDA processes: {shown or 'none'}"
                + (f" and {len(procs) - 4} more" if len(procs) > 4 else "")
                + f"  [{len(info['processes'])} processes recorded]")
-    for r in info.get("runtimes", []):
-        who = f"pid {r['pid']}: " if r["pid"] >= 0 and len(info["runtimes"]) > 1 else ""
-        libs = f"; libraries: {r['libraries']}" if r["libraries"] else ""
-        out.append(f"  runtime: {who}{r['runtime']} ({r['evidence']}{libs})")
+    out += runtime_lines(info.get("runtimes", []))
     if info["span_ns"] is not None:
         out.append(f"  span: {info['span_ns'] / 1e9:.3f} s "
                    f"({info['start_ns']} → {info['end_ns']} ns)")
