@@ -106,3 +106,31 @@ def test_compare_has_a_runtime_column(tmp_path, cache_dir):
                                labels=["eager", "ort"])
     s = lineup.summary.set_index("run")["runtime"]
     assert s["eager"] == "PyTorch" and s["ort"] == "ONNX Runtime (CPU EP)"
+
+
+def test_launch_bound_pytorch_gets_pytorch_remedies(sqlite_of, cache_dir):
+    """The real launch-bound PyTorch loop (h200-launchbound): CUDA graphs in PyTorch's terms,
+    not trtexec's."""
+    from nsightlab.comparison import run_report
+
+    rr = run_report.build(sqlite_of("h200-launchbound"))
+    todo = next(f for f in rr.findings if f.startswith("what to do"))
+    assert "torch.cuda.graphs, or torch.compile mode='reduce-overhead'" in todo
+    assert "trtexec" not in todo
+
+
+def test_remedies_in_each_runtimes_terms_on_made_up_advice():
+    """Made-up advice strings (no TensorRT or CUDA-EP launch-bound trace here): each generic
+    remedy is said in the runtime's terms, unknown runtimes get the CUDA calls."""
+    from nsightlab.analysis import budget
+    from nsightlab.comparison import remedies
+
+    advice = (f"capture the loop as a CUDA graph {budget.GRAPH_HOW}; pin it {budget.PIN_HOW}; "
+              f"remove it from the loop {budget.SYNC_HOW}")
+    trt = remedies.in_terms(advice, "TensorRT")
+    assert "trtexec --useCudaGraph" in trt and "torch" not in trt
+    ort = remedies.in_terms(advice, "ONNX Runtime (CUDA EP)")
+    assert "enable_cuda_graph" in ort and "io_binding" in ort and "torch" not in ort
+    plain = remedies.in_terms(advice, "unknown")
+    assert "cudaStreamBeginCapture" in plain and "torch" not in plain
+    assert remedies.in_terms(advice, "PyTorch / TensorRT") == advice  # several: generic

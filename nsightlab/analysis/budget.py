@@ -683,6 +683,13 @@ def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict
     return word, evidence, " ".join(_advice(row, share, copies, by_sync, graphs, params))
 
 
+#: how, in the advice's own words; ``comparison.remedies`` says each in a runtime's terms
+GRAPH_HOW = "(torch.cuda.graphs, torch.compile mode='reduce-overhead', trtexec --useCudaGraph)"
+PIN_HOW = "(pin_memory=True / cudaHostAlloc)"
+ASYNC_HOW = "(pinned memory, non_blocking=True)"
+SYNC_HOW = "(.item(), .cpu(), torch.cuda.synchronize())"
+
+
 def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
     """Advice that the numbers support, most important first."""
     out = []
@@ -692,7 +699,7 @@ def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
         pageable = sum(row[f"{p}_ns"] for p in ("h2d_pageable", "d2h_pageable"))
         if pageable >= 0.5 * copy_ns:
             out.append(f"{100 * pageable / copy_ns:.0f}% of the copy time moves pageable host "
-                       "memory: pin it (pin_memory=True / cudaHostAlloc) so copies run at full "
+                       f"memory: pin it {PIN_HOW} so copies run at full "
                        "bandwidth and can be asynchronous.")
         elif share["copies"] >= params["dominant_pct"]:
             out.append("copies already use pinned memory: move less data per iteration (keep "
@@ -700,14 +707,14 @@ def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
                        "copy with this batch's compute.")
         if row["hidden_copy_ns"] < 0.1 * copy_ns and share["kernels"] >= 5:
             out.append("copies do not overlap kernels: issue them asynchronously on another "
-                       "stream (pinned memory, non_blocking=True) so they hide under compute.")
+                       f"stream {ASYNC_HOW} so they hide under compute.")
     if share["sync"] >= notable and len(by_sync):
         top = by_sync.iloc[0]
         per_iter = top["stretches"] / max(row["iterations"], 1)
         fix = ("make the copy asynchronous (cudaMemcpyAsync from pinned memory) and wait once, "
                "where the result is needed" if sync_kind(str(top["api_name"])) in ("memcpy", "memset")
-               else "remove it from the loop (.item(), .cpu(), torch.cuda.synchronize()) or move "
-                    "it after the work that does not need its result")
+               else f"remove it from the loop {SYNC_HOW} or move it after the work that does "
+                    "not need its result")
         out.append(f"{top['api_name']} ({per_iter:.0f} per iteration) leaves the GPU idle "
                    f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration: {fix}.")
     if share["launch"] >= notable:
@@ -717,9 +724,8 @@ def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
                        "launches, so time them with --cuda-graph-trace=graph before acting; "
                        "otherwise fuse kernels or grow the batch.")
         else:
-            out.append("the GPU waits for kernel launches: capture the loop as a CUDA graph "
-                       "(torch.cuda.graphs, torch.compile mode='reduce-overhead', trtexec "
-                       "--useCudaGraph) or fuse small kernels.")
+            out.append(f"the GPU waits for kernel launches: capture the loop as a CUDA graph "
+                       f"{GRAPH_HOW} or fuse small kernels.")
     if share["host"] >= notable:
         out.append(f"the host spends {row['idle_host_ns'] / 1e6:.2f} ms per iteration on work that "
                    "launches nothing while the GPU idles: move it out of the loop, overlap it "

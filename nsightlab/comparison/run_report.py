@@ -18,6 +18,7 @@ from nsightlab.analysis import budget, completeness, kinds, steady
 from nsightlab.analysis.budget import busy_pct, iteration_ranges
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.launches import want_pairs
+from nsightlab.comparison import remedies
 from nsightlab.comparison.run_profile import RunProfile, profile
 from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result, json_records, json_value
@@ -324,7 +325,8 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
             else:
                 out.append(f"{gpu}{b['verdict']}: {b['evidence']}")
             if b["advice"]:
-                out.append(f"{gpu}what to do: {b['advice']}")
+                out.append(f"{gpu}what to do: "
+                           f"{remedies.in_terms(b['advice'], p.runtime if p else 'unknown')}")
             if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
                     "remove it from the loop" not in b["advice"]:
                 top = rr.sync_idle.iloc[0]
