@@ -215,8 +215,9 @@ def test_report_prints_the_loop_mean_the_kinds_and_json_holds_them(run, cache_di
     res = CliRunner().invoke(cli, ["report", str(run("periodic_d2h"))])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert "the loop's mean: what throughput sees" in lines[1]
-    assert lines[2].lstrip().startswith("loop: ") and "warm-up left out: 1 iteration(s)" in lines[2]
+    assert lines[1].startswith("  runtime: PyTorch")  # then the iteration and the loop
+    assert "the loop's mean: what throughput sees" in lines[2]
+    assert lines[3].lstrip().startswith("loop: ") and "warm-up left out: 1 iteration(s)" in lines[3]
     assert "kinds of iteration (share: of the loop's time):" in res.output
     res = CliRunner().invoke(cli, ["report", str(run("periodic_d2h")), "--json"])
     out = json.loads(res.output)

@@ -106,6 +106,9 @@ def test_compare_has_a_runtime_column(tmp_path, cache_dir):
                                labels=["eager", "ort"])
     s = lineup.summary.set_index("run")["runtime"]
     assert s["eager"] == "PyTorch" and s["ort"] == "ONNX Runtime (CPU EP)"
+    res = CliRunner().invoke(cli, ["compare", str(tmp_path / "c" / "torch-eager"),
+                                   str(tmp_path / "c" / "ort-cpu")])
+    assert "runtime" in res.stdout.splitlines()[1]  # the column, since the runtimes differ
 
 
 def test_launch_bound_pytorch_gets_pytorch_remedies(sqlite_of, cache_dir):

@@ -193,8 +193,8 @@ def _one(v: float) -> str:
 def _(l: Lineup, limit: int | None = 12) -> str:
     s = l.summary
     table = pd.DataFrame({
-        "run": s["run"], **({"runtime": s["runtime"]} if "runtime" in s and
-                            (s["runtime"] != "unknown").any() else {}),
+        "run": s["run"], **({"runtime": s["runtime"]} if "runtime" in s and  # when they differ
+                            s["runtime"].nunique() > 1 else {}),
         "iters": s["iterations"], "mean_ms": s["latency_mean_ns"] / 1e6, "p50_ms": s["latency_p50_ns"] / 1e6,
         "p95_ms": s["latency_p95_ns"] / 1e6, "p99_ms": s["latency_p99_ns"] / 1e6,
         "min_ms": s["latency_min_ns"] / 1e6, "max_ms": s["latency_max_ns"] / 1e6,
