@@ -173,3 +173,30 @@ def test_ort_takes_a_capture_name(tmp_path, monkeypatch):
     res = CliRunner().invoke(cli, ["ort", "ort-cpu"])
     assert res.exit_code == 0, res.output
     assert "CPUExecutionProvider" in res.stdout
+
+
+def test_io_binding_run_records_how_it_ran(tiny_model, tmp_path):
+    """--io-binding binds inputs and outputs once (run_with_iobinding); the record says so,
+    and that ORT's profiler was on, with its start time (epoch ns: the clock evidence that
+    aligns the profile with a trace's session start)."""
+    out = tmp_path / "bound"
+    out.mkdir()
+    res = subprocess.run([sys.executable, "-m", "nsightlab.runners.ort", str(tiny_model),
+                          "--io-binding", "--iterations", "4", "--warmup", "1",
+                          "--profile", str(out / "ort_profile.json"),
+                          "--report", str(out / "ort_run.json")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    run = json.loads((out / "ort_run.json").read_text())
+    assert run["io_binding"] and not run["cuda_graph"] and run["profiler_on"]
+    assert run["profiling_start_ns"] > 1.7e18 and len(run["latency_ms"]) == 4
+    assert "with io_binding" in res.stderr and "ORT profiler on" in res.stderr
+
+
+def test_cuda_graph_needs_the_cuda_ep(tiny_model, tmp_path):
+    res = subprocess.run([sys.executable, "-m", "nsightlab.runners.ort", str(tiny_model),
+                          "--cuda-graph"], capture_output=True, text=True)
+    assert res.returncode == 2 and "give --ep cuda" in res.stderr
+    for args, said in ((["--ort", str(tiny_model), "--cuda-graph"], "give --ep cuda"),
+                       (["--io-binding", "--", "python", "x.py"], "--io-binding is an ONNX")):
+        r = CliRunner().invoke(cli, ["capture", "x", "--store", str(tmp_path), "--dry-run", *args])
+        assert r.exit_code != 0 and said in r.output, r.output

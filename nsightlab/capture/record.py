@@ -83,6 +83,7 @@ class Options:
     ep: str = "cpu"
     ort_shapes: list[str] = field(default_factory=list)
     warmup: int = 5
+    io_binding: bool = False
 
     def __post_init__(self) -> None:
         """Accept what a command line gives: tuples, flag strings, a store as text."""
@@ -106,6 +107,11 @@ class Options:
         for model in (self.trtexec, self.ort):
             if check_files and model and not Path(model).is_file():
                 raise NsightlabError(f"{model}: no such model file")
+        if self.io_binding and not self.ort:
+            raise UsageError("--io-binding is an ONNX Runtime option: give it with --ort MODEL.onnx")
+        if self.ort and self.cuda_graph and self.ep != "cuda":
+            raise UsageError("--cuda-graph with --ort is the CUDA EP's enable_cuda_graph: give "
+                             "--ep cuda")
         if self.ncu_count is not None and self.ncu_count < 1:
             raise NsightlabError(f"--ncu-count {self.ncu_count}: give a positive number of kernels")
 
@@ -215,6 +221,8 @@ def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Ste
                     "--ep", opts.ep, "--iterations", str(opts.iterations),
                     "--warmup", str(opts.warmup),
                     *[a for s in opts.ort_shapes for a in ("--shape", s)],
+                    *(["--io-binding"] if opts.io_binding else []),
+                    *(["--cuda-graph"] if opts.cuda_graph else []),
                     "--profile", str(workdir / "ort_profile.json"),
                     "--report", str(workdir / "ort_run.json")]
     else:
@@ -477,7 +485,8 @@ def _preset(opts: Options) -> dict | None:
                 "warmup_ms": opts.warmup_ms}
     if opts.ort:
         return {"name": "ort", "model": str(opts.ort), "ep": opts.ep, "shapes": opts.ort_shapes,
-                "iterations": opts.iterations, "warmup": opts.warmup}
+                "iterations": opts.iterations, "warmup": opts.warmup,
+                "io_binding": opts.io_binding, "cuda_graph": opts.cuda_graph}
     return None
 
 

@@ -44,7 +44,9 @@ PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly
               show_default=True, help="trtexec engine precision (Q/DQ models: strongly typed).")
 @click.option("--shapes", help="trtexec --shapes, e.g. input:1x3x224x224.")
 @click.option("--batch", type=int, help="trtexec --batch (implicit-batch engines).")
-@click.option("--cuda-graph", is_flag=True, help="trtexec --useCudaGraph.")
+@click.option("--cuda-graph", is_flag=True,
+              help="trtexec --useCudaGraph; with --ort --ep cuda: the CUDA EP's "
+                   "enable_cuda_graph (inputs and outputs bound, as ORT requires).")
 @click.option("--no-data-transfers", is_flag=True, help="trtexec --noDataTransfers.")
 @click.option("--iterations", type=int, default=20, show_default=True, help="Timed iterations.")
 @click.option("--warmup-ms", type=int, default=200, show_default=True, help="trtexec warm-up (ms).")
@@ -55,6 +57,9 @@ PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly
 @click.option("--shape", "ort_shapes", multiple=True, metavar="NAME=DIMS",
               help="ORT input shape, e.g. input=1x3x224x224; repeatable.")
 @click.option("--warmup", type=int, default=5, show_default=True, help="ORT warm-up runs.")
+@click.option("--io-binding", is_flag=True,
+              help="ORT: bind inputs and outputs on the device once (io_binding) instead of "
+                   "copying NumPy arrays in and out every run.")
 def capture(dry_run: bool, quiet: bool, **options) -> None:
     """Run a workload under Nsight Systems (and/or Nsight Compute) and keep it as capture NAME:
     the reports, their SQLite export and Parquet tables, logs and a manifest, in ./captures/NAME
@@ -65,6 +70,7 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
       nsightlab capture fp16 --trtexec vit.onnx --precision fp16 --shapes input:64x3x224x224
       nsightlab capture nvfp4 --trtexec vit_nvfp4.onnx --precision nvfp4
       nsightlab capture ort-cpu --ort model.onnx --ep cpu --iterations 50
+      nsightlab capture ort-bound --ort model.onnx --ep cuda --io-binding --cuda-graph
       nsightlab capture vit -- python vit_workload.py fp16
       nsightlab capture graphs --memory -- python serve.py       # then: recipe run gpu_memory graphs
       nsightlab capture blk3 --no-nsys --ncu --ncu-nvtx block3/ -- python vit_workload.py fp16

@@ -1,7 +1,15 @@
 """Run an ONNX model with ONNX Runtime the way a profile wants it.
 
     python -m nsightlab.runners.ort MODEL.onnx [--ep cpu|cuda|tensorrt] [--shape NAME=1x3x224x224]
-        [--iterations N] [--warmup N] [--profile OUT.json] [--report RUN.json]
+        [--iterations N] [--warmup N] [--io-binding] [--cuda-graph] [--profile OUT.json]
+        [--report RUN.json]
+
+--io-binding binds the inputs (on the EP's device) and the outputs once, and runs with
+``run_with_iobinding``: no NumPy copies in and out per run. --cuda-graph asks the CUDA EP for
+``enable_cuda_graph`` (it implies --io-binding, as ORT requires); ORT refuses it while any
+node runs on another EP, and the runner then says so in one line and exits 2. The report
+records whether ORT's profiler was on (it adds host time to every run) and when it started
+(``get_profiling_start_time_ns``: the evidence that aligns its clock with a trace's).
 
 NVTX ranges mark the phases (``session_create``, ``warmup``, ``timed``) and every timed
 iteration (``iterN``), so a Nsight Systems capture can be cut per iteration. Inputs are
@@ -97,6 +105,23 @@ def _stderr_captured():
                 print("\n".join(keep), file=sys.stderr)
 
 
+def _bound(ort, sess, feeds: dict, providers: list):
+    """A run function over an io_binding made once: inputs copied once to the first EP's
+    device, outputs left there (``run_with_iobinding``)."""
+    device = "cuda" if any((p[0] if isinstance(p, tuple) else p) in
+                           ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+                           for p in providers[:1]) else "cpu"
+    binding = sess.io_binding()
+    for name, value in feeds.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, device, 0))
+    for out in sess.get_outputs():
+        binding.bind_output(out.name, device)
+
+    def run():
+        sess.run_with_iobinding(binding)
+    return run
+
+
 def parse_placements(log: str) -> dict:
     """ORT's verbose "Node placements" block: {provider: {"nodes": n, "names": [...]}}.
     Formats: " All nodes placed on [EP]. Number of nodes: N", or per EP " Node(s) placed on
@@ -127,9 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--io-binding", action="store_true",
+                    help="bind inputs and outputs once (run_with_iobinding)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="the CUDA EP's enable_cuda_graph (implies --io-binding)")
     ap.add_argument("--profile", help="save ONNX Runtime's profiler JSON here")
     ap.add_argument("--report", help="write what ran (providers, latencies) as JSON here")
     args = ap.parse_args(argv)
+    if args.cuda_graph and args.ep != "cuda":
+        ap.error("--cuda-graph is the CUDA EP's enable_cuda_graph: give --ep cuda")
+    args.io_binding = args.io_binding or args.cuda_graph
     import onnxruntime as ort
 
     rng_of = _nvtx()
@@ -147,20 +179,34 @@ def main(argv: list[str] | None = None) -> int:
         so.profile_file_prefix = os.path.splitext(os.path.abspath(args.profile))[0] + "-ort"
     if args.report:  # ORT logs its node placements at verbose level while the session is made
         so.log_severity_level = 0
-    with scope("session_create"), _stderr_captured() as session_log:
-        sess = ort.InferenceSession(args.model, sess_options=so, providers=providers)
+    if args.cuda_graph and "CUDAExecutionProvider" in providers:
+        providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}) if p ==
+                     "CUDAExecutionProvider" else p for p in providers]
+    try:
+        with scope("session_create"), _stderr_captured() as session_log:
+            sess = ort.InferenceSession(args.model, sess_options=so, providers=providers)
+    except Exception as e:  # ORT's own refusal (enable_cuda_graph with nodes off the CUDA EP)
+        print(f"nsightlab.runners.ort: {args.model}: ONNX Runtime refused the session: "
+              f"{str(e).strip().splitlines()[-1]}"
+              + (" (enable_cuda_graph needs every node on the CUDA EP: fix the input shapes and "
+                 "constant-fold the shape subgraph, or run without --cuda-graph)"
+                 if args.cuda_graph else ""), file=sys.stderr)
+        return 2
     so.log_severity_level = 2
     feeds = synthesize(sess.get_inputs(), parse_shapes(args.shape))
+    run = _bound(ort, sess, feeds, providers) if args.io_binding else \
+        (lambda: sess.run(None, feeds))
     with scope("warmup"):
         for _ in range(args.warmup):
-            sess.run(None, feeds)
+            run()
     latencies = []
     with scope("timed"):
         for i in range(args.iterations):
             with scope(f"iter{i}"):
                 t = time.perf_counter()
-                sess.run(None, feeds)
+                run()
                 latencies.append((time.perf_counter() - t) * 1e3)
+    profiling_start = sess.get_profiling_start_time_ns() if args.profile else None
     if args.profile:
         shutil.move(sess.end_profiling(), args.profile)
     report = {
@@ -168,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         "providers_requested": wanted, "providers_available": available,
         "providers_used": sess.get_providers(), "fallback": fallback,
         "nvtx": rng_of is not None, "iterations": args.iterations, "warmup": args.warmup,
+        "io_binding": args.io_binding, "cuda_graph": args.cuda_graph,
+        "profiler_on": bool(args.profile), "profiling_start_ns": profiling_start,
         "inputs": {k: list(v.shape) for k, v in feeds.items()},
         "latency_ms": latencies,
         "latency_mean_ms": statistics.fmean(latencies) if latencies else None,
@@ -178,8 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         with open(args.report, "w") as f:
             json.dump(report, f, indent=1)
-    print(f"nsightlab.runners.ort: {args.iterations} iterations on {sess.get_providers()[0]}, "
-          f"median {report['latency_median_ms']:.3f} ms", file=sys.stderr)
+    print(f"nsightlab.runners.ort: {args.iterations} iterations on {sess.get_providers()[0]}"
+          f"{' with io_binding' if args.io_binding else ''}"
+          f"{' and enable_cuda_graph' if args.cuda_graph else ''}, median "
+          f"{report['latency_median_ms']:.3f} ms"
+          f"{' (ORT profiler on: it adds host time to every run)' if args.profile else ''}",
+          file=sys.stderr)
     return 0
 
 
