@@ -154,3 +154,68 @@ def test_collection_span_is_on_the_events_clock(run):
     after = run_report.build(r).outside[1]
     assert after < 100e6
     assert completeness.check(r) is not None
+
+
+# --- the rules against healthy runs made from the real captures (a review's cases) ---
+
+ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS")
+
+
+def _end_of(path, name: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path) as c:
+        return c.execute("SELECT n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON "
+                         "n.textId = s.id WHERE coalesce(n.text, s.value) = ?", (name,)).fetchone()[0]
+
+
+def test_a_run_that_ends_on_a_shorter_kind_did_not_die(tmp_path, tmp_path_factory):
+    """ResNet-50's loop whose every 4th iteration copies a 256 MiB activation, ended after
+    iter24 (an ordinary one after a copying one: its kernels are the start of iter23's): a
+    kind the loop ran before, not a cut iteration."""
+    from conftest import edited_copy
+
+    kinds = xz_fixtures(tmp_path_factory, PARTIAL.parent / "kinds", prefix="h100-")
+    src = kinds("periodic_d2h")
+    end = _end_of(src, "iter24")
+    path = tmp_path / "periodic-25.sqlite"
+    host = ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    edited_copy(src, path, "", (  # the calls after iter24, and the GPU work they launched
+        *(f"DELETE FROM {t} WHERE start > {end}" for t in host),
+        *(f"DELETE FROM {t} WHERE correlationId NOT IN (SELECT correlationId FROM "
+          "CUPTI_ACTIVITY_KIND_RUNTIME)" for t in ACTIVITY if t not in host)))
+    w = said(path)
+    assert not [x for x in w.values() if x["severity"] == "partial"], w
+    assert len(budget(path)[2]) == 0
+
+
+def test_a_loop_on_the_cpu_is_not_launches_not_recorded(run, tmp_path):
+    """The healthy capture with every CUDA row of iterations 1-59 deleted: a loop of host
+    work in a process that used the GPU before. nsys 2025.3 loaded CUPTI 13 for this CUDA 13
+    driver: nothing says the tracer missed launches."""
+    from conftest import edited_copy
+
+    src = run("healthy")
+    start = _end_of(src, "iter0")
+    path = tmp_path / "cpu-loop.sqlite"
+    edited_copy(src, path, "", tuple(f'DELETE FROM {t} WHERE start > {start}'
+                                     for t in ACTIVITY if t != "NVTX_EVENTS"))
+    assert "launches_untraced" not in said(path)
+
+
+def test_work_running_when_the_trace_begins_does_not_excuse_a_death(run, tmp_path):
+    """The exception run with its first kernel moved before the first API call: nsys's own
+    diagnostics are there and say nothing was left uncollected, so the run still died."""
+    from conftest import edited_copy
+
+    path = tmp_path / "startedge.sqlite"
+    edited_copy(run("exception"), path, "CUPTI_ACTIVITY_KIND_KERNEL", (
+        "UPDATE {t} SET start = 1000, end = 2000 WHERE rowid = (SELECT min(rowid) FROM {t})",))
+    assert said(path)["run_died"]["severity"] == "partial"
+
+
+def test_diff_counts_the_iterations_the_report_counts(run):
+    d = nsightlab.diff(run("healthy"), run("duration"))
+    assert d.headline["b_iterations"] == 227

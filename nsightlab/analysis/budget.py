@@ -31,6 +31,7 @@ the budget as ``hidden_copy_ns``.
 """
 from __future__ import annotations
 
+import re
 
 import numpy as np
 import pandas as pd
@@ -588,14 +589,14 @@ def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.
     bare = idle & (calls == 0)
     if bare.sum() < max(2, UNTRACED_SHARE * len(first)):
         return None
+    older = _older_than_driver(report)
+    if older is None:  # a loop that ran on the CPU, or launches lost some other way: the
+        return None    # versions do not say the tracer missed them
     lookups = int(names.astype(str).str.startswith(LOOKUP).sum())
     launches = int(names.isin([c for c in names.cat.categories
                                if LAUNCH_CALLS.match(str(c))]).sum())
-    v = report.drivers
-    versions = (f"; recorded by nsys {report.nsys_version}"
-                + (f" on a driver for CUDA {v['cuda']}" if v.get("cuda") else "")
-                + ": an nsys older than the application's CUDA runtime misses launches made "
-                "through driver entry points" if report.nsys_version else "")
+    versions = (f"; {older}: an nsys older than the application's CUDA misses launches made "
+                "through driver entry points")
     wall = float(np.median(hi - lo)) / 1e6
     return {"check": "launches_untraced", "severity": "partial",
             "message": f"launches not recorded: {int(bare.sum())} of {len(first)} iterations "
@@ -607,11 +608,37 @@ def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.
                        "runtime; verdicts are withheld"}
 
 
+#: the first nsys release of each CUDA major's CUPTI (2023.1 shipped CUPTI 12, 2025.3
+#: CUPTI 13): an older nsys traces an application on a newer driver through an older CUPTI
+NSYS_FOR_CUDA = {12: (2023, 1), 13: (2025, 3)}
+
+
+def _older_than_driver(report: Report) -> str | None:
+    """Words saying the tracer is older than the driver's CUDA (the CUPTI nsys loaded, as
+    its diagnostics name it, else nsys's own release against ``NSYS_FOR_CUDA``); None when
+    the report does not show it."""
+    cuda = report.drivers.get("cuda")
+    if not cuda:
+        return None
+    major = int(cuda.split(".")[0])
+    said = next((t for t in ending.diagnostics(report) or [] if "libcupti.so." in t), None)
+    m = re.search(r"libcupti\.so\.(\d+)", said or "")
+    if m:
+        return (f"nsys loaded CUPTI {m.group(1)} for a driver of CUDA {cuda}"
+                if int(m.group(1)) < major else None)
+    v = re.match(r"(\d{4})\.(\d+)", report.nsys_version or "")
+    need = NSYS_FOR_CUDA.get(major)
+    if not v or not need or (int(v.group(1)), int(v.group(2))) >= need:
+        return None
+    return f"recorded by nsys {report.nsys_version} on a driver for CUDA {cuda}"
+
+
 def trace_findings(report: Report, out: dict) -> list[dict]:
     """The completeness findings that need the budget's iterations (``out``: the budget
     recipe's tables): iterations without GPU work (``empty_iterations``), and how the trace
     ended (``ending.finding``: a cut last iteration, a workload that exited with an error)."""
-    edges = [f["message"] for f in completeness.check(report) if f["check"] == "capture_edges"]
+    edges = [f["message"] for f in completeness.check(report) if f["check"] == "capture_edges"
+             and "already running when the trace begins" in f["message"]]
     in_flight = edges[0].split(" (")[0] if edges else None
     found = [empty_iterations(report, out["iterations"]),
              ending.finding(report, out.get("cut", pd.DataFrame(columns=ending.CUT_COLUMNS)),

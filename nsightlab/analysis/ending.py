@@ -48,6 +48,8 @@ CLOSED_NS = 1_000
 #: the last iteration is only looked into when its wall time is off the one before by this
 #: share (a whole last iteration costs no read of the kernel names)
 ODD_WALL = 0.2
+#: earlier iterations looked at for one that ran what the last one ran (a kind of its own)
+SEEN_BEFORE = 8
 CUT_COLUMNS = ["iteration", "name", "start_ns", "end_ns", "kernels", "expected_kernels",
                "launches", "expected_launches", "closed_by_nsys"]
 #: kernel-launching API calls (as ``completeness.LAUNCH_CALLS``, which imports this module)
@@ -119,6 +121,9 @@ def cut(report: Report, iters: pd.DataFrame, host: bool = True
     # the start of the same sequence, then nothing: what an iteration stopped midway leaves
     # (a last iteration of another kind runs other kernels, or as many)
     prefix = 0 < len(last) < len(ref) and last == ref[:len(last)]
+    if prefix:  # a shorter kind of iteration the loop ran before is not a cut one
+        prefix = not any(_kernels(report, start[k], stop[k], host)[0] == last
+                         for k in range(-3, -min(len(iters), SEEN_BEFORE + 2), -1))
     stopped = prefix and (not host or calls < ref_calls)
     # a found iteration ends where its next begins: when the capture stopped before that, its
     # time is unknown (its kernels may all be there)
@@ -175,7 +180,8 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
     cut it (the verdict stands), ``partial`` when the run died in it, a warning when the
     export cannot tell which. ``in_flight``: the words of GPU work running past the trace's
     edges (a slice of a longer export, a capture opened or closed on running work:
-    ``completeness``' edge notes), which say the trace was cut around a running application.
+    ``completeness``' edge notes), which say the trace was cut around a running application
+    where the export keeps no nsys diagnostics (a slice).
     Without a cut iteration: ``exited_with``."""
     if not len(cut_rows):
         return exited_with(report)
@@ -191,8 +197,13 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
                "time is unknown")
             + (", and nsys closed its range when collection stopped" if c["closed_by_nsys"]
                else ""))
-    stopped = stopped_early(report) or in_flight or (
-        "nsys closed its range at the collection's end" if c["closed_by_nsys"] else None)
+    # nsys closes every range open when collection ends, a dying application's too: that
+    # says the capture stopped only where the export keeps no diagnostics to say more; so
+    # does work already running when the trace begins (a slice of a longer export)
+    unsaid = not diagnostics(report)
+    stopped = stopped_early(report) or (in_flight if unsaid else None) or (
+        "nsys closed its range at the collection's end" if c["closed_by_nsys"] and unsaid
+        else None)
     code = exit_code(report)
     if stopped:
         opened = capture_range(report)
@@ -201,7 +212,7 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
                   f"the capture ended while the application ran ({_evidence(stopped)}{how}): "
                   f"{what}; it is left out of every number, and the verdict on the whole "
                   "iterations stands")
-    if diagnostics(report) is None and code is None:
+    if unsaid and code is None:
         return _f("trace_cut", "warning",
                   f"the trace ends inside an iteration: {what}; it is left out of every number. "
                   "This export keeps no nsys diagnostics, so whether the capture stopped early "

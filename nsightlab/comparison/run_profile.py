@@ -314,11 +314,25 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
     iters = ranges[base_name_matches(ranges["name"], ITERATION)].sort_values("start_ns")
     if len(iters) or not report.has_rows("kernels"):
-        return ranges, iters, ""
+        return ranges, _uncut(report, iters), ""
     found, source = budget.ranges(report)
     blocks = iterations.find(report).layers if len(found) else found
     ranges = blocks.assign(kind="range", depth=FOUND_DEPTH + 1)  # found layers, no NVTX ones
-    return ranges, found.assign(depth=FOUND_DEPTH), source
+    return ranges, _uncut(report, found).assign(depth=FOUND_DEPTH), source
+
+
+def _uncut(report: Report, iters: pd.DataFrame) -> pd.DataFrame:
+    """``iters`` without the last iteration the trace's end cut (the budget's ``cut`` table,
+    ``analysis.ending``): the profile counts the iterations the budget counts."""
+    if not len(iters) or not (report.has_rows("kernels") or report.has_rows("memcpy")):
+        return iters
+    try:
+        cut = recipes.run("budget", report)["cut"]
+    except recipes.NoDataError:
+        return iters
+    if not len(cut):
+        return iters
+    return iters[iters["start_ns"].to_numpy(np.int64) != int(cut["start_ns"].iloc[0])]
 
 
 def _gpu_names(report: Report) -> list[str]:
