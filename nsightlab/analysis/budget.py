@@ -555,7 +555,7 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
     launched = np.searchsorted(t, hi, "right") - np.searchsorted(t, lo, "left")
     bad = empty & (launched > 0)
     if not bad.any():
-        return _untraced(report, first, empty, names, lo, hi)
+        return _untraced(report, first, empty, names, len(rows), lo, hi)
     which = ", ".join(str(i) for i in first["iteration"].to_numpy()[bad][:5])
     return {"check": "iterations_without_gpu_work", "severity": "partial",
             "message": f"{int(bad.sum())} of {len(first)} iterations hold no kernel although "
@@ -573,7 +573,7 @@ UNTRACED_SHARE = 0.8
 
 
 def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.Series,
-              lo: np.ndarray, hi: np.ndarray) -> dict | None:
+              launches: int, lo: np.ndarray, hi: np.ndarray) -> dict | None:
     """``partial`` when most iterations (``UNTRACED_SHARE``, 2 or more) hold no CUDA call
     and no GPU work at all while the process did launch GPU work outside them: the loop's launches went
     unrecorded (seen: nsys 2023.4 on the CUDA 13 runtime, whose calls go through driver entry
@@ -593,8 +593,6 @@ def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.
     if older is None:  # a loop that ran on the CPU, or launches lost some other way: the
         return None    # versions do not say the tracer missed them
     lookups = int(names.astype(str).str.startswith(LOOKUP).sum())
-    launches = int(names.isin([c for c in names.cat.categories
-                               if LAUNCH_CALLS.match(str(c))]).sum())
     versions = (f"; {older}: an nsys older than the application's CUDA misses launches made "
                 "through driver entry points")
     wall = float(np.median(hi - lo)) / 1e6

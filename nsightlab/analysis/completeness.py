@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from nsightlab.analysis import ending, engine
-from nsightlab.analysis.iterations import ITERATION, base_name
+from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches
 from nsightlab.read import tables
 from nsightlab.read.metadata import traced
 from nsightlab.read.parallel import readers
@@ -165,8 +165,7 @@ def _iteration_ranges(report: Report) -> int:
     if not report.has_rows("nvtx"):
         return 0
     n = report.nvtx(["name", "kind"])
-    names = n["name"][(n["kind"] != "mark").to_numpy()].astype(str).map(base_name)
-    return int(names.str.match(ITERATION).sum())
+    return int(((n["kind"] != "mark").to_numpy() & base_name_matches(n["name"], ITERATION)).sum())
 
 
 def quality(report: Report, names, every_table: bool = True) -> list[dict]:

@@ -24,7 +24,6 @@ then the cut iteration is left out with a warning.
 """
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -83,16 +82,8 @@ def capture_range(report: Report) -> str | None:
 def exit_code(report: Report) -> int | None:
     """The workload's exit code from the capture manifest beside the report (``nsightlab
     capture``), None for a report that is not a capture's."""
-    src = report.source
-    folder = src if src.is_dir() else src.parent
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        return None
-    try:
-        m = json.loads(manifest.read_text())
-    except (ValueError, OSError):
-        return None  # a damaged manifest is said where the capture is opened
-    if not isinstance(m, dict) or not isinstance(m.get("sqlite"), str) or \
+    src, m = report.source, report.capture_manifest
+    if not isinstance(m.get("sqlite"), str) or \
             src.name not in (m["sqlite"], m["sqlite"] + ".xz") and not src.is_dir():
         return None
     code = m.get("exit_code")

@@ -18,7 +18,6 @@ calling TensorRT) are said together, the one with more kernels first.
 """
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -151,16 +150,9 @@ def _range_runtimes(report: Report) -> dict[str, int]:
 
 def _manifest_runtime(report: Report) -> tuple[str, str] | None:
     """(runtime, evidence) from the capture manifest beside the report, if any."""
-    src = report.source
-    manifest = (src if src.is_dir() else src.parent) / "manifest.json"
-    if not manifest.is_file():
-        return None
-    try:
-        m = json.loads(manifest.read_text())
-    except (ValueError, OSError):
-        return None
-    preset = m.get("preset") if isinstance(m, dict) else None
-    argv = " ".join(map(str, m.get("command") or [])) if isinstance(m, dict) else ""
+    m = report.capture_manifest
+    preset = m.get("preset")
+    argv = " ".join(map(str, m.get("command") or []))
     if isinstance(preset, dict) and preset.get("name") == "ort" or "nsightlab.runners.ort" in argv:
         ep = preset.get("ep") if isinstance(preset, dict) else None
         return ("ONNX Runtime" + (f" ({ep.upper()} EP)" if ep else ""),

@@ -12,11 +12,9 @@ Without iteration ranges the whole span of GPU activity counts as one iteration,
 """
 from __future__ import annotations
 
-import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -758,12 +756,7 @@ def _tensor_core(report: Report, lk: pd.DataFrame, spans: pd.DataFrame) -> dict:
 def batch_of(report: Report) -> int | None:
     """Items per iteration from the capture manifest of ``report`` (its trtexec ``batch``, or
     the first dimension of its first ``shapes`` entry); None when it does not say."""
-    src = Path(report.source)
-    manifest = src / "manifest.json" if src.is_dir() else src.parent / "manifest.json"
-    try:
-        preset = json.loads(manifest.read_text()).get("preset") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
+    preset = report.capture_manifest.get("preset") or {}
     if not isinstance(preset, dict):
         return None
     if preset.get("batch"):

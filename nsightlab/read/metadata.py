@@ -5,6 +5,9 @@ nsys did not write read as NULL). ``Report`` exposes them as properties.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 
 from nsightlab.core.result import Result
@@ -38,6 +41,18 @@ def export_meta(db: ExportDB) -> dict[str, str]:
             "nsys export --type sqlite -o NEW.sqlite REPORT.nsys-rep")
     raise NotAReportError(f"{db.name}: an SQLite database, but not an Nsight Systems "
                           "export; give the .sqlite written by nsys export")
+
+
+def capture_manifest(source: Path) -> dict:
+    """The manifest of the capture a report came from (``nsightlab capture``): the folder's
+    manifest.json for a capture folder, else the one beside the report file; {} when there is
+    none or it is not a JSON object (a damaged one is said where the capture is opened)."""
+    folder = source if source.is_dir() else source.parent
+    try:
+        m = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return m if isinstance(m, dict) else {}
 
 
 def capture_options(db: ExportDB) -> dict[str, str]:

@@ -134,6 +134,11 @@ class Report:
         return metadata.drivers(self.db)
 
     @cached_property
+    def capture_manifest(self) -> dict:
+        """The manifest of the capture this report came from ({} for a plain report)."""
+        return metadata.capture_manifest(self.source)
+
+    @cached_property
     def capture_options(self) -> dict[str, str]:
         """The options nsys recorded the report with (META_DATA_CAPTURE; empty before 2023)."""
         return metadata.capture_options(self.db)
