@@ -51,7 +51,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     max_end_per_iteration,
     none_last,
 )
-from nsightlab.analysis import completeness, ending, iterations, kinds, steady
+from nsightlab.analysis import ending, iterations, kinds, steady
 from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.completeness import LAUNCH_CALLS
@@ -631,11 +631,12 @@ def _older_than_driver(report: Report) -> str | None:
     return f"recorded by nsys {report.nsys_version} on a driver for CUDA {cuda}"
 
 
-def trace_findings(report: Report, out: dict) -> list[dict]:
+def trace_findings(report: Report, out: dict, checked: list[dict]) -> list[dict]:
     """The completeness findings that need the budget's iterations (``out``: the budget
-    recipe's tables): iterations without GPU work (``empty_iterations``), and how the trace
-    ended (``ending.finding``: a cut last iteration, a workload that exited with an error)."""
-    edges = [f["message"] for f in completeness.check(report) if f["check"] == "capture_edges"
+    recipe's tables; ``checked``: ``completeness.check``'s findings, whose edge notes are
+    evidence): iterations without GPU work (``empty_iterations``), and how the trace ended
+    (``ending.finding``: a cut last iteration, a workload that exited with an error)."""
+    edges = [f["message"] for f in checked if f["check"] == "capture_edges"
              and "already running when the trace begins" in f["message"]]
     in_flight = edges[0].split(" (")[0] if edges else None
     found = [empty_iterations(report, out["iterations"]),

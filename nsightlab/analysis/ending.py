@@ -60,8 +60,8 @@ def diagnostics(report: Report) -> list[str] | None:
     the export has no such table (nsys before 2024)."""
     if "text" not in report.db.columns("DIAGNOSTIC_EVENT"):
         return None
-    rows = report.db.query("SELECT text, min(timestamp) AS t FROM DIAGNOSTIC_EVENT "
-                           "GROUP BY text ORDER BY t")
+    rows = report.db.once("diagnostics", lambda: report.db.query(
+        "SELECT text, min(timestamp) AS t FROM DIAGNOSTIC_EVENT GROUP BY text ORDER BY t"))
     return [str(t).strip() for t, _ in rows if t]
 
 

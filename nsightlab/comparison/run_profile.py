@@ -120,8 +120,8 @@ def _compute(report: Report, label: str) -> RunProfile:
     # kernel/call pairs
     want_pairs(report)
     summary = _budget(report)
-    warnings = [w for w in completeness.check(report) if w["severity"] != "note"]
-    warnings += _trace_gaps(report)
+    checked = completeness.check(report)
+    warnings = [w for w in checked if w["severity"] != "note"] + _trace_gaps(report, checked)
     ranges, iters, found_source = _iteration_ranges(report)
     # kernel time of launches left out of lk: outside every iteration, and in the warm-up
     # iterations (left out here, not copied out of an 8M-row table later)
@@ -355,14 +355,15 @@ def _count(x: float) -> int | float:
     return int(round(x)) if abs(x - round(x)) < 1e-9 else x
 
 
-def _trace_gaps(report: Report) -> list[dict]:
+def _trace_gaps(report: Report, checked: list[dict]) -> list[dict]:
     """Completeness findings that need the iterations: iterations without any GPU work, a
-    cut last iteration (``budget.trace_findings``), a graph-level trace."""
+    cut last iteration (``budget.trace_findings``, given ``completeness.check``'s findings
+    ``checked``), a graph-level trace."""
     try:
         out = recipes.run("budget", report)
     except recipes.NoDataError:
         return []
-    found = [f for f in budget.trace_findings(report, out) if f["severity"] != "note"]
+    found = [f for f in budget.trace_findings(report, out, checked) if f["severity"] != "note"]
     return [*found, *filter(None, [_graph_level(report)])]
 
 

@@ -176,7 +176,7 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
     warnings = completeness.check(r)
     if b is not None:
-        warnings = completeness.ordered([*warnings, *budget.trace_findings(r, b)])
+        warnings = completeness.ordered([*warnings, *budget.trace_findings(r, b, warnings)])
     rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
                    api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle,
                    0 if b is not None else len(iteration_ranges(r)))
