@@ -104,7 +104,7 @@ def placement(path: str | Path, requested: str | None = None) -> Placement:
     ``requested``: the execution provider asked for (cpu, cuda, tensorrt or an ORT provider
     name); by default the runner's record says, else the busiest provider is taken as asked."""
     prof, run_file = locate(path)
-    events = ort_profile.read_events(prof)  # parsed once: nodes and session phases
+    events = profile_events(prof)  # read once: nodes and session phases
     nodes = ort_profile.from_events(events)
     run = _run_record(run_file)
     asked = EP_NAMES.get(str(requested), requested) if requested else run.get("requested")
@@ -167,14 +167,13 @@ def _per_node(df: pd.DataFrame, total: int, share: bool = True) -> pd.DataFrame:
     return out.sort_values("time_ns", ascending=False, kind="stable").reset_index(drop=True)[cols]
 
 
-def _phases(events: list) -> pd.DataFrame:
+def _phases(events: pd.DataFrame) -> pd.DataFrame:
     """Session set-up (loading, initialization: where engines are built) and the first run
     apart from the steady runs (median), from the profile's events."""
-    sess = [e for e in events if isinstance(e, dict) and e.get("cat") == "Session"]
+    sess = events[events["cat"] == "Session"].sort_values("start_ns", kind="stable")
 
     def dur(names) -> list[int]:
-        return [int(float(e.get("dur", 0)) * 1000) for e in sorted(sess, key=lambda e: e.get("ts", 0))
-                if str(e.get("name", "")) in names]
+        return sess.loc[sess["name"].isin(names), "duration_ns"].astype("int64").tolist()
     rows = []
     for label, names in (("model loading", ("model_loading_uri", "model_loading_array")),
                          ("session initialization", ("session_initialization",))):
@@ -188,3 +187,31 @@ def _phases(events: list) -> pd.DataFrame:
         rows.append({"phase": "steady run (median)", "time_ns": int(np.median(runs[1:])),
                      "runs": len(runs) - 1})
     return pd.DataFrame(rows, columns=["phase", "time_ns", "runs"])
+
+
+def profile_events(prof: Path) -> pd.DataFrame:
+    """``ort_profile.events`` of ``prof``, kept as Parquet in nsightlab's cache (keyed by the
+    file's path, size and mtime; ``NSIGHTLAB_NO_CACHE`` reads it afresh): a profile is read
+    once, then served from there."""
+    import os
+
+    from nsightlab.core.result import atomic_file
+    from nsightlab.read import table_cache
+
+    if os.environ.get("NSIGHTLAB_NO_CACHE"):
+        return ort_profile.events(prof)
+    try:
+        entry = table_cache.keyed_dir(table_cache.default_root() / "ort", prof) / "events.parquet"
+        if entry.is_file():
+            return pd.read_parquet(entry)
+    except (OSError, ValueError):
+        entry = None
+    ev = ort_profile.events(prof)
+    if entry is not None:
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_file(entry, "wb") as f:
+                ev.to_parquet(f, index=False)
+        except OSError:
+            pass  # a read-only cache: served afresh each time
+    return ev
