@@ -189,25 +189,38 @@ def layers(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
 @click.argument("path")
 @click.option("--ep", help="The execution provider that was requested (cpu, cuda, tensorrt or an "
                            "ORT provider name) [from the capture's ort_run.json].")
+@click.option("--report", "report", metavar="REPORT",
+              help="A Nsight Systems report of the same run (.sqlite, .nsys-rep or a capture) "
+                   "to join the profile to [an --ort capture's own].")
 @output_options("dir", FORMATS)
-def ort(path: str, ep: str | None, fmt: str, output: str | None) -> None:
+def ort(path: str, ep: str | None, report: str | None, fmt: str, output: str | None) -> None:
     """Where ONNX Runtime ran each node, from its profiler JSON (or a capture made with --ort):
     time per execution provider, nodes that fell back to the CPU while a GPU EP was requested,
     the memcpy nodes ORT added between providers, TensorRT EP subgraphs, and session set-up
     (model loading, initialization: engine builds) apart from the first and steady runs.
 
+    With the Nsight Systems report of the same run (an --ort capture holds both; else
+    --report), each node is placed on the timeline: its span on the run's thread holds the CUDA
+    calls it made, so per node, op type and provider you get host time, launches, the GPU time
+    of the kernels they launched and copies, per run: how much is launching and how much is
+    math, and what the CPU-EP and Memcpy nodes cost. The clocks are aligned by the profile's
+    start time (the runner records it) or the runs' NVTX ranges, and checked: 95% of the calls
+    amid each run's nodes must fall in a node's span, else the pair is refused.
+
     Tables (with -o DIR, one Parquet file each): run, phases, by_provider, fallbacks, memcpy,
-    trt_subgraphs.
+    trt_subgraphs, assignment; joined: timeline_alignment, timeline_nodes, timeline_by_op,
+    timeline_by_provider, timeline_runs.
 
     \b
     Examples:
-      nsightlab ort captures/ort-cuda
+      nsightlab ort ort-cuda                      # a capture made with --ort: joined
+      nsightlab ort onnxruntime_profile.json --report run.sqlite
       nsightlab ort onnxruntime_profile.json --ep cuda --json
     """
     from nsightlab.comparison import ort_placement
     from nsightlab.renderers import emit
 
-    wrote(emit(ort_placement.placement(path, ep), fmt, output), output)
+    wrote(emit(ort_placement.placement(path, ep, report), fmt, output), output)
 
 
 @click.command()

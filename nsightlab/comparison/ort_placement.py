@@ -49,7 +49,11 @@ class Placement(Result):
     - ``memcpy``: node, op_type, executions, time_ns, time_pct;
     - ``trt_subgraphs``: node, op_type, executions, time_ns, time_pct;
     - ``assignment``: provider, nodes, names: ORT's own node placement at session creation
-      (the runner's record of its verbose log; empty for a bare profile).
+      (the runner's record of its verbose log; empty for a bare profile);
+    - ``timeline``: the profile joined to a Nsight Systems report of the same run
+      (``ort_timeline.NodeTimeline``: per node and op type, host time, launches, kernels'
+      GPU time and copies per run), when one is given or the capture holds one;
+      ``timeline_note`` says why not where a capture's report could not be joined.
     """
 
     run: dict
@@ -59,20 +63,27 @@ class Placement(Result):
     memcpy: pd.DataFrame
     trt_subgraphs: pd.DataFrame
     assignment: pd.DataFrame
+    timeline: object = None  # ort_timeline.NodeTimeline
+    timeline_note: str | None = None
 
     SECTIONS = ("phases", "by_provider", "fallbacks", "memcpy", "trt_subgraphs", "assignment")
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {"run": pd.DataFrame([{k: json.dumps(v) if isinstance(v, (list, dict)) else v
-                                      for k, v in self.run.items()}]),
-                **{s: getattr(self, s) for s in self.SECTIONS}}
+        out = {"run": pd.DataFrame([{k: json.dumps(v) if isinstance(v, (list, dict)) else v
+                                     for k, v in self.run.items()}]),
+               **{s: getattr(self, s) for s in self.SECTIONS}}
+        if self.timeline is not None:
+            out.update({f"timeline_{k}": v for k, v in self.timeline.tables().items()})
+        return out
 
     def manifest(self) -> dict:
         return {"kind": "ort_placement", "run": json_value(self.run)}
 
     def to_json(self) -> dict:
         return {"run": json_value(self.run), **{s: json_records(getattr(self, s))
-                                                for s in self.SECTIONS}}
+                                                for s in self.SECTIONS},
+                "timeline": self.timeline.to_json() if self.timeline is not None else None,
+                "timeline_note": self.timeline_note}
 
 
 def locate(path: str | Path) -> tuple[Path, Path | None]:
@@ -99,10 +110,13 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
     return p, run if run.is_file() else None
 
 
-def placement(path: str | Path, requested: str | None = None) -> Placement:
+def placement(path: str | Path, requested: str | None = None,
+              report: str | Path | None = None) -> Placement:
     """Where each node ran, for the profile at ``path`` (or an ``--ort`` capture folder).
     ``requested``: the execution provider asked for (cpu, cuda, tensorrt or an ORT provider
-    name); by default the runner's record says, else the busiest provider is taken as asked."""
+    name); by default the runner's record says, else the busiest provider is taken as asked.
+    ``report``: a Nsight Systems report of the same run to join the profile to (an ``--ort``
+    capture's own is joined without it); one that cannot be aligned is refused (raises)."""
     prof, run_file = locate(path)
     events = profile_events(prof)  # read once: nodes and session phases
     nodes = ort_profile.from_events(events)
@@ -124,8 +138,27 @@ def placement(path: str | Path, requested: str | None = None) -> Placement:
         [{"provider": ep, "nodes": int(v.get("nodes", 0)), "names": "; ".join(v.get("names", []))}
          for ep, v in (run.pop("node_placements", None) or {}).items()],
         columns=["provider", "nodes", "names"])
-    return Placement(run, _phases(events), by_provider, _per_node(cpu, total, share=False),
-                     _per_node(mem, total), _per_node(trt, total), assignment)
+    out = Placement(run, _phases(events), by_provider, _per_node(cpu, total, share=False),
+                    _per_node(mem, total), _per_node(trt, total), assignment)
+    _join(out, prof, run_file, report)
+    return out
+
+
+def _join(out: Placement, prof: Path, run_file: Path | None, report) -> None:
+    """The timeline, from ``report`` (a failure raises) or the capture's own (a note)."""
+    from nsightlab.comparison import ort_timeline
+    from nsightlab.read.opener import as_report
+
+    own = prof.parent / "report.sqlite"
+    if report is None and not (run_file is not None and own.is_file()):
+        return
+    record = ort_timeline.record_of(run_file.parent) if run_file is not None else {}
+    try:
+        out.timeline = ort_timeline.join(as_report(report or own), prof, record)
+    except ort_timeline.NotJoined as e:
+        if report is not None:
+            raise
+        out.timeline_note = e.reason
 
 
 def _run_record(run_file: Path | None) -> dict:

@@ -181,7 +181,50 @@ def _(p: Placement, limit: int | None = 15) -> str:
                       ("TensorRT EP subgraphs:", p.trt_subgraphs)):
         if len(df):
             lines += [title, ms_table(df.head(limit))]
+    if p.timeline is not None:
+        lines += _timeline(p.timeline, limit)
+    elif p.timeline_note:
+        lines += ["", f"not joined to the capture's timeline: {p.timeline_note}"]
     return "\n".join(lines)
+
+
+def _bytes(n: float) -> str:
+    """A byte count the way people say it (B, kB, MB)."""
+    return f"{n:,.0f} B" if n < 1e3 else f"{n / 1e3:,.1f} kB" if n < 1e6 else f"{n / 1e6:,.1f} MB"
+
+
+def _timeline(t, limit: int | None) -> list[str]:
+    """The profile on the trace: where each run's host time goes and what it launched."""
+    a, runs = t.alignment, t.runs
+    wall = float(runs["wall_ns"].mean()) if len(runs) else 0.0
+    host = float(runs["host_in_nodes_ns"].mean()) if len(runs) else 0.0
+    bp = t.by_provider
+    lines = ["", f"on the timeline ({a['runs']} timed runs; aligned by {a['method']}: "
+                 f"{a['calls_in_nodes_pct']:.0f}% of {a['calls']:,} launch/copy calls amid the "
+                 "nodes fall in a node's span):",
+             f"  per run: {wall / 1e6:.3f} ms (model_run), {host / 1e6:.3f} ms of it in nodes "
+             f"on the host; {bp['launch_calls'].sum():.0f} launch/copy calls "
+             f"({bp['launch_call_ns'].sum() / 1e6:.3f} ms in the calls), kernels "
+             f"{bp['kernel_ns'].sum() / 1e6:.3f} ms on the GPU (ORT's profiler was on: its own "
+             "host time is in these numbers; time the runs without it for their wall time)"]
+    cpu = t.provider_cost("CPUExecutionProvider")
+    if cpu["nodes"] and len(bp) > 1:
+        lines.append(f"  CPU EP nodes: {cpu['nodes']:.0f}, {cpu['host_ns'] / 1e6:.3f} ms of host "
+                     "time per run, no GPU work (they keep enable_cuda_graph from being used)")
+    mc = t.memcpy_cost()
+    if mc["executions"]:
+        lines.append(f"  Memcpy nodes: {mc['executions']:.0f} per run, {mc['host_ns'] / 1e6:.3f} ms "
+                     f"host, {mc['copies']:.0f} copies of {_bytes(mc['copy_bytes'])} "
+                     f"({mc['copy_ns'] / 1e6:.3f} ms on the GPU)")
+    outside = float(runs["copies_outside_nodes"].mean()) if len(runs) else 0.0
+    if outside >= 1:
+        lines.append(f"  outside every node: {outside:.0f} cop{'y' if round(outside) == 1 else 'ies'}"
+                     " per run: the session's own input and output copies (io_binding with "
+                     "inputs and outputs on the device removes them)")
+    show = t.by_op.rename(columns={"launch_calls": "launches"})
+    cols = ["op_type", "provider", "nodes", "host_ns", "launches", "launch_call_ns", "kernels",
+            "kernel_ns", "copies"]
+    return lines + ["by op type (per run):", ms_table(show.head(limit), cols)]
 
 
 def _one(v: float) -> str:
