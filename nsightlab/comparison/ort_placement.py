@@ -26,6 +26,7 @@ import pandas as pd
 
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.errors import NotAReportError
+from nsightlab.comparison.ort_timeline import profile_events
 from nsightlab.formats import ort_profile
 
 GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider",
@@ -220,31 +221,3 @@ def _phases(events: pd.DataFrame) -> pd.DataFrame:
         rows.append({"phase": "steady run (median)", "time_ns": int(np.median(runs[1:])),
                      "runs": len(runs) - 1})
     return pd.DataFrame(rows, columns=["phase", "time_ns", "runs"])
-
-
-def profile_events(prof: Path) -> pd.DataFrame:
-    """``ort_profile.events`` of ``prof``, kept as Parquet in nsightlab's cache (keyed by the
-    file's path, size and mtime; ``NSIGHTLAB_NO_CACHE`` reads it afresh): a profile is read
-    once, then served from there."""
-    import os
-
-    from nsightlab.core.result import atomic_file
-    from nsightlab.read import table_cache
-
-    if os.environ.get("NSIGHTLAB_NO_CACHE"):
-        return ort_profile.events(prof)
-    try:
-        entry = table_cache.keyed_dir(table_cache.default_root() / "ort", prof) / "events.parquet"
-        if entry.is_file():
-            return pd.read_parquet(entry)
-    except (OSError, ValueError):
-        entry = None
-    ev = ort_profile.events(prof)
-    if entry is not None:
-        try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_file(entry, "wb") as f:
-                ev.to_parquet(f, index=False)
-        except OSError:
-            pass  # a read-only cache: served afresh each time
-    return ev

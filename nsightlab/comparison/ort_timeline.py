@@ -102,8 +102,6 @@ def join(report: Report, profile: Path, record: dict | None = None) -> NodeTimel
     """``profile`` (ORT's profiler JSON, or its events already read) placed on ``report``'s
     timeline; ``record``: the runner's ``ort_run.json`` (profiling start, timed iterations).
     Raises NotJoined (one line, with the reason) when the two cannot be aligned."""
-    from nsightlab.comparison.ort_placement import profile_events
-
     record = record or {}
     ev = profile_events(Path(profile))
     nodes = ort_profile.from_events(ev)
@@ -293,3 +291,31 @@ def record_of(folder: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return r if isinstance(r, dict) else {}
+
+
+def profile_events(prof: Path) -> pd.DataFrame:
+    """``ort_profile.events`` of ``prof``, kept as Parquet in nsightlab's cache (keyed by the
+    file's path, size and mtime; ``NSIGHTLAB_NO_CACHE`` reads it afresh): a profile is read
+    once, then served from there."""
+    import os
+
+    from nsightlab.core.result import atomic_file
+    from nsightlab.read import table_cache
+
+    if os.environ.get("NSIGHTLAB_NO_CACHE"):
+        return ort_profile.events(prof)
+    try:
+        entry = table_cache.keyed_dir(table_cache.default_root() / "ort", prof) / "events.parquet"
+        if entry.is_file():
+            return pd.read_parquet(entry)
+    except (OSError, ValueError):
+        entry = None
+    ev = ort_profile.events(prof)
+    if entry is not None:
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_file(entry, "wb") as f:
+                ev.to_parquet(f, index=False)
+        except OSError:
+            pass  # a read-only cache: served afresh each time
+    return ev
