@@ -523,7 +523,64 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         "workload_warnings": warnings,
         "a_runtime": pa.runtime, "b_runtime": pb.runtime,
         "runtime_change": _runtime_change(pa, pb),
+        "runtime_causes": runtime_causes(pa, pb),
     }
+
+
+#: the settings of the ORT runner a diff names when they differ
+SETTINGS = {"io_binding": "io_binding", "cuda_graph": "enable_cuda_graph",
+            "profiler_on": "ONNX Runtime's profiler (it adds host time to every node)"}
+MATH = ("gemm", "conv", "attention")
+#: copies shorter than this per iteration are not named (a flag read back, a shape value)
+COPY_NS = 5_000
+#: a precision that takes this share of the math names it
+PRECISION_SHARE = 0.2
+
+
+def runtime_causes(pa: RunProfile, pb: RunProfile) -> list[str]:
+    """What changed at the runtime's level, per iteration, when the runtimes or the ORT
+    runner's settings differ: launches, CUDA API (host) time, host work with the GPU idle,
+    copies, and the math's precision."""
+    sa, sb = pa.settings, pb.settings
+    changed = [f"{w}: {'on' if sb.get(k) else 'off'} in B, {'on' if sa.get(k) else 'off'} in A"
+               for k, w in SETTINGS.items() if k in sa and k in sb and sa[k] != sb[k]]
+    if not (_runtime_change(pa, pb) or changed):
+        return []
+    out = list(changed)
+    oa, ob = pa.overheads, pb.overheads
+    out.append(f"launches per iteration {oa.get('launch_calls', pa.kernels):.0f} -> "
+               f"{ob.get('launch_calls', pb.kernels):.0f}, CUDA API time "
+               f"{_ms(oa.get('api_ns', 0.0))} -> {_ms(ob.get('api_ns', 0.0))}, GPU idle while "
+               f"the host works {_ms(pa.budget.get('idle_host_ns', 0.0))} -> "
+               f"{_ms(pb.budget.get('idle_host_ns', 0.0))}")
+    ca, cb = _copies(pa.budget), _copies(pb.budget)
+    if ca or cb:
+        out.append(f"copies per iteration: {ca or 'none'} -> {cb or 'none'}")
+    ma, mb = _math_mix(pa), _math_mix(pb)
+    if len(ma) and len(mb) and set(ma.index) != set(mb.index):
+        said = [", ".join(f"{str(k).upper()} {_ms(v)}" for k, v in m.items()) for m in (ma, mb)]
+        out.append(f"math (GEMM/conv/attention): {said[0]} -> {said[1]}")
+    return out
+
+
+def _copies(b: dict) -> str:
+    """The iteration's copies by direction and memory, largest first ('' when none)."""
+    parts = {"host-to-device from pageable": b.get("h2d_pageable_ns", 0.0),
+             "host-to-device from pinned": b.get("h2d_pinned_ns", 0.0),
+             "device-to-host to pageable": b.get("d2h_pageable_ns", 0.0),
+             "device-to-host to pinned": b.get("d2h_pinned_ns", 0.0)}
+    return ", ".join(f"{k} {_ms(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
+                     if v >= COPY_NS)
+
+
+def _math_mix(p: RunProfile) -> pd.Series:
+    """The iteration's math time (GEMM/conv/attention) per precision that takes
+    ``PRECISION_SHARE`` of it or more, largest first."""
+    bp = p.by_precision
+    if not len(bp):
+        return pd.Series(dtype=float)
+    m = bp[bp["kernel_class"].isin(MATH)].groupby("precision")["time_ns"].sum()
+    return m[m >= PRECISION_SHARE * max(m.sum(), 1)].sort_values(ascending=False)
 
 
 def _runtime_change(pa: RunProfile, pb: RunProfile) -> str:

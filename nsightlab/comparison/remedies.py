@@ -1,14 +1,37 @@
-"""Advice in the terms of the run's own runtime (issue 47, begun).
+"""Advice in the terms of the run's own runtime.
 
 The budget's advice names remedies generically (``budget.GRAPH_HOW``, ``PIN_HOW``,
 ``ASYNC_HOW``, ``SYNC_HOW``: the PyTorch, CUDA and trtexec spellings side by side). Once the
 runtime behind the run is known (``analysis.runtime``), each is said as that runtime's users
 do it; an unknown runtime gets the CUDA calls themselves. Only the wording changes: when to
 advise stays the budget's rule on the measured shares.
+
+``findings`` adds the remedies a runtime has of its own, each only where the trace (and, for
+an ``--ort`` capture, the runner's record of ORT's placement) supports it:
+
+- ONNX Runtime: io_binding when the runs copy inputs in from, or outputs out to, pageable
+  memory; whether enable_cuda_graph can work (the nodes ORT placed on the CPU EP, named, and
+  how people move them); the profiler's own host time when it was on; the TensorRT EP or an
+  fp16 model when the math is FP32/TF32 (TF32 being ORT's default for FP32 GEMMs);
+- PyTorch: TF32 (allow_tf32 / set_float32_matmul_precision) or bf16 autocast when FP32 FFMA
+  GEMMs take a large share.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
+
 from nsightlab.analysis import budget
+from nsightlab.analysis.classify import MATH_CLASSES
+from nsightlab.core.units import fmt_ms as _ms
+
+#: per-iteration copies below this many bytes are ORT's own shape values, not a run's inputs
+IO_BYTES = 1024
+#: FP32/TF32 math worth naming a precision remedy (% of the iterations' GPU time)
+FP32_MATH_PCT = 25.0
+#: CPU-EP node names shown
+NAMED_NODES = 6
 
 ORT = ("(the CUDA EP's enable_cuda_graph provider option, with inputs and outputs bound by "
        "io_binding; ONNX Runtime refuses it while any node runs on the CPU EP: see nsightlab "
@@ -40,12 +63,116 @@ TERMS = {
 }
 
 
-def in_terms(advice: str, runtime: str) -> str:
+def in_terms(advice: str, runtime: str, record: dict | None = None) -> str:
     """``advice`` with each generic remedy said in ``runtime``'s terms (one runtime: several,
-    as "PyTorch / TensorRT", keep the generic words)."""
+    as "PyTorch / TensorRT", keep the generic words). ``record``: the ORT runner's record of
+    the run (``ort_record``), whose placement says whether enable_cuda_graph can work."""
     terms = TERMS.get(runtime.split(" (")[0] if runtime.startswith("ONNX Runtime") else runtime)
     if not advice or terms is None:
         return advice
+    if runtime.startswith("ONNX Runtime"):
+        terms = {**terms, budget.GRAPH_HOW: ort_graph_words(record or {})}
     for generic, own in terms.items():
         advice = advice.replace(generic, own)
     return advice
+
+
+def ort_record(source: Path | str) -> dict:
+    """The ORT runner's record (``ort_run.json``) of the capture a report came from; {}."""
+    import json
+
+    folder = Path(source) if Path(source).is_dir() else Path(source).parent
+    try:
+        r = json.loads((folder / "ort_run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return r if isinstance(r, dict) else {}
+
+
+def cpu_nodes(record: dict) -> list[str] | None:
+    """The nodes ORT placed on the CPU EP while a GPU EP ran the rest ("OpType (name)"), from
+    the runner's record; None when the placement is not known."""
+    placed = record.get("node_placements")
+    if not placed:
+        return None
+    if not any(ep != "CPUExecutionProvider" for ep in placed):
+        return None  # a CPU-only session: no GPU EP to fall back from
+    cpu = placed.get("CPUExecutionProvider") or {}
+    names = list(cpu.get("names") or [])
+    return names or [f"({int(cpu.get('nodes', 0))} nodes)"] * bool(cpu.get("nodes"))
+
+
+def ort_graph_words(record: dict) -> str:
+    """The CUDA-graph remedy for an ORT run, as far as its placement is known."""
+    nodes = cpu_nodes(record)
+    if nodes is None:
+        return ORT
+    if not nodes:
+        return ("(the CUDA EP's enable_cuda_graph provider option, with inputs and outputs "
+                "bound by io_binding: every node here runs on the CUDA EP, so ORT can capture it)")
+    n = int((record.get("node_placements") or {}).get("CPUExecutionProvider", {}).get("nodes")
+            or len(nodes))
+    return ("(the CUDA EP's enable_cuda_graph provider option, with io_binding; ONNX Runtime "
+            f"refuses it while any node runs on the CPU EP, and {n} do here: "
+            f"{_named(nodes)}: fix the input shapes (export with static shapes, or "
+            "SessionOptions.add_free_dimension_override_by_name) so ORT's constant folding "
+            "removes that shape subgraph (graph_optimization_level ORT_ENABLE_ALL, the default; "
+            "or onnxsim), then every node lands on the CUDA EP)")
+
+
+def _named(nodes: list[str]) -> str:
+    ops = pd.Series([n.split(" (")[0] for n in nodes]).value_counts()
+    shown = ", ".join(f"{op} x{c}" if c > 1 else op for op, c in ops.head(NAMED_NODES).items())
+    return shown + (f" and {len(ops) - NAMED_NODES} other op types" if len(ops) > NAMED_NODES else "")
+
+
+def findings(runtime: str, summary: pd.Series, iterations: pd.DataFrame, ks: pd.DataFrame,
+             record: dict) -> list[str]:
+    """The runtime's own remedies that the evidence supports (see the module's docstring):
+    ``summary`` one GPU's budget summary row, ``iterations`` its timed iterations, ``ks`` the
+    iterations' kernel_sum table, ``record`` the ORT runner's record ({} when none)."""
+    out = []
+    math = ks[ks["kernel_class"].isin(MATH_CLASSES)] if len(ks) else ks
+    share = {p: float(math.loc[math["precision"] == p, "time_pct"].sum()) for p in ("fp32", "tf32")} \
+        if len(math) else {"fp32": 0.0, "tf32": 0.0}
+    if runtime.startswith("ONNX Runtime"):
+        out += _ort(summary, iterations, record, share)
+    elif runtime.startswith("PyTorch") and share["fp32"] >= FP32_MATH_PCT:
+        out.append(f"what to do about the FP32 math ({share['fp32']:.0f}% of GPU time in FP32 "
+                   "GEMM/attention/conv kernels on CUDA cores): let PyTorch use TF32 Tensor Cores "
+                   "(torch.set_float32_matmul_precision('high'), or torch.backends.cuda.matmul."
+                   "allow_tf32 = True and torch.backends.cudnn.allow_tf32 = True) or run under "
+                   "torch.autocast('cuda', dtype=torch.bfloat16)")
+    return out
+
+
+def _ort(summary: pd.Series, it: pd.DataFrame, record: dict, share: dict) -> list[str]:
+    out = []
+    steady = it[it["phase"] != "warm-up"] if "phase" in it else it
+    if len(steady) and not record.get("io_binding"):
+        h2d = float(steady["h2d_bytes"].median()) if steady["h2d_pageable_ns"].median() > 0 else 0.0
+        d2h = float(steady["d2h_bytes"].median()) if steady["d2h_pageable_ns"].median() > 0 else 0.0
+        if max(h2d, d2h) >= IO_BYTES:
+            ns = float((steady["h2d_pageable_ns"] + steady["d2h_pageable_ns"]).median())
+            said = " and ".join(x for x in (
+                f"its inputs in from pageable host memory ({h2d / 1e3:,.1f} kB)" if h2d >= IO_BYTES else "",
+                f"its outputs out to pageable memory ({d2h / 1e3:,.1f} kB, a copy session.run "
+                "waits for)" if d2h >= IO_BYTES else "") if x)
+            out.append(f"each run copies {said}: {_ms(ns)} of copies per run on the GPU, and "
+                       "the host waits: bind inputs on the device once and outputs to device "
+                       "buffers with io_binding (session.io_binding(), bind_ortvalue_input, "
+                       "bind_output(name, 'cuda'), run_with_iobinding)")
+    if record.get("profiler_on"):
+        out.append("ONNX Runtime's profiler was on in this run (the runner's record): it adds "
+                   "host time to every node, so the host side looks slower than it is; capture "
+                   "the runner without --profile (nsightlab capture NAME -- python -m "
+                   "nsightlab.runners.ort MODEL ...) for the run's own wall time")
+    fp = share["fp32"] + share["tf32"]
+    if fp >= FP32_MATH_PCT:
+        which = "TF32 (the CUDA EP's default for FP32 MatMul/Gemm: use_tf32)" \
+            if share["tf32"] >= share["fp32"] else "FP32"
+        out.append(f"the math is {which}: {fp:.0f}% of GPU time in FP32/TF32 GEMM/attention/conv "
+                   "kernels; for Tensor Core precision export an fp16 model "
+                   "(onnxconverter_common.float16.convert_float_to_float16) or run the TensorRT EP "
+                   "with trt_fp16_enable")
+    return out

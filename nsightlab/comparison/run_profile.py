@@ -82,6 +82,7 @@ class RunProfile:
     main_ns: float = 0.0         # median iteration of the main kind (the same kind in two runs)
     kinds: list = field(default_factory=list)  # the budget's kinds table (first GPU) as records
     runtimes: list = field(default_factory=list)  # per process: ``analysis.runtime.identify``
+    settings: dict = field(default_factory=dict)  # the ORT runner's: io_binding, cuda_graph, profiler_on
 
 
 FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
@@ -198,7 +199,8 @@ def _compute(report: Report, label: str) -> RunProfile:
         overheads=overheads,
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
         main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
-        runtimes=runtime.identify(report).to_dict("records"))
+        runtimes=runtime.identify(report).to_dict("records"),
+        settings=_ort_settings(report.source))
 
 
 def _kinds(report: Report) -> list[dict]:
@@ -764,3 +766,22 @@ def batch_of(report: Report) -> int | None:
         return int(preset["batch"])
     m = re.search(r":(\d+)x", str(preset.get("shapes") or ""))
     return int(m.group(1)) if m else None
+
+
+def _ort_settings(source) -> dict:
+    """What the ORT runner's record (an ``--ort`` capture's ``ort_run.json``) says of how the
+    run was made: io_binding, cuda_graph, profiler_on; {} for any other run."""
+    from nsightlab.comparison.remedies import ort_record
+    from nsightlab.read.metadata import capture_manifest
+
+    rec = ort_record(source)
+    if rec:
+        return {k: bool(rec[k]) for k in ("io_binding", "cuda_graph", "profiler_on") if k in rec}
+    # the runner captured as a command (capture NAME -- python -m nsightlab.runners.ort ...)
+    cmd = capture_manifest(source).get("command")
+    cmd = [str(c) for c in cmd] if isinstance(cmd, list) else str(cmd or "").split()
+    if not any("nsightlab.runners.ort" in c for c in cmd):
+        return {}
+    flags = {c.strip("',[]") for c in cmd}
+    return {"io_binding": bool({"--io-binding", "--cuda-graph"} & flags),
+            "cuda_graph": "--cuda-graph" in flags, "profiler_on": "--profile" in flags}

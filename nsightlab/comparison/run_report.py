@@ -79,6 +79,7 @@ class RunReport(Result):
     unsteady: pd.DataFrame = field(default_factory=pd.DataFrame)  # warm-up and outliers, why
     kinds: pd.DataFrame = field(default_factory=pd.DataFrame)  # kinds of iteration, first GPU
     outside: tuple = (None, None)  # session time before the first iteration and after the last
+    ort_record: dict = field(default_factory=dict)  # the ORT runner's record of an --ort capture
 
     def brief(self) -> str:
         run = self.run_row()
@@ -187,7 +188,16 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
         rr.kinds = k[k["device_id"] == k["device_id"].iloc[0]].reset_index(drop=True) \
             if len(k) else k
         rr.outside = _outside(r, it, budget_)
+    rr.ort_record = remedies.ort_record(r.source)
     rr.findings = findings(rr, ks)
+    if b is not None and p is not None and not rr.partial and len(budget_):
+        own = remedies.findings(p.runtime, budget_.iloc[0], _first_gpu(b["iterations"]), ks,
+                                rr.ort_record)
+        at = next((i for i, f in enumerate(rr.findings) if f.startswith(("top kernel", "top GPU"))),
+                  len(rr.findings))
+        rr.findings[at:at] = own
+        if any(f.startswith("what to do about the FP32 math") for f in own):  # said there
+            rr.findings = [f for f in rr.findings if not f.startswith("FP32 math left over")]
     outside = float(whole["total_ns"].sum() - ks["total_ns"].sum()) if len(whole) else 0.0
     if len(whole) and outside > WARMUP_NOTE_PCT / 100 * max(whole["total_ns"].sum(), 1) \
             and not rr.partial:
@@ -201,6 +211,10 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     if memory:
         rr.findings.append(memory)
     return rr
+
+
+def _first_gpu(it: pd.DataFrame) -> pd.DataFrame:
+    return it[it["device_id"] == it["device_id"].iloc[0]] if len(it) else it
 
 
 def _outside(r: Report, it: pd.DataFrame, summary: pd.DataFrame) -> tuple:
@@ -325,8 +339,8 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
             else:
                 out.append(f"{gpu}{b['verdict']}: {b['evidence']}")
             if b["advice"]:
-                out.append(f"{gpu}what to do: "
-                           f"{remedies.in_terms(b['advice'], p.runtime if p else 'unknown')}")
+                out.append(f"{gpu}what to do: " + remedies.in_terms(
+                    b["advice"], p.runtime if p else "unknown", rr.ort_record))
             if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
                     "remove it from the loop" not in b["advice"]:
                 top = rr.sync_idle.iloc[0]

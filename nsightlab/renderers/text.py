@@ -95,7 +95,9 @@ def _(d: Diff, limit: int | None = 12) -> str:
     # the reports' own data warnings are said once, on stderr (``cli.options.say_warnings``);
     # that the two runs are not the same workload is part of the answer
     warn = [f"WARNING (workload): {w}" for w in h.get("workload_warnings", [])]
-    change = [f"runtime change: {h['runtime_change']}"] if h.get("runtime_change") else []
+    change = [f"runtime change: {h['runtime_change']}"] if h.get("runtime_change") else \
+        ["the runtime's settings differ:"] if h.get("runtime_causes") else []
+    change += [f"  - {c}" for c in h.get("runtime_causes") or []]
     lines = [*warn, *([""] if warn else []), *change, h["verdict"], "",
              f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']}); "
              f"{h['a_verdict']}",
