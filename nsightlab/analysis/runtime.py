@@ -41,6 +41,8 @@ LIBRARY_KERNELS = {
     "flash-attention": re.compile(r"flash_fwd|flash::|fmha", re.IGNORECASE),
     "NCCL": re.compile(r"^ncclDevKernel|^ncclKernel"),
 }
+#: NVTX domain -> the library whose API nsys traced there (--trace=cublas,cudnn)
+LIBRARY_DOMAINS = {"cuBLAS": "cuBLAS", "cuDNN": "cuDNN"}
 #: NVTX domain -> the runtime that writes it
 RUNTIME_DOMAINS = {"TensorRT": "TensorRT", "myelin-exec": "TensorRT",
                    "onnxruntime": "ONNX Runtime"}
@@ -58,6 +60,7 @@ def identify(report: Report) -> pd.DataFrame:
     holds no kernel of another runtime. Empty without kernels and without a manifest."""
     names = _kernel_names(report)
     ranges = _range_runtimes(report)
+    traced = _range_libraries(report)
     manifest = _manifest_runtime(report)
     rows = []
     for pid, g in names.groupby("pid", sort=True):
@@ -76,13 +79,14 @@ def identify(report: Report) -> pd.DataFrame:
             found[manifest[0]] = 0
             evidence.append(manifest[1])
         libs = [lib for lib, p in LIBRARY_KERNELS.items()
-                if g["name"].map(lambda x, p=p: bool(p.search(x))).any()]
+                if lib in traced.get(int(pid), ())
+                or g["name"].map(lambda x, p=p: bool(p.search(x))).any()]
         if "PyTorch" in found and "PyTorch (torch.compile)" in found:
             del found["PyTorch"]  # eager ops beside compiled ones: one runtime, compiled
         runtime = " + ".join(sorted(found, key=found.get, reverse=True)) or "unknown"
         if not found:
             evidence.append("no kernel a runtime writes"
-                            + (f" (library kernels only: {', '.join(libs)})" if libs else ""))
+                            + (f" (libraries only: {', '.join(libs)})" if libs else ""))
         rows.append({"pid": int(pid), "runtime": runtime, "evidence": "; ".join(evidence),
                      "libraries": ", ".join(libs), "kernels": total})
     if not rows and (manifest or ranges):  # no kernel: what the manifest or ranges say
@@ -146,6 +150,18 @@ def _range_runtimes(report: Report) -> dict[str, int]:
         if hit.any():
             out[runtime] = int(counts[hit].sum())
     return out
+
+
+def _range_libraries(report: Report) -> dict[int, set]:
+    """pid -> the libraries whose API calls nsys traced as NVTX ranges in that process
+    (``LIBRARY_DOMAINS``: a cuBLAS SGEMM runs a ``cutlass_*_sgemm`` kernel, named for CUTLASS,
+    but the process called cuBLAS)."""
+    if not report.has_rows("nvtx"):
+        return {}
+    n = report.nvtx(["pid", "domain"])
+    n = n[n["domain"].astype(str).isin(list(LIBRARY_DOMAINS))]
+    return {int(pid): {LIBRARY_DOMAINS[str(d)] for d in g.unique()}
+            for pid, g in n.groupby("pid", observed=True)["domain"]}
 
 
 def _manifest_runtime(report: Report) -> tuple[str, str] | None:

@@ -150,8 +150,9 @@ def _join(out: Placement, prof: Path, run_file: Path | None, report) -> None:
     from nsightlab.comparison import ort_timeline
     from nsightlab.read.opener import as_report
 
-    own = prof.parent / "report.sqlite"
-    if report is None and not (run_file is not None and own.is_file()):
+    own = next((prof.parent / f for f in ("report.sqlite", "report.sqlite.xz", "report.nsys-rep")
+                if (prof.parent / f).is_file()), None)
+    if report is None and (run_file is None or own is None):
         return
     record = ort_timeline.record_of(run_file.parent) if run_file is not None else {}
     try:
