@@ -137,3 +137,34 @@ def test_remedies_in_each_runtimes_terms_on_made_up_advice():
     plain = remedies.in_terms(advice, "unknown")
     assert "cudaStreamBeginCapture" in plain and "torch" not in plain
     assert remedies.in_terms(advice, "PyTorch / TensorRT") == advice  # several: generic
+
+
+def test_trtexec_checks_stay_quiet_on_a_compute_bound_tensorrt_app(sqlite_of, cache_dir):
+    """A public TensorRT 10 application: its enqueue ranges (median 1.3 ms) are far below the
+    GPU compute (101 ms per inference), no copies: none of trtexec's warnings applies."""
+    from nsightlab.comparison import run_report
+
+    rr = run_report.build(sqlite_of("pub-realcugan-trt10"))
+    text = "\n".join(rr.findings)
+    assert rr.profile.runtime == "TensorRT"
+    assert "--useCudaGraph" not in text and "--noDataTransfers" not in text
+    assert "--useSpinWait" not in text and "torch" not in text
+
+
+def test_trtexec_checks_on_fake_numbers():
+    """FAKE numbers (no TensorRT can run where nsightlab is built or tested): trtexec's three
+    end-of-run warnings, each on its own rule, and none on a balanced inference."""
+    import pandas as pd
+
+    from nsightlab.comparison import remedies
+
+    bound = pd.Series({"kernels_ns": 1e6, "h2d_pageable_ns": 1.5e6, "h2d_pinned_ns": 0.0,
+                       "d2h_pageable_ns": 0.0, "d2h_pinned_ns": 2e5, "wall_cov_pct": 12.0})
+    said = remedies.trt_checks(bound, (1.2e6, "the median ExecutionContext::enqueue range"))
+    assert len(said) == 3
+    assert "--useCudaGraph" in said[0] and "1.20 ms" in said[0] and "1.00 ms" in said[0]
+    assert said[1].startswith("host-to-device copies take 1.50 ms") and "--noDataTransfers" in said[1]
+    assert "--useSpinWait" in said[2]
+    calm = bound.copy()
+    calm[["h2d_pageable_ns", "wall_cov_pct"]] = [3e5, 2.0]
+    assert remedies.trt_checks(calm, (0.9e6, "CUDA API time per iteration")) == []

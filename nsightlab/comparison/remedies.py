@@ -14,7 +14,11 @@ an ``--ort`` capture, the runner's record of ORT's placement) supports it:
   how people move them); the profiler's own host time when it was on; the TensorRT EP or an
   fp16 model when the math is FP32/TF32 (TF32 being ORT's default for FP32 GEMMs);
 - PyTorch: TF32 (allow_tf32 / set_float32_matmul_precision) or bf16 autocast when FP32 FFMA
-  GEMMs take a large share.
+  GEMMs take a large share;
+- TensorRT: trtexec's own end-of-run checks, reproduced from the trace: enqueue time (the
+  ``ExecutionContext::enqueue`` ranges, else the CUDA API time per iteration) at or above the
+  GPU compute time (--useCudaGraph), host-to-device or device-to-host copies at or above it
+  (--noDataTransfers), an unstable loop (--useSpinWait).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import pandas as pd
 
 from nsightlab.analysis import budget
 from nsightlab.analysis.classify import MATH_CLASSES
+from nsightlab.analysis.kinds import UNSTABLE_COV_PCT  # the report's UNSTABLE line: --useSpinWait
 from nsightlab.core.units import fmt_ms as _ms
 
 #: per-iteration copies below this many bytes are ORT's own shape values, not a run's inputs
@@ -127,11 +132,14 @@ def _named(nodes: list[str]) -> str:
 
 
 def findings(runtime: str, summary: pd.Series, iterations: pd.DataFrame, ks: pd.DataFrame,
-             record: dict) -> list[str]:
+             record: dict, enqueue: tuple[float, str] | None = None) -> list[str]:
     """The runtime's own remedies that the evidence supports (see the module's docstring):
     ``summary`` one GPU's budget summary row, ``iterations`` its timed iterations, ``ks`` the
-    iterations' kernel_sum table, ``record`` the ORT runner's record ({} when none)."""
+    iterations' kernel_sum table, ``record`` the ORT runner's record ({} when none),
+    ``enqueue`` the host's enqueue time per iteration and where it comes from (TensorRT)."""
     out = []
+    if runtime == "TensorRT":
+        return trt_checks(summary, enqueue)
     math = ks[ks["kernel_class"].isin(MATH_CLASSES)] if len(ks) else ks
     share = {p: float(math.loc[math["precision"] == p, "time_pct"].sum()) for p in ("fp32", "tf32")} \
         if len(math) else {"fp32": 0.0, "tf32": 0.0}
@@ -176,3 +184,44 @@ def _ort(summary: pd.Series, it: pd.DataFrame, record: dict, share: dict) -> lis
                    "(onnxconverter_common.float16.convert_float_to_float16) or run the TensorRT EP "
                    "with trt_fp16_enable")
     return out
+
+
+def trt_checks(summary: pd.Series, enqueue: tuple[float, str] | None) -> list[str]:
+    """trtexec's warnings at the end of a run, from the trace's numbers per iteration."""
+    out = []
+    compute = float(summary.get("kernels_ns", 0.0))
+    if compute <= 0:
+        return out
+    if enqueue and enqueue[0] >= compute:
+        out.append(f"enqueue time {_ms(enqueue[0])} ({enqueue[1]}) is at or above the GPU "
+                   f"compute time {_ms(compute)} per inference: throughput is bound by the host's "
+                   "enqueue, as trtexec warns: capture the enqueue as a CUDA graph "
+                   "(trtexec --useCudaGraph; in an application, enqueueV3 captured once and "
+                   "replayed)")
+    for key, said in (("h2d", "host-to-device"), ("d2h", "device-to-host")):
+        ns = float(summary.get(f"{key}_pageable_ns", 0.0) + summary.get(f"{key}_pinned_ns", 0.0))
+        if ns >= compute:
+            out.append(f"{said} copies take {_ms(ns)} per inference, at or above the GPU compute "
+                       f"time {_ms(compute)}: throughput is bound by the transfers, as trtexec "
+                       "warns: time the engine alone with trtexec --noDataTransfers, and in the "
+                       "application keep the bindings on the device (or pinned, copied with "
+                       "cudaMemcpyAsync on the enqueue's stream)")
+    cov = float(summary.get("wall_cov_pct", 0.0))
+    if cov > UNSTABLE_COV_PCT:
+        out.append(f"the iterations vary by {cov:.0f}% (CoV): trtexec --useSpinWait makes its "
+                   "waits for the GPU tighter, and locked GPU clocks steadier")
+    return out
+
+
+def trt_enqueue(report, p) -> tuple[float, str] | None:
+    """The host's enqueue time per iteration: the median ``ExecutionContext::enqueue``/
+    ``execute`` NVTX range (TensorRT writes them with its NVTX verbosity), else the CUDA API
+    time per iteration of the run profile ``p``."""
+    if report.has_rows("nvtx"):
+        n = report.nvtx(["text", "start_ns", "end_ns"])
+        e = n[n["text"].astype(str).str.match(r"^ExecutionContext::(enqueue|execute)")]
+        if len(e):
+            return (float((e["end_ns"] - e["start_ns"]).median()),
+                    "the median ExecutionContext::enqueue range")
+    api = (p.overheads or {}).get("api_ns") if p is not None else None
+    return (float(api), "CUDA API time per iteration") if api else None

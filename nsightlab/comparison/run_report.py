@@ -192,7 +192,8 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
     rr.findings = findings(rr, ks)
     if b is not None and p is not None and not rr.partial and len(budget_):
         own = remedies.findings(p.runtime, budget_.iloc[0], _first_gpu(b["iterations"]), ks,
-                                rr.ort_record)
+                                rr.ort_record, remedies.trt_enqueue(r, p)
+                                if p.runtime == "TensorRT" else None)
         at = next((i for i, f in enumerate(rr.findings) if f.startswith(("top kernel", "top GPU"))),
                   len(rr.findings))
         rr.findings[at:at] = own
