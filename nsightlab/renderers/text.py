@@ -216,7 +216,8 @@ def _timeline(t, limit: int | None) -> list[str]:
     mc = t.memcpy_cost()
     if mc["executions"]:
         lines.append(f"  Memcpy nodes: {mc['executions']:.0f} per run, {mc['host_ns'] / 1e6:.3f} ms "
-                     f"host, {mc['copies']:.0f} copies of {_bytes(mc['copy_bytes'])} "
+                     f"host, {mc['copies']:.0f} cop{'y' if round(mc['copies']) == 1 else 'ies'} of "
+                     f"{_bytes(mc['copy_bytes'])} "
                      f"({mc['copy_ns'] / 1e6:.3f} ms on the GPU)")
     outside = float(runs["copies_outside_nodes"].mean()) if len(runs) else 0.0
     if outside >= 1:
