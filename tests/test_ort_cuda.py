@@ -162,3 +162,18 @@ def test_orts_own_layout_reads_as_json_does(store):
     assert len(fast) == len(slow) > 4000
     for col in ("cat", "name", "start_ns", "duration_ns", "provider", "op_name"):
         assert fast[col].astype(str).tolist() == slow[col].astype(str).tolist()
+
+
+def test_compare_lines_runtimes_and_runner_settings_up(store):
+    from nsightlab.comparison.lineup import compare
+
+    l = compare([store / "bert4-eager", store / "bert4-ort-plain", store / "bert4-ort-iob"])
+    s = l.summary.set_index("run")
+    assert list(s["runtime"]) == ["PyTorch", "ONNX Runtime", "ONNX Runtime"]
+    assert s.loc["bert4-ort-plain", "ort_settings"] == ""       # the runner as a command, plain
+    assert "io_binding" in s.loc["bert4-ort-iob", "ort_settings"]
+    assert "profiler on" in s.loc["bert4-ort-iob", "ort_settings"]
+    p = l.pairs.set_index("run")
+    assert (p["runtime_change"] == "PyTorch -> ONNX Runtime").all()
+    assert "ONNX Runtime's profiler" in p.loc["bert4-ort-iob", "runtime_causes"]
+    assert "ONNX Runtime's profiler" not in p.loc["bert4-ort-plain", "runtime_causes"]

@@ -542,8 +542,11 @@ def runtime_causes(pa: RunProfile, pb: RunProfile) -> list[str]:
     runner's settings differ: launches, CUDA API (host) time, host work with the GPU idle,
     copies, and the math's precision."""
     sa, sb = pa.settings, pb.settings
+    # a setting both runs record, that differs; the profiler also against a run of another
+    # runtime (whose host time has no profiler in it)
     changed = [f"{w}: {'on' if sb.get(k) else 'off'} in B, {'on' if sa.get(k) else 'off'} in A"
-               for k, w in SETTINGS.items() if k in sa and k in sb and sa[k] != sb[k]]
+               for k, w in SETTINGS.items()
+               if (k in sa and k in sb or k == "profiler_on") and bool(sa.get(k)) != bool(sb.get(k))]
     if not (_runtime_change(pa, pb) or changed):
         return []
     out = list(changed)

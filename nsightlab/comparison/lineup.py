@@ -44,7 +44,8 @@ class Lineup(Result):
     - ``by_class`` / ``by_precision``: run, kernel_class / precision, time_ns;
     - ``latency``: run, iteration, wall_ns, phase (every wall-clock iteration: its kind,
       warm-up, main, B..., or outlier; ``nsightlab.analysis.kinds``);
-    - ``pairs``: run, baseline, verdict (the diff's sentence), workload_warnings.
+    - ``pairs``: run, baseline, verdict (the diff's sentence), workload_warnings,
+      runtime_change and runtime_causes (``diff.runtime_causes``, "; "-joined).
 
     ``diffs`` holds each run's ``Diff`` against the baseline.
     """
@@ -116,7 +117,9 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
                "copies_ns": sum(p.budget.get(f"{c}_ns", 0.0) for c in budget.COPY_PARTS),
                "tensor_kernel_time_pct": p.tensor_core.get("tensor_kernel_time_pct", float("nan")),
                "tensor_active_pct": p.tensor_core.get("tensor_active_pct", float("nan")),
-               "verdict": str(p.budget.get("verdict", "")) if p.budget else ""}
+               "verdict": str(p.budget.get("verdict", "")) if p.budget else "",
+               "ort_settings": ", ".join(SETTING_WORDS[k] for k, v in p.settings.items() if v)
+               if p.settings else ""}
         row.update(_placement(r))
         rows.append(row)
         classes.append(p.by_class.assign(run=p.label)[["run", "kernel_class", "time_ns"]])
@@ -128,8 +131,12 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
         {"run": p.label, "baseline": profiles[0].label,
          "verdict": by_run[p.label].headline["verdict"] if p.label in by_run else _cpu_verdict(profiles[0], p),
          "workload_warnings": "; ".join(by_run[p.label].headline["workload_warnings"])
+         if p.label in by_run else "",
+         "runtime_change": by_run[p.label].headline["runtime_change"] if p.label in by_run else "",
+         "runtime_causes": "; ".join(by_run[p.label].headline["runtime_causes"])
          if p.label in by_run else ""}
-        for p in profiles[1:]], columns=["run", "baseline", "verdict", "workload_warnings"])
+        for p in profiles[1:]], columns=["run", "baseline", "verdict", "workload_warnings",
+                                         "runtime_change", "runtime_causes"])
     summary = pd.DataFrame(rows)
     summary["batch"] = summary["batch"].astype("Int64")
     return Lineup([p.label for p in profiles], summary,
@@ -198,6 +205,11 @@ def _conversion(diffs: list[Diff], p: RunProfile) -> float:
     return d.headline["conversion_overhead_ns"] if d is not None else 0.0
 
 
+#: the ORT runner's settings as a lineup says them
+SETTING_WORDS = {"io_binding": "io_binding", "cuda_graph": "enable_cuda_graph",
+                 "profiler_on": "ORT's profiler on (its host time is in the run's numbers)"}
+
+
 def _cpu_verdict(a: RunProfile, b: RunProfile) -> str:
     """The pair sentence when one run has no GPU kernels: latency only."""
     ma, mb = a.latency.get("mean_ns", a.iteration_ns), b.latency.get("mean_ns", b.iteration_ns)
@@ -217,7 +229,7 @@ def _placement(report: Report) -> dict:
                                       for f in ("ort_profile.json", "ort_profile.json.xz")):
         return {"execution_providers": "", "ort_fallback_pct": float("nan"),
                 "ort_memcpy_pct": float("nan")}
-    p = ort_placement.placement(folder)
+    p = ort_placement.placement(folder, join=False)
     eps = ", ".join(f"{r.provider} {r.time_pct:.0f}%" for r in p.by_provider.itertuples())
     return {"execution_providers": eps, "ort_fallback_pct": p.run.get("fallback_time_pct", 0.0),
             "ort_memcpy_pct": float(p.memcpy["time_pct"].sum()) if len(p.memcpy) else 0.0}

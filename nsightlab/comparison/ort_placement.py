@@ -112,7 +112,7 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
 
 
 def placement(path: str | Path, requested: str | None = None,
-              report: str | Path | None = None) -> Placement:
+              report: str | Path | None = None, join: bool = True) -> Placement:
     """Where each node ran, for the profile at ``path`` (or an ``--ort`` capture folder).
     ``requested``: the execution provider asked for (cpu, cuda, tensorrt or an ORT provider
     name); by default the runner's record says, else the busiest provider is taken as asked.
@@ -141,7 +141,8 @@ def placement(path: str | Path, requested: str | None = None,
         columns=["provider", "nodes", "names"])
     out = Placement(run, _phases(events), by_provider, _per_node(cpu, total, share=False),
                     _per_node(mem, total), _per_node(trt, total), assignment)
-    _join(out, prof, run_file, report)
+    if join:
+        _join(out, prof, run_file, report)
     return out
 
 

@@ -263,10 +263,19 @@ def _(l: Lineup, limit: int | None = 12) -> str:
         lines.append("ONNX Runtime placement (node time; nsightlab ort RUN for the nodes):")
         lines += [f"  {r.run}: {r.execution_providers}; CPU fallbacks {r.ort_fallback_pct:.1f}%, "
                   f"memcpy nodes {r.ort_memcpy_pct:.1f}%" for r in ort.itertuples()]
+    runner = s[s["ort_settings"].astype(str) != ""] if "ort_settings" in s else s.iloc[0:0]
+    if len(runner):
+        lines.append("ONNX Runtime runner settings:")
+        lines += [f"  {r.run}: {r.ort_settings}" for r in runner.itertuples()]
     for r in l.pairs.itertuples():
         warn = [w for w in str(r.workload_warnings).split("; ") if w]
+        causes = [c for c in str(getattr(r, "runtime_causes", "") or "").split("; ") if c]
+        head = f"runtime change: {r.runtime_change}" if getattr(r, "runtime_change", "") else \
+            "the runtime's settings differ:" if causes else ""
         lines += [f"{r.run} against {r.baseline} (B = {r.run}):",
-                  *[f"  WARNING (workload): {w}" for w in warn], f"  {r.verdict}"]
+                  *[f"  WARNING (workload): {w}" for w in warn],
+                  *([f"  {head}"] if head else []), *[f"    - {c}" for c in causes],
+                  f"  {r.verdict}"]
     return "\n".join(lines) + "\n"
 
 
