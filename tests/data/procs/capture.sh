@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The several-processes test set (issue 48) on a two-GPU machine (nsys 2025.3 on PATH):
+# processes sharing one GPU (with each run alone for the solo truth, and under MPS if it starts),
+# DDP ranks (balanced, a straggler, unequal batches; one report for the job and one per rank)
+# and tensor-parallel style all-reduces. Each report is exported to SQLite; truth beside it.
+#   bash capture.sh OUT share|ddp
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: capture.sh OUT PHASE}; phase=${2:?phase}
+mkdir -p "$out"
+W="python3 $here/workloads.py"
+prof() { local name=$1; shift; local t0=$SECONDS
+  nsys profile --trace=cuda,nvtx,osrt --sample=none --cpuctxsw=none --force-overwrite=true \
+    -o "$out/$name" "$@" > "$out/$name.log" 2>&1; echo "== $name: nsys exit $? in $((SECONDS-t0)) s"
+  nsys export --type sqlite --force-overwrite true -o "$out/$name.sqlite" "$out/$name.nsys-rep" > /dev/null 2>&1
+  rm -f "$out/$name.nsys-rep"; }
+case $phase in
+  share)
+    for m in vit_s resnet50 resnet18; do $W infer $m 5 40 "$out/solo-$m.jsonl" 0; done
+    export START_AT
+    START_AT=$(( $(date +%s) + 30 )); prof share2 bash -c "$W infer vit_s 5 40 $out/share2-a.jsonl 0 & $W infer vit_s 5 40 $out/share2-b.jsonl 0 & wait"
+    START_AT=$(( $(date +%s) + 35 )); prof share3 bash -c "$W infer vit_s 5 40 $out/share3-vit_s.jsonl 0 & $W infer resnet50 5 40 $out/share3-resnet50.jsonl 0 & $W infer resnet18 5 40 $out/share3-resnet18.jsonl 0 & wait"
+    if command -v nvidia-cuda-mps-control > /dev/null; then
+      export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+      mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+      if nvidia-cuda-mps-control -d; then
+        echo "MPS started"
+        START_AT=$(( $(date +%s) + 30 )); prof mps2 bash -c "$W infer vit_s 5 40 $out/mps2-a.jsonl 0 & $W infer vit_s 5 40 $out/mps2-b.jsonl 0 & wait"
+        echo quit | nvidia-cuda-mps-control; echo "MPS stopped"
+      else echo "MPS: nvidia-cuda-mps-control -d failed" | tee "$out/mps.txt"; fi
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    else echo "MPS: nvidia-cuda-mps-control not found" | tee "$out/mps.txt"; fi ;;
+  ddp)
+    unset START_AT
+    for mode in balanced straggler unequal tp; do
+      prof ddp-$mode python3 -m torch.distributed.run --nproc_per_node=2 $here/workloads.py ddp $mode 5 20 "$out/ddp-$mode"
+    done
+    # one report per rank, as nsys profile -o rank_%q{RANK} under torchrun
+    cat > /tmp/perrank.sh <<EOS
+#!/bin/bash
+exec nsys profile --trace=cuda,nvtx,osrt --sample=none --cpuctxsw=none --force-overwrite=true -o $out/rank-straggler-\$RANK python3 $here/workloads.py ddp straggler 5 20 $out/rank-straggler
+EOS
+    chmod +x /tmp/perrank.sh; t0=$SECONDS
+    python3 -m torch.distributed.run --nproc_per_node=2 --no-python /tmp/perrank.sh > "$out/rank-straggler.log" 2>&1
+    echo "== rank-straggler: exit $? in $((SECONDS-t0)) s"
+    for r in 0 1; do nsys export --type sqlite --force-overwrite true -o "$out/rank-straggler-$r.sqlite" "$out/rank-straggler-$r.nsys-rep" > /dev/null 2>&1; rm -f "$out/rank-straggler-$r.nsys-rep"; done ;;
+esac
+ls -la "$out"
