@@ -228,17 +228,30 @@ def ort(path: str, ep: str | None, report: str | None, fmt: str, output: str | N
 @output_options("dir", FORMATS)
 @chart_options
 @report_options
+@click.option("--process", "process", metavar="PID|NAME",
+              help="One CUDA process of a report of several: its pid, or a name only one has.")
+@click.option("--rank", type=int, metavar="N",
+              help="One rank of an NCCL job (ranks are numbered by the GPU each process drives).")
 def report(path: str, fmt: str, output: str | None, html_file: str | None,
-           png_dir: str | None, open_options: dict) -> None:
+           png_dir: str | None, process: str | None, rank: int | None, open_options: dict) -> None:
     """Everything about one run: per-iteration time, top kernels, launch-vs-compute verdict,
     host syncs and GPU gaps, Tensor Core activity, layers, and the findings that matter.
 
+    A report of several CUDA processes (workers sharing a GPU, torchrun ranks) is one run per
+    process: a line each first (GPUs, rank, runtime, iterations, verdict), whether processes
+    sharing a GPU were time-sliced or ran at once (MPS), and for the ranks of one NCCL job the
+    communication each exposed (waiting for peers apart from transfer) and the straggler the
+    others wait for, with its cause from its own budget; then each process's report.
+    --process or --rank picks one.
+
     Tables (with -o DIR, one Parquet file each): run, findings, by_class, by_layer,
-    top_kernels, launch, syncs, gaps, tensor_core.
+    top_kernels, launch, syncs, gaps, tensor_core (several processes: processes, sharing, and
+    each of those per process as pidN_TABLE).
 
     \b
     Examples:
       nsightlab report captures/examples/vit-fp16
+      nsightlab report ddp.sqlite --rank 1
       nsightlab report syncy.sqlite --html syncy.html
       nsightlab report fp16 --json > fp16.json
     """
@@ -248,9 +261,13 @@ def report(path: str, fmt: str, output: str | None, html_file: str | None,
     from nsightlab.comparison import run_report as summary
     from nsightlab.renderers import emit
 
-    rr = summary.build(path, **open_options)
+    rr = summary.build(path, process, rank, **open_options)
+    if (html_file or png_dir) and isinstance(rr, summary.ProcessesReport):
+        raise UsageError(f"{path}: --html/--png chart one run: this report holds "
+                         f"{len(rr.runs)} CUDA processes; pick one with --process PID or --rank N")
     wrote(emit(rr, fmt, output), output)
-    say_warnings(rr)
+    for one in getattr(rr, "runs", [rr]):
+        say_warnings(one)
     _charts_out(rr, html_file, png_dir)
 
 

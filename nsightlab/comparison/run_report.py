@@ -11,10 +11,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, kinds, steady
+from nsightlab.analysis import budget, completeness, kinds, processes, steady
 from nsightlab.analysis.budget import busy_pct, iteration_ranges
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.launches import want_pairs
@@ -23,7 +24,8 @@ from nsightlab.comparison.run_profile import RunProfile, profile
 from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.core.units import fmt_ms as _ms
-from nsightlab.errors import NsightlabError
+from nsightlab.errors import NsightlabError, UsageError
+from nsightlab.read import split
 from nsightlab.read.opener import as_report
 from nsightlab.read.report import Report
 
@@ -134,13 +136,166 @@ class RunReport(Result):
         return out
 
 
-def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
+@dataclass(repr=False)
+class ProcessesReport(Result):
+    """A report of several CUDA processes: each process its own run. ``processes``: the
+    processes that ran kernels (``analysis.processes.table``); ``sharing``: per GPU used by
+    several, whether they were time-sliced or concurrent (``analysis.processes.sharing``);
+    ``runs``: a RunReport per process, in ``processes``' order."""
+
+    label: str
+    processes: pd.DataFrame
+    sharing: pd.DataFrame
+    runs: list
+    collectives: dict | None = None  # analysis.processes.collectives, per steady iteration
+    straggler: str = ""  # the sentence naming the rank the others wait for, and its cause
+
+    def brief(self) -> str:
+        return f"{self.label}: {len(self.runs)} processes"
+
+    @property
+    def findings(self) -> list[str]:  # what the renderers and data warnings read per run
+        return [f for r in self.runs for f in r.findings]
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        out = {"processes": self.processes.assign(gpus=self.processes["gpus"].astype(str)),
+               "sharing": self.sharing.astype({"pids": str, "busy_ns": str})
+               if len(self.sharing) else self.sharing}
+        for pid, rr in zip(self.processes["pid"], self.runs):
+            out.update({f"pid{pid}_{k}": v for k, v in rr.tables().items()})
+        return out
+
+    def manifest(self) -> dict:
+        return {"kind": "report", "report": self.label,
+                "processes": json_records(self.processes),
+                "runs": [r.manifest() for r in self.runs]}
+
+    def to_json(self) -> dict:
+        return {"processes": json_records(self.processes), "sharing": json_records(self.sharing),
+                "runs": [dict(r.to_json(), pid=int(pid))
+                         for pid, r in zip(self.processes["pid"], self.runs)]}
+
+
+def build(report: Report | str | os.PathLike, process: int | str | None = None,
+          rank: int | None = None, **open_options) -> "RunReport | ProcessesReport":
     """The report of one run: a Report, or anything ``nsightlab.open`` takes (opened with
     ``open_options``); the run is labelled as given. A report without kernels (NVTX and API
-    calls only) gets what it has: API time, ranges and the completeness findings."""
+    calls only) gets what it has: API time, ranges and the completeness findings.
+
+    A report of several CUDA processes is one run per process (``ProcessesReport``), unless
+    ``process`` (a pid, or a name that one process has) or ``rank`` picks one."""
     open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
     r = as_report(report, **open_options)
     label = run_labels([str(r.source if isinstance(report, Report) else report)])[0]
+    if process is not None or rank is not None or len(processes.cuda_pids(r)) > 1:
+        procs = processes.table(r)
+        if process is not None or rank is not None:
+            pid = pick(procs, process, rank, r.source)
+            one = _one(split.of_process(r, pid), f"{label} (pid {pid})")
+            return one
+        if len(procs) > 1:
+            views = [split.of_process(r, int(p)) for p in procs["pid"]]
+            runs = [_one(v, f"{label} (pid {p})") for v, p in zip(views, procs["pid"])]
+            out = ProcessesReport(label, procs, processes.sharing(r, procs), runs)
+            out.collectives = processes.collectives(r, procs, _steady_windows(views, procs))
+            out.straggler = _straggler(out)
+            return out
+    return _one(r, label)
+
+
+def _steady_windows(views: list[Report], procs: pd.DataFrame) -> dict:
+    """pid -> (starts, ends) of its run's steady iterations (the budget, already computed)."""
+    out = {}
+    for v, pid in zip(views, procs["pid"]):
+        b = _run(v, "budget")
+        if b is not None and len(b["iterations"]):
+            it = b["iterations"]
+            it = it[it["phase"] != "warm-up"] if "phase" in it else it
+            out[int(pid)] = (it["start_ns"].to_numpy(), it["end_ns"].to_numpy())
+    return out
+
+
+#: a straggler whose peers' exposed wait is under this share of their iteration is not named
+STRAGGLER_WAIT_PCT = 5.0
+#: a straggler's GPU work or copies beyond its peers' by this share of its iteration is its cause
+CAUSE_PCT = 10.0
+
+
+def _straggler(pr: "ProcessesReport") -> str:
+    """The rank the others wait for, with the numbers, and its cause from its own budget:
+    the part of its iteration that exceeds the other ranks' most (host work, GPU work other
+    than NCCL, copies). "" when no rank is (or can be) named."""
+    c = pr.collectives
+    if not c or c.get("straggler") is None:
+        return ""
+    t = c["ranks"].set_index("pid")
+    s = c["straggler"]
+    runs = dict(zip(pr.processes["pid"].astype(int), pr.runs))
+    it = {p: float(r.budget.iloc[0]["wall_ns"]) for p, r in runs.items() if len(r.budget)}
+    others = t.drop(index=s)
+    wait = others["exposed_wait_ns"].mean()
+    if not it or wait < STRAGGLER_WAIT_PCT / 100 * np.mean([it[p] for p in others.index if p in it] or [1]):
+        return ""
+    # its own iteration, NCCL apart: more GPU work, more copies, or its host (the GPU idle
+    # while the host works, after its syncs, waiting for its launches)
+    procs = pr.processes.set_index("pid")
+    parts = {}
+    for p, r in runs.items():
+        if not len(r.budget):
+            continue
+        b = r.budget.iloc[0]
+        n = max(int(b["iterations"]), 1)
+        parts[p] = {"GPU work other than NCCL": float(procs.loc[p, "kernel_ns"]
+                                                      - procs.loc[p, "nccl_ns"]) / n,
+                    "copies": float(sum(b.get(f"{x}_ns", 0.0) for x in budget.COPY_PARTS)),
+                    "host": float(b["idle_host_ns"] + b["idle_sync_ns"] + b["idle_launch_ns"])}
+    cause = ""
+    if s in parts and len(parts) > 1:
+        mine = parts[s]
+        rest = {k: float(np.mean([parts[p][k] for p in parts if p != s])) for k in mine}
+        more = {k: mine[k] - rest[k] for k in ("GPU work other than NCCL", "copies")}
+        k, v = max(more.items(), key=lambda kv: kv[1])
+        if v > CAUSE_PCT / 100 * it.get(s, 1.0):
+            cause = (f"; its own budget says why: {k} {_ms(mine[k])} per iteration against "
+                     f"{_ms(rest[k])} on the other rank(s)")
+        else:
+            b = runs[s].budget.iloc[0]
+            cause = (f"; its GPU work matches theirs ({_ms(mine['GPU work other than NCCL'])} "
+                     f"against {_ms(rest['GPU work other than NCCL'])} of kernels other than NCCL "
+                     f"per iteration): its host holds it back, its GPU idle "
+                     f"{_ms(mine['host'])} per iteration (while the host works "
+                     f"{_ms(b['idle_host_ns'])}, after host syncs {_ms(b['idle_sync_ns'])}, "
+                     f"waiting for launches {_ms(b['idle_launch_ns'])})")
+    rank = int(t.loc[s, "rank"])
+    return (f"straggler: rank {rank} (pid {s}) arrived last to {c['straggler_last_pct']:.0f}% of "
+            f"the {int(t.loc[s, 'collectives'])} collectives; the other rank(s) spin in NCCL "
+            f"waiting for it {_ms(wait)} per iteration (exposed: no compute of theirs overlaps)"
+            + cause)
+
+
+def pick(procs: pd.DataFrame, process: int | str | None, rank: int | None, source) -> int:
+    """The pid ``process`` (a pid, or the name of exactly one process) or ``rank`` names among
+    ``procs``; a one-line error naming what there is otherwise."""
+    have = ", ".join(f"{p.pid} ({p.name}{f', rank {p.rank}' if p.rank is not None else ''})"
+                     for p in procs.itertuples()) or "none"
+    if rank is not None:
+        hit = procs[procs["rank"] == rank]
+        if hit.empty:
+            why = ("no rank is known: ranks need NCCL kernels in processes that each drive "
+                   "their own GPU" if procs["rank"].isna().all() else f"no rank {rank}")
+            raise UsageError(f"{source}: {why}; its CUDA processes: {have} (give --process PID)")
+        return int(hit["pid"].iloc[0])
+    text = str(process)
+    hit = procs[procs["pid"].astype(str) == text]
+    if hit.empty:
+        hit = procs[procs["name"] == text]
+    if len(hit) != 1:
+        why = f"{len(hit)} processes are named {text}" if len(hit) else f"no CUDA process {text}"
+        raise UsageError(f"{source}: {why}; its CUDA processes: {have} (give --process PID)")
+    return int(hit["pid"].iloc[0])
+
+
+def _one(r: Report, label: str) -> RunReport:
     has_kernels = r.has_rows("kernels")
     # launch_compute before the profile: in DuckDB it computes the time budget with the join
     # of kernels and calls it needs itself (one join of 8M kernels and 16M calls, not two:
@@ -208,6 +363,14 @@ def build(report: Report | str | os.PathLike, **open_options) -> RunReport:
             f"outside the iterations (warm-up, compile, teardown): {_ms(outside)} of kernels, "
             f"{100 * outside / whole['total_ns'].sum():.0f}% of all kernel time, most in "
             f"{str(top)[:80]}; the kernel tables count the iterations only")
+    if len(ks) and not rr.partial and "name" in ks:
+        nccl = ks[ks["name"].astype(str).str.startswith("nccl")]
+        if len(nccl) and len(processes.cuda_pids(r)) <= 1:
+            rr.findings.append(
+                f"NCCL collectives take {nccl['time_pct'].sum():.0f}% of kernel time, but this "
+                "report holds one rank: which rank the others wait for (the straggler) needs "
+                "every rank's trace (one report of the whole job, e.g. nsys profile around "
+                "torchrun)")
     memory = _memory_finding(r)
     if memory:
         rr.findings.append(memory)

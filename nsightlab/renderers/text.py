@@ -18,7 +18,7 @@ from nsightlab.comparison.diff import Diff, slot_labels
 from nsightlab.comparison.lineup import Lineup
 from nsightlab.comparison.ort_placement import Placement
 from nsightlab.comparison.run_profile import OUTSIDE
-from nsightlab.comparison.run_report import RunReport
+from nsightlab.comparison.run_report import ProcessesReport, RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
 from nsightlab.core.units import kernel_label, ms_columns
 from nsightlab.read.metadata import ReportInfos
@@ -277,6 +277,64 @@ def _(l: Lineup, limit: int | None = 12) -> str:
                   *([f"  {head}"] if head else []), *[f"    - {c}" for c in causes],
                   f"  {r.verdict}"]
     return "\n".join(lines) + "\n"
+
+
+def _comm_verdict(pr, pid: int, run: dict) -> str:
+    """A rank whose exposed NCCL time is a large part of its iteration waits more than it
+    computes: said instead of the budget's verdict, which counts NCCL kernels as kernels."""
+    c = pr.collectives
+    if not c or "ranks" not in c or not run.get("iteration_ns"):
+        return ""
+    t = c["ranks"].set_index("pid")
+    if pid not in t.index or t.loc[pid, "exposed_ns"] < COMM_BOUND_PCT / 100 * run["iteration_ns"]:
+        return ""
+    r = t.loc[pid]
+    return (f"communication-bound: NCCL exposed {r['exposed_ns'] / 1e6:.2f} ms of its "
+            f"{run['iteration_ns'] / 1e6:.2f} ms iteration, {r['exposed_wait_ns'] / 1e6:.2f} ms "
+            f"of it waiting for peers (its budget counts those kernels as kernels: "
+            f"{run['verdict'] or 'no verdict'})")
+
+
+#: exposed NCCL time (share of the iteration, %) that makes a rank communication-bound
+COMM_BOUND_PCT = 25.0
+
+
+@render.register
+def _(pr: ProcessesReport, limit: int | None = 8) -> str:
+    n = len(pr.runs)
+    lines = [f"{pr.label}: {n} CUDA processes, each its own run (details below):"]
+    for p, rr in zip(pr.processes.itertuples(), pr.runs):
+        run = rr.run_row()
+        gpus = ", ".join(map(str, p.gpus))
+        rank = f", rank {p.rank}" if p.rank is not None and p.rank == p.rank else ""
+        it = (f"{run['iterations']} iterations, median {run['wall_med_ns'] / 1e6:.2f} ms"
+              if run.get("wall_med_ns") else f"{run['iterations'] or 0} iterations")
+        nccl = (f", NCCL {100 * p.nccl_ns / max(p.kernel_ns, 1):.0f}% of its kernel time"
+                if p.nccl_kernels else "")
+        lines.append(f"  pid {p.pid} {p.name}{rank}: GPU {gpus}, {p.runtime}; {it}; "
+                     f"{_comm_verdict(pr, p.pid, run) or run['verdict'] or 'no verdict'}{nccl}")
+    for sh in pr.sharing.itertuples():
+        lines.append(f"  GPU {sh.device_id} is shared by pids {', '.join(map(str, sh.pids))}: "
+                     f"{sh.mode} ({sh.evidence})")
+    c = pr.collectives
+    if c and "ranks" in c:
+        t = c["ranks"]
+        lines.append("  communication per iteration (NCCL, exposed = no compute of that GPU "
+                     "overlaps it): " + "; ".join(
+                         f"rank {r.rank} {r.exposed_ns / 1e6:.2f} ms exposed ({r.exposed_wait_ns / 1e6:.2f} "
+                         f"waiting for peers, {r.exposed_transfer_ns / 1e6:.2f} transfer), arrived "
+                         f"last to {r.last} of {r.collectives}" for r in t.itertuples()))
+    elif c and "mismatch" in c:
+        lines.append("  collectives not matched across ranks: their NCCL kernel counts differ ("
+                     + ", ".join(f"pid {p}: {n}" for p, n in c["mismatch"].items()) + ")")
+    if pr.straggler:
+        lines.append(f"  {pr.straggler}")
+    elif c and "ranks" in c:
+        lines.append("  no straggler: no rank arrived last to most collectives with its peers "
+                     "waiting for it")
+    for p, rr in zip(pr.processes.itertuples(), pr.runs):
+        lines += ["", f"== pid {p.pid} ({p.name}) ==", render(rr, limit)]
+    return "\n".join(lines)
 
 
 @render.register

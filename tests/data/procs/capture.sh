@@ -16,16 +16,16 @@ prof() { local name=$1; shift; local t0=$SECONDS
   rm -f "$out/$name.nsys-rep"; }
 case $phase in
   share)
-    for m in vit_s resnet50 resnet18; do $W infer $m 5 40 "$out/solo-$m.jsonl" 0; done
+    for m in vit_s resnet50 resnet18; do $W infer $m 5 20 "$out/solo-$m.jsonl" 0; done
     export START_AT
-    START_AT=$(( $(date +%s) + 30 )); prof share2 bash -c "$W infer vit_s 5 40 $out/share2-a.jsonl 0 & $W infer vit_s 5 40 $out/share2-b.jsonl 0 & wait"
-    START_AT=$(( $(date +%s) + 35 )); prof share3 bash -c "$W infer vit_s 5 40 $out/share3-vit_s.jsonl 0 & $W infer resnet50 5 40 $out/share3-resnet50.jsonl 0 & $W infer resnet18 5 40 $out/share3-resnet18.jsonl 0 & wait"
+    START_AT=$(( $(date +%s) + 20 )); prof share2 bash -c "$W infer vit_s 5 20 $out/share2-a.jsonl 0 & $W infer vit_s 5 20 $out/share2-b.jsonl 0 & wait"
+    START_AT=$(( $(date +%s) + 25 )); prof share3 bash -c "$W infer vit_s 5 20 $out/share3-vit_s.jsonl 0 & $W infer resnet50 5 20 $out/share3-resnet50.jsonl 0 & $W infer resnet18 5 20 $out/share3-resnet18.jsonl 0 & wait"
     if command -v nvidia-cuda-mps-control > /dev/null; then
       export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
       mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
       if nvidia-cuda-mps-control -d; then
         echo "MPS started"
-        START_AT=$(( $(date +%s) + 30 )); prof mps2 bash -c "$W infer vit_s 5 40 $out/mps2-a.jsonl 0 & $W infer vit_s 5 40 $out/mps2-b.jsonl 0 & wait"
+        START_AT=$(( $(date +%s) + 20 )); prof mps2 bash -c "$W infer vit_s 5 20 $out/mps2-a.jsonl 0 & $W infer vit_s 5 20 $out/mps2-b.jsonl 0 & wait"
         echo quit | nvidia-cuda-mps-control; echo "MPS stopped"
       else echo "MPS: nvidia-cuda-mps-control -d failed" | tee "$out/mps.txt"; fi
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY

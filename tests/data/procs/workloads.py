@@ -39,13 +39,13 @@ def infer(name, warm, iters, truth, device="0"):
     m, shape = model(name)
     m = m.cuda().half().eval()
     x = torch.randn(*shape, device="cuda", dtype=torch.half)
+    start_at = float(os.environ.get("START_AT", 0))  # processes started together: wait until
+    if start_at > time.time():                      # all have built their models, before any
+        time.sleep(start_at - time.time())          # GPU work (no pause inside the loop)
     with torch.inference_mode(), open(truth, "w") as f:
         for _ in range(warm):
             m(x)
         torch.cuda.synchronize()
-        start_at = float(os.environ.get("START_AT", 0))  # processes started together: wait
-        if start_at > time.time():                      # until all have warmed up
-            time.sleep(start_at - time.time())
         for i in range(iters):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t, s = time.perf_counter(), time.time_ns()

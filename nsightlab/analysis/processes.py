@@ -1,0 +1,257 @@
+"""The CUDA processes of a report, their GPUs and ranks, and how processes share a GPU.
+
+nsys records every process of a session; the export's process table holds only pid and name
+(every ``torchrun`` rank is "python3"). Here each process that ran GPU work gets:
+
+- the GPUs its kernels ran on, its kernel count and time, its NCCL kernels;
+- a rank, only with evidence: processes that each drive one GPU and run NCCL kernels are the
+  ranks of one job, numbered by the GPU they drive (``torchrun``'s local rank is the device it
+  sets); otherwise none;
+- its runtime (``analysis.runtime``).
+
+``sharing`` says, per GPU that several processes used, whether they ran at once. Without MPS
+the GPU time-slices their contexts: a kernel of one is never running while the other's is;
+where their records overlap, the whole of one's kernel span holds the other's kernels (compute
+preemption: the preempted kernel's span counts the other's slice). Under MPS kernels of two
+processes run at once, their spans overlapping partly (measured on H100s: three processes
+time-sliced, 727 contained overlaps and no partial one; two under MPS, 1,749 partial and 89
+contained), and the MPS server is a process of the trace.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nsightlab.analysis import engine, runtime
+from nsightlab.read.report import Report
+
+COLUMNS = ["pid", "name", "gpus", "kernels", "kernel_ns", "nccl_kernels", "nccl_ns", "rank",
+           "rank_evidence", "runtime"]
+#: NCCL kernel counts that differ by up to this share (%) are one job's collectives with the
+#: trace's end inside a step; more, and they are not matched
+TRUNCATED_PCT = 10.0
+#: a rank that arrived last to this share (%) of the collectives is the one the others wait for
+STRAGGLER_PCT = 80.0
+#: the MPS control daemon and server, as the process table names them
+MPS = ("nvidia-cuda-mps",)
+
+
+def cuda_pids(report: Report) -> list[int]:
+    """Processes that created CUDA streams (cheap: the export's stream table), in pid order."""
+    p = report.processes
+    return sorted(int(x) for x in p.loc[p["uses_cuda"], "pid"]) if len(p) else []
+
+
+def table(report: Report) -> pd.DataFrame:
+    """One row per process that ran kernels (``COLUMNS``), in pid order."""
+    per = _per_process_gpu(report)
+    if per.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    names = dict(zip(report.processes["pid"], report.processes["name"])) \
+        if len(report.processes) else {}
+    rt = runtime.identify(report).set_index("pid")["runtime"] if report.has_rows("kernels") \
+        else pd.Series(dtype=str)
+    rows = []
+    for pid, g in per.groupby("pid", sort=True):
+        rows.append({"pid": int(pid), "name": str(names.get(pid, "")),
+                     "gpus": [int(d) for d in sorted(g["device_id"])],
+                     "kernels": int(g["kernels"].sum()), "kernel_ns": float(g["kernel_ns"].sum()),
+                     "nccl_kernels": int(g["nccl_kernels"].sum()),
+                     "nccl_ns": float(g["nccl_ns"].sum()), "rank": None, "rank_evidence": "",
+                     "runtime": str(rt.get(pid, "unknown"))})
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    _ranks(out)
+    return out
+
+
+def _ranks(t: pd.DataFrame) -> None:
+    """Ranks, where the processes are one NCCL job whose processes each drive their own GPU."""
+    job = t[(t["nccl_kernels"] > 0) & (t["gpus"].map(len) == 1)]
+    gpus = job["gpus"].map(lambda g: g[0])
+    if len(job) < 2 or gpus.nunique() != len(job):
+        return
+    for rank, (i, gpu) in enumerate(sorted(gpus.items(), key=lambda kv: kv[1])):
+        t.at[i, "rank"] = rank
+        t.at[i, "rank_evidence"] = (f"drives GPU {gpu} alone and runs NCCL kernels (ranks of one "
+                                    "job, numbered by their GPUs)")
+
+
+def _per_process_gpu(report: Report) -> pd.DataFrame:
+    """pid, device_id, kernels, kernel_ns, nccl_kernels, nccl_ns."""
+    cols = ["pid", "device_id", "kernels", "kernel_ns", "nccl_kernels", "nccl_ns"]
+    if not report.has_rows("kernels"):
+        return pd.DataFrame(columns=cols)
+
+    def in_duckdb(db) -> pd.DataFrame:
+        return db.con.execute(
+            f"SELECT pid, device_id, count(*) AS kernels, sum(end_ns - start_ns)::DOUBLE AS "
+            f"kernel_ns, count(*) FILTER (WHERE starts_with(CAST(name AS VARCHAR), 'nccl')) "
+            f"AS nccl_kernels, coalesce(sum(end_ns - start_ns) FILTER (WHERE starts_with("
+            f"CAST(name AS VARCHAR), 'nccl')), 0)::DOUBLE AS nccl_ns "
+            f"FROM {db.view('kernels')} GROUP BY ALL ORDER BY ALL").df()[cols]
+
+    def in_numpy() -> pd.DataFrame:
+        k = report.kernels(["pid", "device_id", "start_ns", "end_ns", "name"])
+        d = (k["end_ns"] - k["start_ns"]).astype(float)
+        nccl = k["name"].astype(str).str.startswith("nccl")
+        f = pd.DataFrame({"pid": k["pid"], "device_id": k["device_id"], "d": d,
+                          "n": nccl.astype(int), "nd": d.where(nccl, 0.0)})
+        g = f.groupby(["pid", "device_id"])
+        return pd.DataFrame({"kernels": g.size(), "kernel_ns": g["d"].sum(),
+                             "nccl_kernels": g["n"].sum(), "nccl_ns": g["nd"].sum()}) \
+            .reset_index()[cols]
+
+    return engine.analyse(report, in_duckdb, in_numpy)
+
+
+def sharing(report: Report, procs: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU used by two or more of ``procs``: device_id, pids, mode ("time-sliced" or
+    "concurrent"), evidence (in words), busy_ns per process (its kernels' union), overlap_ns
+    (time their kernel spans overlap), contained and partial (overlapping kernel pairs where
+    one span holds the other, and where they overlap in part)."""
+    cols = ["device_id", "pids", "mode", "evidence", "busy_ns", "overlap_ns", "contained",
+            "partial"]
+    gpus = procs.explode("gpus")
+    shared = gpus.groupby("gpus")["pid"].apply(list)
+    shared = shared[shared.map(len) > 1]
+    if shared.empty:
+        return pd.DataFrame(columns=cols)
+    k = report.kernels(["pid", "device_id", "start_ns", "end_ns"])
+    mps = [n for n in report.processes["name"].astype(str) if n.startswith(MPS)]
+    rows = []
+    for dev, pids in shared.items():
+        mine = {int(p): k[(k["device_id"] == dev) & (k["pid"] == p)].sort_values("start_ns")
+                for p in pids}
+        unions = {p: _union(g) for p, g in mine.items()}
+        overlap, contained, partial = 0.0, 0, 0
+        ps = list(mine)
+        for i in range(len(ps)):
+            for j in range(len(ps)):
+                if i != j:
+                    c, q = _covered(mine[ps[i]], mine[ps[j]])
+                    contained, partial = contained + c, partial + q
+                if i < j:
+                    overlap += _intersect(unions[ps[i]], unions[ps[j]])
+        busy = {p: float((u[1] - u[0]).sum()) for p, u in unions.items()}
+        concurrent = partial > contained or bool(mps)
+        said = (f"{partial:,} kernel spans of different processes overlap in part, {contained:,} "
+                "hold another's whole")
+        evidence = (f"MPS is running ({mps[0]} in the trace); " if mps else "") + said \
+            if concurrent else (f"no kernel of one ran while another's did; {contained:,} kernel "
+                                "spans hold another process's kernels whole (preempted by "
+                                "time-slicing)" if contained else "their kernels never overlap")
+        rows.append({"device_id": int(dev), "pids": ps,
+                     "mode": "concurrent" if concurrent else "time-sliced",
+                     "evidence": evidence, "busy_ns": busy, "overlap_ns": overlap,
+                     "contained": contained, "partial": partial})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _covered(a: pd.DataFrame, b: pd.DataFrame) -> tuple[int, int]:
+    """Kernels of ``b`` held whole by a kernel of ``a``, and those overlapping one in part
+    (by the longest-reaching span of ``a`` that starts before each; both sorted by start)."""
+    if a.empty or b.empty:
+        return 0, 0
+    sa = a["start_ns"].to_numpy(np.int64)
+    reach = np.maximum.accumulate(a["end_ns"].to_numpy(np.int64))
+    sb, eb = b["start_ns"].to_numpy(np.int64), b["end_ns"].to_numpy(np.int64)
+    i = np.searchsorted(sa, sb, side="right") - 1
+    r = np.where(i >= 0, reach[np.clip(i, 0, None)], np.iinfo(np.int64).min)
+    held = r >= eb
+    return int(held.sum()), int(((r > sb) & ~held).sum())
+
+
+def _union(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' intervals merged: (starts, ends), sorted, disjoint."""
+    if k.empty:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    k = k.sort_values("start_ns")
+    s, e = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
+    run_end = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > run_end[:-1]]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+def _intersect(a: tuple, b: tuple) -> float:
+    """Total time two merged interval sets overlap."""
+    (sa, ea), (sb, eb) = a, b
+    i = j = 0
+    total = 0
+    while i < len(sa) and j < len(sb):
+        lo, hi = max(sa[i], sb[j]), min(ea[i], eb[j])
+        if hi > lo:
+            total += hi - lo
+        if ea[i] < eb[j]:
+            i += 1
+        else:
+            j += 1
+    return float(total)
+
+
+def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None) -> dict | None:
+    """Ranks of one NCCL job, matched collective by collective: each rank's NCCL kernels in
+    time order are its collectives (one communicator, issued in the same order on every rank:
+    how DDP and tensor parallelism run). A rank's kernel that starts before its peers' spins
+    until the last rank arrives (its skew: the latest start across ranks minus its own, at
+    most the kernel's length).
+
+    ``windows``: pid -> (starts, ends) of each rank's steady iterations; only the collectives
+    whose first rank's kernel starts inside one are counted, and the times are per iteration
+    (else per collective run, over all). Per rank (``ranks``): collectives, ``last`` (how many
+    it arrived last to: TraceLens's ``times_arrived_last``), ``nccl_ns``, ``exposed_ns`` (NCCL
+    time no compute kernel of the same GPU overlaps), split into ``exposed_wait_ns`` (spinning
+    for a peer) and ``exposed_transfer_ns``. ``straggler``: the rank the others wait for, when
+    one arrived last to ``STRAGGLER_PCT`` of the collectives. None unless two or more ranks
+    are known; ``mismatch`` when their NCCL kernel counts differ by more than
+    ``TRUNCATED_PCT`` (fewer: the first collectives of each are matched; ``counts`` says)."""
+    ranks = procs[procs["rank"].notna()].sort_values("rank")
+    if len(ranks) < 2:
+        return None
+    k = report.kernels(["pid", "device_id", "start_ns", "end_ns", "name"])
+    nccl = k["name"].astype(str).str.startswith("nccl")
+    per = {int(p): k[nccl & (k["pid"] == p)].sort_values("start_ns") for p in ranks["pid"]}
+    counts = {p: len(g) for p, g in per.items()}
+    n = min(counts.values())
+    if not n or max(counts.values()) - n > TRUNCATED_PCT / 100 * n:
+        return {"mismatch": counts}
+    # a trace that ends inside a step holds fewer of the last collectives on some ranks:
+    # the first n are matched (every rank's trace begins with the job)
+    per = {p: g.iloc[:n] for p, g in per.items()}
+    first = next(iter(per))
+    keep = np.ones(counts[first], bool)
+    if windows and first in windows:
+        lo, hi = windows[first]
+        t = per[first]["start_ns"].to_numpy(np.int64)
+        j = np.searchsorted(lo, t, side="right") - 1
+        keep = (j >= 0) & (t <= np.asarray(hi)[np.clip(j, 0, None)])
+    starts = np.vstack([g["start_ns"].to_numpy(np.int64)[keep] for g in per.values()])
+    ends = np.vstack([g["end_ns"].to_numpy(np.int64)[keep] for g in per.values()])
+    skew = np.minimum(starts.max(axis=0) - starts, ends - starts)
+    last = np.bincount(starts.argmax(axis=0), minlength=len(per))
+    rows = []
+    for i, pid in enumerate(per):
+        compute = _union(k[~nccl & (k["pid"] == pid)])
+        busy = _spans(starts[i], ends[i])
+        wait = _spans(starts[i], starts[i] + skew[i])
+        exposed = _length(busy) - _intersect(busy, compute)
+        exposed_wait = _length(wait) - _intersect(wait, compute)
+        n = len(windows[pid][0]) if windows and pid in windows else 1
+        rows.append({"pid": pid, "rank": int(ranks.set_index("pid").loc[pid, "rank"]),
+                     "collectives": int(keep.sum()), "last": int(last[i]),
+                     "nccl_ns": float((ends[i] - starts[i]).sum()) / n,
+                     "exposed_ns": exposed / n, "exposed_wait_ns": exposed_wait / n,
+                     "exposed_transfer_ns": (exposed - exposed_wait) / n, "per": n})
+    t = pd.DataFrame(rows)
+    top = t.loc[t["last"].idxmax()]
+    share = 100.0 * top["last"] / max(int(keep.sum()), 1)
+    return {"ranks": t, "straggler": int(top["pid"]) if share >= STRAGGLER_PCT else None,
+            "straggler_last_pct": share, "counts": counts}
+
+
+def _spans(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return _union(pd.DataFrame({"start_ns": s, "end_ns": e})[lambda d: d["end_ns"] > d["start_ns"]])
+
+
+def _length(u: tuple) -> float:
+    return float((u[1] - u[0]).sum())

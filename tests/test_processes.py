@@ -1,0 +1,130 @@
+"""Several CUDA processes in one report, each its own run (issue 48, begun): real captures of
+tests/data/procs (H100s, nsys 2025.3) with each process's own truth (CUDA events and wall
+clock per pass or step, by pid): processes sharing one GPU time-sliced and under MPS, DDP ranks
+with a straggler, tensor-parallel all-reduces, one rank's report alone."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import nsightlab
+from nsightlab.analysis import processes
+from nsightlab.cli import cli
+from nsightlab.comparison import run_report
+
+DATA = Path(__file__).parent / "data" / "procs"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("NSIGHTLAB_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("procs")
+    out = {}
+    for name in ("share2", "share3", "mps2", "ddp-straggler", "ddp-tp"):
+        shutil.copy(DATA / "nsys" / f"{name}.sqlite.xz", d)
+        out[name] = run_report.build(d / f"{name}.sqlite.xz")
+    return out
+
+
+def truth_by_pid(*files: str) -> dict[int, float]:
+    """pid -> the median wall time of its timed passes, from the workloads' own lines."""
+    out = {}
+    for f in files:
+        rows = [json.loads(line) for line in (DATA / "truth" / f).open()]
+        out[rows[0]["pid"]] = statistics.median(r["wall_ms"] for r in rows)
+    return out
+
+
+@pytest.mark.parametrize("name,truth,mode", [
+    ("share2", ("share2-a.jsonl", "share2-b.jsonl"), "time-sliced"),
+    ("share3", ("share3-vit_s.jsonl", "share3-resnet50.jsonl", "share3-resnet18.jsonl"),
+     "time-sliced"),
+    ("mps2", ("mps2-a.jsonl", "mps2-b.jsonl"), "concurrent"),
+])
+def test_processes_sharing_a_gpu_are_each_their_own_run(reports, name, truth, mode):
+    pr = reports[name]
+    assert isinstance(pr, run_report.ProcessesReport)
+    want = truth_by_pid(*truth)
+    assert sorted(pr.processes["pid"]) == sorted(want)
+    for pid, rr in zip(pr.processes["pid"], pr.runs):
+        med = rr.run_row()["wall_med_ns"] / 1e6
+        assert med == pytest.approx(want[pid], rel=0.05), (pid, med, want[pid])
+    (sh,) = pr.sharing.to_dict("records")
+    assert sh["device_id"] == 0 and sh["mode"] == mode
+    if mode == "concurrent":   # MPS: kernels of the two overlap in part, the server is traced
+        assert sh["partial"] > sh["contained"] and "MPS" in sh["evidence"]
+    else:                      # time-slicing: never in part
+        assert sh["partial"] == 0
+    assert pr.processes["rank"].isna().all()  # no NCCL: no ranks
+
+
+def test_ddp_ranks_the_straggler_and_its_cause(reports):
+    pr = reports["ddp-straggler"]
+    p = pr.processes.set_index("rank")
+    assert list(p["gpus"]) == [[0], [1]]
+    slow = [json.loads(line) for line in (DATA / "truth" / "ddp-straggler.rank1.jsonl").open()]
+    assert slow[0]["host_work_ms"] == 25.0 and pr.collectives["straggler"] == slow[0]["pid"]
+    t = pr.collectives["ranks"].set_index("rank")
+    # rank 0 spins in NCCL for rank 1: its steps are ~25 ms longer (83.5 vs 58.7 ms inside
+    # the step range, truth); exposed wait counts every spin no compute of its overlaps
+    assert t.loc[0, "exposed_wait_ns"] > 20e6 and t.loc[1, "exposed_wait_ns"] < 1e6
+    assert "rank 1" in pr.straggler and "its host holds it back" in pr.straggler
+    from nsightlab.renderers.text import render
+    text = render(pr)
+    assert "communication-bound" in text.splitlines()[1]  # rank 0: waiting, not math
+
+
+def test_tensor_parallel_collectives_are_matched(reports):
+    c = reports["ddp-tp"].collectives
+    t = c["ranks"]
+    assert len(t) == 2 and t["collectives"].nunique() == 1 and t["collectives"].iloc[0] > 50
+    assert (t["exposed_transfer_ns"] > 0).all()
+
+
+def test_one_rank_alone_says_straggler_analysis_needs_all_ranks(tmp_path):
+    shutil.copy(DATA / "nsys" / "rank-straggler-0.sqlite.xz", tmp_path)
+    rr = run_report.build(tmp_path / "rank-straggler-0.sqlite.xz")
+    assert isinstance(rr, run_report.RunReport)
+    assert any("needs every rank's trace" in f for f in rr.findings)
+
+
+def test_process_and_rank_pick_one_and_a_bad_pick_is_one_line(tmp_path):
+    for n in ("ddp-straggler", "share2"):
+        shutil.copy(DATA / "nsys" / f"{n}.sqlite.xz", tmp_path)
+    ddp, share = str(tmp_path / "ddp-straggler.sqlite.xz"), str(tmp_path / "share2.sqlite.xz")
+    res = CliRunner().invoke(cli, ["report", ddp, "--rank", "1"])
+    said = [ln for ln in res.output.splitlines() if not ln.startswith("nsightlab: decompressing")]
+    assert res.exit_code == 0 and said[0].startswith("ddp-straggler (pid 1966):")
+    for args, said in ((["--rank", "0"], "no rank is known"),
+                       (["--process", "python3"], "2 processes are named python3")):
+        res = CliRunner().invoke(cli, ["report", share, *args])
+        lines = [ln for ln in res.output.strip().splitlines()
+                 if not ln.startswith("nsightlab: decompressing")]
+        assert res.exit_code == 2 and "Traceback" not in res.output  # a usage error, as click
+        assert len(lines) == 1 and said in lines[0] and lines[0].startswith("Error:")
+
+
+def test_splitting_leaves_the_users_file_alone(tmp_path):
+    src = tmp_path / "share2.sqlite"
+    import lzma
+    src.write_bytes(lzma.open(DATA / "nsys" / "share2.sqlite.xz").read())
+    before = hashlib.sha256(src.read_bytes()).hexdigest()
+    r = nsightlab.open(src)
+    from nsightlab.read.split import of_process
+    one = of_process(r, 766)
+    assert one.path != src and one.path.is_relative_to(r.cache.root)
+    assert set(one.kernels(["pid"])["pid"]) == {766}
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+    assert processes.cuda_pids(one) == [766]
