@@ -57,6 +57,15 @@ def sqlite_of(fixture_dir):
     return get
 
 
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory):
+    """One private cache root for a module's tests (never the user's ~/.cache): for modules
+    whose fixtures open reports once for many tests."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("NSIGHTLAB_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch) -> Path:
     """A private cache root for each test (never the user's ~/.cache)."""

@@ -24,16 +24,11 @@ NAMES = ("bert4-ort", "bert4-ort-iob", "bert4-ort-plain", "bert4-eager", "bert4-
          "resnet18-ort", "resnet18-ort-graph", "cublas")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    """Every cache under a temporary folder (never the user's ~/.cache)."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("NSIGHTLAB_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_cache")  # every cache under a temporary folder
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
+def store(module_cache, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("captures")
     for n in NAMES:
         shutil.copytree(DATA / n, out / n)

@@ -21,15 +21,11 @@ from nsightlab.comparison import run_report
 DATA = Path(__file__).parent / "data" / "procs"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("NSIGHTLAB_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_cache")  # every cache under a temporary folder
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory) -> dict:
+def reports(module_cache, tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("procs")
     out = {}
     for name in ("share2", "share3", "mps2", "ddp-straggler", "ddp-tp"):
