@@ -124,3 +124,19 @@ def test_splitting_leaves_the_users_file_alone(tmp_path):
     assert set(one.kernels(["pid"])["pid"]) == {766}
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before
     assert processes.cuda_pids(one) == [766]
+
+
+def test_one_report_per_rank_opened_together(tmp_path):
+    """nsys profile -o rank-straggler-$RANK under torchrun: two reports, two sessions. Their
+    clocks are aligned by the sessions' start times and checked on the collectives' ends."""
+    for r in (0, 1):
+        shutil.copy(DATA / "nsys" / f"rank-straggler-{r}.sqlite.xz", tmp_path)
+    pr = run_report.build_ranks([tmp_path / f"rank-straggler-{r}.sqlite.xz" for r in (0, 1)])
+    p = pr.processes.set_index("rank")
+    assert list(p["rank_evidence"].str.startswith("the report's name")) == [True, True]
+    slow = json.loads((DATA / "truth" / "rank-straggler.rank1.jsonl").open().readline())
+    assert slow["host_work_ms"] == 25.0 and pr.collectives["straggler"] == slow["pid"]
+    assert pr.collectives["ends_apart_ns"] < 100_000 and "µs apart" in pr.clocks
+    res = CliRunner().invoke(cli, ["report", *(str(tmp_path / f"rank-straggler-{r}.sqlite.xz")
+                                               for r in (0, 1))])
+    assert res.exit_code == 0 and "straggler: rank 1" in res.output

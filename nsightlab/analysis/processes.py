@@ -60,11 +60,11 @@ def table(report: Report) -> pd.DataFrame:
                      "nccl_ns": float(g["nccl_ns"].sum()), "rank": None, "rank_evidence": "",
                      "runtime": str(rt.get(pid, "unknown"))})
     out = pd.DataFrame(rows, columns=COLUMNS)
-    _ranks(out)
+    rank_by_gpu(out)
     return out
 
 
-def _ranks(t: pd.DataFrame) -> None:
+def rank_by_gpu(t: pd.DataFrame) -> None:
     """Ranks, where the processes are one NCCL job whose processes each drive their own GPU."""
     job = t[(t["nccl_kernels"] > 0) & (t["gpus"].map(len) == 1)]
     gpus = job["gpus"].map(lambda g: g[0])
@@ -210,7 +210,21 @@ def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None
         return None
     k = report.kernels(["pid", "device_id", "start_ns", "end_ns", "name"])
     nccl = k["name"].astype(str).str.startswith("nccl")
-    per = {int(p): k[nccl & (k["pid"] == p)].sort_values("start_ns") for p in ranks["pid"]}
+    return matched({int(p): k[nccl & (k["pid"] == p)] for p in ranks["pid"]},
+                   {int(p): k[~nccl & (k["pid"] == p)] for p in ranks["pid"]},
+                   {int(p): int(r) for p, r in zip(ranks["pid"], ranks["rank"])}, windows)
+
+
+def nccl_split(k: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(NCCL kernels, the other kernels) of a kernels table."""
+    nccl = k["name"].astype(str).str.startswith("nccl")
+    return k[nccl], k[~nccl]
+
+
+def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = None) -> dict:
+    """``collectives`` on kernels already read (and placed on one clock): per rank key, its
+    NCCL kernels and its other kernels (start_ns, end_ns), and its rank."""
+    per = {p: g.sort_values("start_ns") for p, g in sorted(nccl.items(), key=lambda kv: rank_of[kv[0]])}
     counts = {p: len(g) for p, g in per.items()}
     n = min(counts.values())
     if not n or max(counts.values()) - n > TRUNCATED_PCT / 100 * n:
@@ -219,7 +233,7 @@ def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None
     # the first n are matched (every rank's trace begins with the job)
     per = {p: g.iloc[:n] for p, g in per.items()}
     first = next(iter(per))
-    keep = np.ones(counts[first], bool)
+    keep = np.ones(n, bool)
     if windows and first in windows:
         lo, hi = windows[first]
         t = per[first]["start_ns"].to_numpy(np.int64)
@@ -231,13 +245,13 @@ def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None
     last = np.bincount(starts.argmax(axis=0), minlength=len(per))
     rows = []
     for i, pid in enumerate(per):
-        compute = _union(k[~nccl & (k["pid"] == pid)])
+        other = _union(compute[pid])
         busy = _spans(starts[i], ends[i])
         wait = _spans(starts[i], starts[i] + skew[i])
-        exposed = _length(busy) - _intersect(busy, compute)
-        exposed_wait = _length(wait) - _intersect(wait, compute)
+        exposed = _length(busy) - _intersect(busy, other)
+        exposed_wait = _length(wait) - _intersect(wait, other)
         n = len(windows[pid][0]) if windows and pid in windows else 1
-        rows.append({"pid": pid, "rank": int(ranks.set_index("pid").loc[pid, "rank"]),
+        rows.append({"pid": pid, "rank": rank_of[pid],
                      "collectives": int(keep.sum()), "last": int(last[i]),
                      "nccl_ns": float((ends[i] - starts[i]).sum()) / n,
                      "exposed_ns": exposed / n, "exposed_wait_ns": exposed_wait / n,
@@ -245,8 +259,10 @@ def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None
     t = pd.DataFrame(rows)
     top = t.loc[t["last"].idxmax()]
     share = 100.0 * top["last"] / max(int(keep.sum()), 1)
+    # a collective ends on every rank together: how far apart its ends are checks the clocks
+    apart = float(np.median(np.abs(ends - ends[0]).max(axis=0))) if ends.shape[1] else 0.0
     return {"ranks": t, "straggler": int(top["pid"]) if share >= STRAGGLER_PCT else None,
-            "straggler_last_pct": share, "counts": counts}
+            "straggler_last_pct": share, "counts": counts, "ends_apart_ns": apart}
 
 
 def _spans(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

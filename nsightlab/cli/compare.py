@@ -224,15 +224,15 @@ def ort(path: str, ep: str | None, report: str | None, fmt: str, output: str | N
 
 
 @click.command()
-@click.argument("path")
-@output_options("dir", FORMATS)
-@chart_options
-@report_options
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--process", "process", metavar="PID|NAME",
               help="One CUDA process of a report of several: its pid, or a name only one has.")
 @click.option("--rank", type=int, metavar="N",
               help="One rank of an NCCL job (ranks are numbered by the GPU each process drives).")
-def report(path: str, fmt: str, output: str | None, html_file: str | None,
+@output_options("dir", FORMATS)
+@chart_options
+@report_options
+def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str | None,
            png_dir: str | None, process: str | None, rank: int | None, open_options: dict) -> None:
     """Everything about one run: per-iteration time, top kernels, launch-vs-compute verdict,
     host syncs and GPU gaps, Tensor Core activity, layers, and the findings that matter.
@@ -242,7 +242,9 @@ def report(path: str, fmt: str, output: str | None, html_file: str | None,
     sharing a GPU were time-sliced or ran at once (MPS), and for the ranks of one NCCL job the
     communication each exposed (waiting for peers apart from transfer) and the straggler the
     others wait for, with its cause from its own budget; then each process's report.
-    --process or --rank picks one.
+    --process or --rank picks one. Several PATHs are the ranks of one job traced one report
+    each (nsys profile -o rank_%q{RANK} under torchrun): opened together, their clocks
+    aligned by the sessions' start times and checked on the collectives.
 
     Tables (with -o DIR, one Parquet file each): run, findings, by_class, by_layer,
     top_kernels, launch, syncs, gaps, tensor_core (several processes: processes, sharing, and
@@ -252,16 +254,25 @@ def report(path: str, fmt: str, output: str | None, html_file: str | None,
     Examples:
       nsightlab report captures/examples/vit-fp16
       nsightlab report ddp.sqlite --rank 1
+      nsightlab report rank_0.sqlite rank_1.sqlite
       nsightlab report syncy.sqlite --html syncy.html
       nsightlab report fp16 --json > fp16.json
     """
     from nsightlab.read.opener import start_reading
 
-    start_reading(path, **open_options)  # reader processes first, then the imports of pandas
+    for path in paths:
+        start_reading(path, **open_options)  # reader processes first, then pandas' imports
     from nsightlab.comparison import run_report as summary
     from nsightlab.renderers import emit
 
-    rr = summary.build(path, process, rank, **open_options)
+    path = paths[0]
+    if len(paths) > 1:
+        if process is not None or rank is not None:
+            raise UsageError("--process/--rank pick a process of one report: give that rank's "
+                             "report alone")
+        rr = summary.build_ranks(list(paths), **open_options)
+    else:
+        rr = summary.build(path, process, rank, **open_options)
     if (html_file or png_dir) and isinstance(rr, summary.ProcessesReport):
         raise UsageError(f"{path}: --html/--png chart one run: this report holds "
                          f"{len(rr.runs)} CUDA processes; pick one with --process PID or --rank N")

@@ -8,8 +8,10 @@ Rendering (terminal text, HTML with charts) is ``nsightlab.renderers``' job.
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -149,6 +151,7 @@ class ProcessesReport(Result):
     runs: list
     collectives: dict | None = None  # analysis.processes.collectives, per steady iteration
     straggler: str = ""  # the sentence naming the rank the others wait for, and its cause
+    clocks: str = ""  # several reports: how their clocks were aligned, and the check
 
     def brief(self) -> str:
         return f"{self.label}: {len(self.runs)} processes"
@@ -201,6 +204,78 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
             out.straggler = _straggler(out)
             return out
     return _one(r, label)
+
+
+#: a rank's number in its report's name (nsys profile -o rank_%q{RANK}: rank_3, rank-ddp-3, ...)
+RANK_IN_NAME = re.compile(r"rank\D{0,20}?(\d+)", re.IGNORECASE)
+#: matched collectives ending further apart than this (median) say the clocks disagree
+CLOCK_SLACK_NS = 1_000_000
+
+
+def build_ranks(reports: list, **open_options) -> ProcessesReport:
+    """The ranks of one job traced one report each (``nsys profile -o rank_%q{RANK}`` under
+    torchrun), opened together: each report's CUDA processes are runs; the reports' clocks
+    are aligned by their sessions' start times (TARGET_INFO_SESSION_START_TIME, the wall
+    clock) and checked on the collectives, whose kernels end together on every rank. Ranks
+    come from the reports' names, else from the GPU each process drives."""
+    open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
+    opened = [as_report(x, **open_options) for x in reports]
+    labels = run_labels([str(r.source if isinstance(x, Report) else x)
+                         for r, x in zip(opened, reports)])
+    zero = [_session_start(r) for r in opened]
+    if any(z is None for z in zero):
+        bad = next(str(r.source) for r, z in zip(opened, zero) if z is None)
+        raise UsageError(f"{bad}: its export has no session start time "
+                         "(TARGET_INFO_SESSION_START_TIME): its clock cannot be aligned with the "
+                         "other ranks'; export it with nsys 2021 or newer")
+    rows, runs, nccl, compute, windows = [], [], {}, {}, {}
+    for r, lab, z in zip(opened, labels, zero):
+        procs = processes.table(r)
+        named = RANK_IN_NAME.search(Path(str(r.source)).name)
+        for p in procs.itertuples():
+            if p.pid in nccl:
+                raise UsageError(f"{r.source}: pid {p.pid} is in two of the reports given: "
+                                 "give the reports of one job's ranks, each once")
+            view = split.of_process(r, int(p.pid)) if len(procs) > 1 else r
+            runs.append(_one(view, f"{lab} (pid {p.pid})" if len(procs) > 1 else lab))
+            row = p._asdict()
+            row.pop("Index", None)
+            if named and len(procs) == 1:
+                row["rank"], row["rank_evidence"] = int(named.group(1)), f"the report's name ({lab})"
+            rows.append(row)
+            k = r.kernels(["pid", "start_ns", "end_ns", "name"])
+            k = k[k["pid"] == p.pid].assign(start_ns=lambda d: d["start_ns"] + (z - zero[0]),
+                                             end_ns=lambda d: d["end_ns"] + (z - zero[0]))
+            nccl[int(p.pid)], compute[int(p.pid)] = processes.nccl_split(k)
+            w = _steady_windows([view], pd.DataFrame({"pid": [p.pid]}))
+            if int(p.pid) in w:
+                windows[int(p.pid)] = tuple(x + (z - zero[0]) for x in w[int(p.pid)])
+    table = pd.DataFrame(rows, columns=processes.COLUMNS)
+    if table["rank"].isna().any():  # not every report named its rank: by the GPU each drives
+        table["rank"], table["rank_evidence"] = None, ""
+        processes.rank_by_gpu(table)
+    out = ProcessesReport(" + ".join(labels), table, pd.DataFrame(), runs)
+    ranked = table[table["rank"].notna()]
+    if len(ranked) > 1:
+        out.collectives = processes.matched(
+            {int(p): nccl[int(p)] for p in ranked["pid"]},
+            {int(p): compute[int(p)] for p in ranked["pid"]},
+            {int(p): int(k) for p, k in zip(ranked["pid"], ranked["rank"])}, windows)
+        apart = (out.collectives or {}).get("ends_apart_ns")
+        out.clocks = (f"clocks aligned by the {len(opened)} sessions' start times; the matched "
+                      f"collectives end a median {apart / 1e3:,.0f} µs apart"
+                      + (" (more than 1 ms: the clocks disagree, the waits below are doubtful)"
+                         if apart is not None and apart > CLOCK_SLACK_NS else "")
+                      if apart is not None else "")
+        out.straggler = _straggler(out)
+    return out
+
+
+def _session_start(r: Report) -> int | None:
+    if "utcEpochNs" not in r.db.columns("TARGET_INFO_SESSION_START_TIME"):
+        return None
+    rows = r.db.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+    return int(rows[0][0]) if rows and rows[0][0] else None
 
 
 def _steady_windows(views: list[Report], procs: pd.DataFrame) -> dict:

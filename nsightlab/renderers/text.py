@@ -316,6 +316,8 @@ def _(pr: ProcessesReport, limit: int | None = 8) -> str:
     for sh in pr.sharing.itertuples():
         lines.append(f"  GPU {sh.device_id} is shared by pids {', '.join(map(str, sh.pids))}: "
                      f"{sh.mode} ({sh.evidence})")
+    if getattr(pr, "clocks", ""):
+        lines.append(f"  {pr.clocks}")
     c = pr.collectives
     if c and "ranks" in c:
         t = c["ranks"]
