@@ -140,3 +140,22 @@ def test_one_report_per_rank_opened_together(tmp_path):
     res = CliRunner().invoke(cli, ["report", *(str(tmp_path / f"rank-straggler-{r}.sqlite.xz")
                                                for r in (0, 1))])
     assert res.exit_code == 0 and "straggler: rank 1" in res.output
+
+
+def test_open_and_recipe_run_take_one_process(tmp_path):
+    shutil.copy(DATA / "nsys" / "share2.sqlite.xz", tmp_path)
+    src = tmp_path / "share2.sqlite.xz"
+    one = nsightlab.open(src, process=767)
+    assert set(one.kernels(["pid"])["pid"]) == {767}
+    with pytest.raises(nsightlab.NsightlabError, match="no process 4242; its processes that "
+                                                       r"used CUDA: \[766, 767\]"):
+        nsightlab.open(src, process=4242)
+    both = CliRunner().invoke(cli, ["recipe", "run", "kernel_sum", str(src), "--format", "json"])
+    mine = CliRunner().invoke(cli, ["recipe", "run", "kernel_sum", str(src), "--process", "767",
+                                    "--format", "json"])
+    assert both.exit_code == mine.exit_code == 0
+
+    def instances(out: str) -> int:
+        body = out[out.index("{"):]
+        return sum(r["instances"] for r in json.loads(body)["kernel_sum"])
+    assert instances(both.output) == 2 * instances(mine.output)  # the same model, twice

@@ -94,11 +94,13 @@ def _parse_params(values: tuple[str, ...]) -> dict[str, str]:
               help="Run many reports on the Dask cluster at ADDRESS (tcp://host:8786) instead "
                    "of local processes; its workers must see the same paths [NSIGHTLAB_DASK].")
 @click.option("--strict", is_flag=True, help="Exit 1 if any report fails (not for 'no data').")
+@click.option("--process", type=int, metavar="PID",
+              help="One CUDA process of a report of several: the recipe sees only its rows.")
 @output_options("dir")
 @report_options
 def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: str | None,
-        limit: int, jobs: int | None, dask_address: str | None, strict: bool, fmt: str, output: str | None,
-        open_options: dict) -> None:
+        limit: int, jobs: int | None, dask_address: str | None, strict: bool, process: int | None,
+        fmt: str, output: str | None, open_options: dict) -> None:
     """Run recipe NAME on INPUT reports: report files, capture names or directories, or
     directories of reports (run in parallel, one row block per report; a meter shows reports
     done and rows read on a terminal).
@@ -115,19 +117,22 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
       nsightlab recipe run sync_gaps syncy.sqlite -p min_gap_ms=0.5 -o gaps/ --format csv
       nsightlab recipe run tensor_core fp16 --ncu gemm.ncu-rep
       nsightlab recipe run kernel_sum reports/ --dask tcp://scheduler:8786 -o sums/
+      nsightlab recipe run budget ddp.sqlite --process 4242   # one rank of a torchrun trace
     """
     from nsightlab import recipe_runner as R
 
     given = _parse_params(params)
     if ncu_file:
         given["ncu"] = str(Path(ncu_file).resolve())
-    spot = _served_spot(name, inputs, given, fmt, output, limit, open_options)
+    spot = _served_spot(name, inputs, given, fmt, output, limit, open_options, process)
     if spot is not None and spot.replay():
         return
-    if len(inputs) == 1:  # reader processes first: loading recipes imports pyarrow, then pandas
-        from nsightlab.read.opener import start_reading
+    if len(inputs) == 1 and process is None:  # reader processes first: loading recipes
+        from nsightlab.read.opener import start_reading  # imports pyarrow, then pandas
 
         start_reading(inputs[0], R.prefetch_of(name), **open_options)
+    if process is not None:
+        open_options = {**open_options, "process": process}
     with spot.recording() if spot is not None else contextlib.nullcontext():
         # renderers (pandas) after run_many: the report's reader processes start first
         result = R.run_many(name, list(inputs), given, jobs=jobs, open_kwargs=open_options,
@@ -148,7 +153,7 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
 
 
 def _served_spot(name: str, inputs: tuple[str, ...], given: dict, fmt: str, output: str | None,
-                 limit: int, open_options: dict):
+                 limit: int, open_options: dict, process: int | None = None):
     """Where the printed answer of this run is kept (``nsightlab.read.answer_cache``): for one report
     printed to stdout; None otherwise (several reports, files written, recipe not found)."""
     from nsightlab import recipe_runner as R
@@ -158,7 +163,7 @@ def _served_spot(name: str, inputs: tuple[str, ...], given: dict, fmt: str, outp
     if len(inputs) != 1 or output is not None or fmt == "parquet" or folder is None:
         return None
     files = sorted(v for v in given.values() if os.path.isfile(v))
-    return served.spot("recipe run", [name, R.fingerprint(folder), given, fmt, limit],
+    return served.spot("recipe run", [name, R.fingerprint(folder), given, fmt, limit, process],
                        inputs[0], open_options, files)
 
 

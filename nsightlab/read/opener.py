@@ -16,7 +16,7 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
          cache_dir: str | os.PathLike | None = None,
          nsys: str | os.PathLike | None = None,
          progress: Callable[[str], None] | None = None,
-         prefetch: tuple[str, ...] = ("kernels",)) -> "Report":
+         prefetch: tuple[str, ...] = ("kernels",), process: int | None = None) -> "Report":
     """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
     directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
 
@@ -32,6 +32,9 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
         prefetch: the big tables the caller will read (``kernels``, ``cuda_api``): on a big
             report not cached yet, reader processes start reading them at once, while the
             rest of nsightlab is imported. Others are read when asked for.
+        process: the pid of one CUDA process of a report of several: that process alone, as
+            a report of its own (``nsightlab.read.split``; by name or rank:
+            ``nsightlab report --process/--rank``).
 
     Raises:
         NsightlabError: the input cannot be read; the message names the file and the fix.
@@ -53,7 +56,16 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     trace.mark("pandas and pyarrow imported")
 
     try:
-        return Report(loc.sqlite, cache_root=loc.cache_root, source=loc.source, progress=progress)
+        r = Report(loc.sqlite, cache_root=loc.cache_root, source=loc.source, progress=progress)
+        if process is None:
+            return r
+        from nsightlab.read.split import of_process
+
+        pids = set(r.processes["pid"]) if len(r.processes) else set()
+        if int(process) not in pids:
+            raise NsightlabError(f"{loc.source}: no process {process}; its processes that used "
+                                 f"CUDA: {sorted(r.processes.loc[r.processes['uses_cuda'], 'pid'])}")
+        return of_process(r, int(process))
     except NsightlabError as e:
         if Path(loc.sqlite) == Path(loc.source) or str(loc.sqlite) not in str(e):
             raise
