@@ -59,8 +59,9 @@ def identify(report: Report) -> pd.DataFrame:
     kernel count. A capture manifest's runtime is said for every process when the trace
     holds no kernel of another runtime. Empty without kernels and without a manifest."""
     names = _kernel_names(report)
-    ranges = _range_runtimes(report)
-    traced = _range_libraries(report)
+    nvtx = report.nvtx(["pid", "domain", "name"]) if report.has_rows("nvtx") else None
+    ranges = _range_runtimes(nvtx)
+    traced = _range_libraries(nvtx)
     manifest = _manifest_runtime(report)
     rows = []
     for pid, g in names.groupby("pid", sort=True):
@@ -129,13 +130,13 @@ def _kernel_names(report: Report) -> pd.DataFrame:
     return engine.analyse(report, in_duckdb, in_numpy)
 
 
-def _range_runtimes(report: Report) -> dict[str, int]:
+def _range_runtimes(n: pd.DataFrame | None) -> dict[str, int]:
     """runtime -> how many of its NVTX ranges the report holds: ranges in a runtime's NVTX
     domain (``RUNTIME_DOMAINS``) or named as it names them (``RUNTIME_RANGES``), over the
-    whole report (a runtime's ranges are not tied to its kernels' process here)."""
-    if not report.has_rows("nvtx"):
+    whole report (a runtime's ranges are not tied to its kernels' process here); ``n`` the
+    report's NVTX table (pid, domain, name), None without one."""
+    if n is None:
         return {}
-    n = report.nvtx(["domain", "name"])
     # per distinct name (names are categories: 13.6M TensorRT layer ranges are a few
     # thousand names), then counted by code; names read "domain:text" as nsys stats prints
     names = n["name"].astype("category")
@@ -152,13 +153,12 @@ def _range_runtimes(report: Report) -> dict[str, int]:
     return out
 
 
-def _range_libraries(report: Report) -> dict[int, set]:
+def _range_libraries(n: pd.DataFrame | None) -> dict[int, set]:
     """pid -> the libraries whose API calls nsys traced as NVTX ranges in that process
     (``LIBRARY_DOMAINS``: a cuBLAS SGEMM runs a ``cutlass_*_sgemm`` kernel, named for CUTLASS,
-    but the process called cuBLAS)."""
-    if not report.has_rows("nvtx"):
+    but the process called cuBLAS); ``n`` as ``_range_runtimes`` takes it."""
+    if n is None:
         return {}
-    n = report.nvtx(["pid", "domain"])
     n = n[n["domain"].astype(str).isin(list(LIBRARY_DOMAINS))]
     return {int(pid): {LIBRARY_DOMAINS[str(d)] for d in g.unique()}
             for pid, g in n.groupby("pid", observed=True)["domain"]}
