@@ -159,3 +159,21 @@ def test_open_and_recipe_run_take_one_process(tmp_path):
         body = out[out.index("{"):]
         return sum(r["instances"] for r in json.loads(body)["kernel_sum"])
     assert instances(both.output) == 2 * instances(mine.output)  # the same model, twice
+
+
+def test_diff_of_several_processes_says_which_it_compared(tmp_path):
+    from nsightlab.comparison.diff import diff
+
+    for n in ("ddp-straggler", "ddp-tp", "rank-straggler-1"):
+        shutil.copy(DATA / "nsys" / f"{n}.sqlite.xz", tmp_path)
+    h = diff(tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tp.sqlite.xz").headline
+    said = h["workload_warnings"]
+    assert said[0].startswith("A holds 2 CUDA processes") and "the busiest" in said[0]
+    assert said[1].startswith("B holds 2 CUDA processes") and "rank 0, as on A" in said[1]
+    # one rank's own report against the job's: the same rank, from the report's name
+    h = diff(tmp_path / "rank-straggler-1.sqlite.xz", tmp_path / "ddp-straggler.sqlite.xz").headline
+    assert "compared pid 1966 (python3, rank 1; rank 1, as on A)" in h["workload_warnings"][0]
+    h = diff(tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tp.sqlite.xz",
+             a_process=1966, b_process=2307).headline
+    assert not any("CUDA processes" in w for w in h["workload_warnings"])
+    assert h["a"].endswith("(pid 1966)") and h["b"].endswith("(pid 2307)")

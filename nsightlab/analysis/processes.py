@@ -19,6 +19,8 @@ contained), and the MPS server is a process of the trace.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -27,6 +29,8 @@ from nsightlab.read.report import Report
 
 COLUMNS = ["pid", "name", "gpus", "kernels", "kernel_ns", "nccl_kernels", "nccl_ns", "rank",
            "rank_evidence", "runtime"]
+#: a rank's number in its report's name (nsys profile -o rank_%q{RANK}: rank_3, rank-ddp-3, ...)
+RANK_IN_NAME = re.compile(r"rank\D{0,20}?(\d+)", re.IGNORECASE)
 #: NCCL kernel counts that differ by up to this share (%) are one job's collectives with the
 #: trace's end inside a step; more, and they are not matched
 TRUNCATED_PCT = 10.0

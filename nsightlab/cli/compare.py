@@ -64,12 +64,17 @@ def _parse_rules(rules: tuple[str, ...]) -> None:
 @click.command()
 @click.argument("a")
 @click.argument("b")
+@click.option("--a-process", type=int, metavar="PID",
+              help="A's process, when A holds several CUDA processes [the same rank as B's, "
+                   "else the busiest].")
+@click.option("--b-process", type=int, metavar="PID", help="B's process, likewise.")
 @output_options("dir", FORMATS)
 @chart_options
 @fail_if_option
 @report_options
-def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
-         png_dir: str | None, fail_if: tuple[str, ...], open_options: dict) -> None:
+def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
+         output: str | None, html_file: str | None, png_dir: str | None,
+         fail_if: tuple[str, ...], open_options: dict) -> None:
     """Compare run B with run A (capture names, capture folders or reports) where they line
     up: per iteration, kernel class, precision, NVTX/TensorRT layer and kernel, with the
     precision-conversion work B added, launch/sync/idle overheads and Tensor Core activity.
@@ -92,7 +97,7 @@ def diff(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
     import nsightlab
     from nsightlab.renderers import emit
 
-    d = nsightlab.diff(a, b, **open_options)
+    d = nsightlab.diff(a, b, a_process, b_process, **open_options)
     wrote(emit(d, fmt, output), output)
     say_warnings(d)
     _charts_out(d, html_file, png_dir)

@@ -13,6 +13,7 @@ in ns per iteration; sections are DataFrames (``headline`` a dict).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import re
 from dataclasses import dataclass, replace
 
@@ -116,19 +117,63 @@ class Diff(Result):
                 **{s: json_records(getattr(self, s)) for s in self.SECTIONS}}
 
 
-def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike, **open_options) -> Diff:
+def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike,
+         a_process: int | None = None, b_process: int | None = None, **open_options) -> Diff:
     """Compare run B against run A: Reports, or anything ``nsightlab.open`` takes (opened
     with ``open_options``: cache, cache_dir, nsys, progress). Runs are labelled by their
-    capture name or file stem (``core.labels``); the headline keeps their paths."""
+    capture name or file stem (``core.labels``); the headline keeps their paths.
+
+    A report of several CUDA processes is one run per process: ``a_process``/``b_process``
+    (pids) pick them; else the same rank on both sides where both hold ranks (the busiest
+    rank of A), else each side's busiest process, and a workload warning says which."""
     open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
     ra, rb = as_report(a, **open_options), as_report(b, **open_options)
     la, lb = run_labels([str(r.source) if isinstance(r, Report) else str(r) for r in (a, b)])
     if la == lb and str(a) != str(b):
         la, lb = str(a), str(b)
+    ra, la, wa, rank = _process_of(ra, la, a_process, "A")
+    if rank is None:  # one rank's own report (rank_%q{RANK}): its rank from its name
+        from nsightlab.analysis.processes import RANK_IN_NAME
+        named = RANK_IN_NAME.search(Path(str(ra.source)).name)
+        rank = int(named.group(1)) if named else None
+    rb, lb, wb, _ = _process_of(rb, lb, b_process, "B", rank)
     pa_, pb_ = profile(ra, la), profile(rb, lb)
     d = compare(pa_, pb_)
+    d.headline["workload_warnings"] = [*wa, *wb, *d.headline["workload_warnings"]]
     d.headline["a_path"], d.headline["b_path"] = str(ra.source), str(rb.source)
     return d
+
+
+def _process_of(r: Report, label: str, pid: int | None, side: str, rank: int | None = None):
+    """(the report of one process, its label, warnings, its rank): ``pid`` when given; for a
+    report of several CUDA processes, the process of ``rank`` when there is one, else the
+    busiest (most kernel time), said in a warning; ``r`` itself otherwise."""
+    from nsightlab.analysis import processes
+    from nsightlab.read import split
+
+    if pid is None and len(processes.cuda_pids(r)) < 2:
+        return r, label, [], None
+    procs = processes.table(r)
+    if pid is not None:
+        if int(pid) not in set(procs["pid"]):
+            from nsightlab.errors import UsageError
+            have = ", ".join(str(p) for p in procs["pid"]) or "none"
+            raise UsageError(f"{r.source}: no CUDA process {pid}; its CUDA processes: {have}")
+        row = procs[procs["pid"] == int(pid)].iloc[0]
+        return split.of_process(r, int(pid)), f"{label} (pid {pid})", [], row["rank"]
+    if len(procs) < 2:
+        return r, label, [], None
+    by_rank = procs[procs["rank"] == rank] if rank is not None else procs.iloc[0:0]
+    row = by_rank.iloc[0] if len(by_rank) else procs.loc[procs["kernel_ns"].idxmax()]
+    how = f"rank {row['rank']}, as on A" if len(by_rank) else "the busiest"
+    ranked = row["rank"] is not None and row["rank"] == row["rank"]  # not None, not NaN
+    rank_said = f", rank {int(row['rank'])}" if ranked else ""
+    said = (f"{side} holds {len(procs)} CUDA processes (pids "
+            f"{', '.join(str(p) for p in procs['pid'])}): compared pid {row['pid']} "
+            f"({row['name']}{rank_said}; {how}); "
+            f"--{side.lower()}-process PID picks another, nsightlab report shows each")
+    return (split.of_process(r, int(row["pid"])), f"{label} (pid {row['pid']})", [said],
+            row["rank"] if ranked else None)
 
 
 def compare(pa: RunProfile, pb: RunProfile) -> Diff:

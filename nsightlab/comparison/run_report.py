@@ -8,7 +8,6 @@ Rendering (terminal text, HTML with charts) is ``nsightlab.renderers``' job.
 from __future__ import annotations
 
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,8 +205,6 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
     return _one(r, label)
 
 
-#: a rank's number in its report's name (nsys profile -o rank_%q{RANK}: rank_3, rank-ddp-3, ...)
-RANK_IN_NAME = re.compile(r"rank\D{0,20}?(\d+)", re.IGNORECASE)
 #: matched collectives ending further apart than this (median) say the clocks disagree
 CLOCK_SLACK_NS = 1_000_000
 
@@ -231,7 +228,7 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
     rows, runs, nccl, compute, windows = [], [], {}, {}, {}
     for r, lab, z in zip(opened, labels, zero):
         procs = processes.table(r)
-        named = RANK_IN_NAME.search(Path(str(r.source)).name)
+        named = processes.RANK_IN_NAME.search(Path(str(r.source)).name)
         for p in procs.itertuples():
             if p.pid in nccl:
                 raise UsageError(f"{r.source}: pid {p.pid} is in two of the reports given: "
