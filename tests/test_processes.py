@@ -177,3 +177,17 @@ def test_diff_of_several_processes_says_which_it_compared(tmp_path):
              a_process=1966, b_process=2307).headline
     assert not any("CUDA processes" in w for w in h["workload_warnings"])
     assert h["a"].endswith("(pid 1966)") and h["b"].endswith("(pid 2307)")
+
+
+def test_nsys_ai_public_two_gpu_export(tmp_path):
+    """nsys-ai's public 2-GPU fixture (MIT, nsys 2026.2, rows out of time order): two ranks,
+    their collectives matched, NCCL apart from compute; neither waits for the other enough to
+    be called a straggler."""
+    src = Path(__file__).parent / "data" / "edges" / "nsys" / "nsysai-mfu_2gpu_after.sqlite.xz"
+    shutil.copy(src, tmp_path)
+    pr = run_report.build(tmp_path / src.name)
+    assert isinstance(pr, run_report.ProcessesReport)
+    assert list(pr.processes["rank"]) == [0, 1] and list(pr.processes["gpus"]) == [[0], [1]]
+    t = pr.collectives["ranks"]
+    assert t["collectives"].nunique() == 1 and (t["exposed_transfer_ns"] > 0).all()
+    assert pr.collectives["straggler"] is None and pr.straggler == ""
