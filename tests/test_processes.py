@@ -191,3 +191,13 @@ def test_nsys_ai_public_two_gpu_export(tmp_path):
     t = pr.collectives["ranks"]
     assert t["collectives"].nunique() == 1 and (t["exposed_transfer_ns"] > 0).all()
     assert pr.collectives["straggler"] is None and pr.straggler == ""
+
+
+def test_compare_takes_the_baselines_rank_and_says_so(tmp_path):
+    from nsightlab.comparison.lineup import compare
+
+    for n in ("ddp-straggler", "ddp-tp"):
+        shutil.copy(DATA / "nsys" / f"{n}.sqlite.xz", tmp_path)
+    l = compare([tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tp.sqlite.xz"])
+    assert l.runs == ["ddp-straggler (pid 1965)", "ddp-tp (pid 2306)"]
+    assert "the busiest" in l.notes[0] and "rank 0, as on the baseline" in l.notes[1]

@@ -131,12 +131,12 @@ def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike,
     la, lb = run_labels([str(r.source) if isinstance(r, Report) else str(r) for r in (a, b)])
     if la == lb and str(a) != str(b):
         la, lb = str(a), str(b)
-    ra, la, wa, rank = _process_of(ra, la, a_process, "A")
+    ra, la, wa, rank = process_of(ra, la, a_process, "A")
     if rank is None:  # one rank's own report (rank_%q{RANK}): its rank from its name
         from nsightlab.analysis.processes import RANK_IN_NAME
         named = RANK_IN_NAME.search(Path(str(ra.source)).name)
         rank = int(named.group(1)) if named else None
-    rb, lb, wb, _ = _process_of(rb, lb, b_process, "B", rank)
+    rb, lb, wb, _ = process_of(rb, lb, b_process, "B", rank)
     pa_, pb_ = profile(ra, la), profile(rb, lb)
     d = compare(pa_, pb_)
     d.headline["workload_warnings"] = [*wa, *wb, *d.headline["workload_warnings"]]
@@ -144,7 +144,8 @@ def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike,
     return d
 
 
-def _process_of(r: Report, label: str, pid: int | None, side: str, rank: int | None = None):
+def process_of(r: Report, label: str, pid: int | None, side: str, rank: int | None = None,
+               hint: str = "", base: str = "A"):
     """(the report of one process, its label, warnings, its rank): ``pid`` when given; for a
     report of several CUDA processes, the process of ``rank`` when there is one, else the
     busiest (most kernel time), said in a warning; ``r`` itself otherwise."""
@@ -165,13 +166,13 @@ def _process_of(r: Report, label: str, pid: int | None, side: str, rank: int | N
         return r, label, [], None
     by_rank = procs[procs["rank"] == rank] if rank is not None else procs.iloc[0:0]
     row = by_rank.iloc[0] if len(by_rank) else procs.loc[procs["kernel_ns"].idxmax()]
-    how = f"rank {row['rank']}, as on A" if len(by_rank) else "the busiest"
+    how = f"rank {row['rank']}, as on {base}" if len(by_rank) else "the busiest"
     ranked = row["rank"] is not None and row["rank"] == row["rank"]  # not None, not NaN
     rank_said = f", rank {int(row['rank'])}" if ranked else ""
     said = (f"{side} holds {len(procs)} CUDA processes (pids "
             f"{', '.join(str(p) for p in procs['pid'])}): compared pid {row['pid']} "
             f"({row['name']}{rank_said}; {how}); "
-            f"--{side.lower()}-process PID picks another, nsightlab report shows each")
+            + (hint or f"--{side.lower()}-process PID picks another, nsightlab report shows each"))
     return (split.of_process(r, int(row["pid"])), f"{label} (pid {row['pid']})", [said],
             row["rank"] if ranked else None)
 

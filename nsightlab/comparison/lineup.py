@@ -19,7 +19,7 @@ import pandas as pd
 from nsightlab.analysis import budget, completeness, kinds, runtime
 from nsightlab.core.labels import run_labels
 from nsightlab.analysis.budget import iteration_ranges
-from nsightlab.comparison.diff import Diff, compare as diff_profiles
+from nsightlab.comparison.diff import Diff, compare as diff_profiles, process_of
 from nsightlab.comparison.run_profile import (RunProfile, batch_of, iteration_walls,
                                                latency_stats, profile)
 from nsightlab.core.result import Result, json_records, json_value
@@ -47,7 +47,8 @@ class Lineup(Result):
     - ``pairs``: run, baseline, verdict (the diff's sentence), workload_warnings,
       runtime_change and runtime_causes (``diff.runtime_causes``, "; "-joined).
 
-    ``diffs`` holds each run's ``Diff`` against the baseline.
+    ``diffs`` holds each run's ``Diff`` against the baseline; ``notes`` say which process was
+    taken of a run of several CUDA processes (the baseline's rank on each, else the busiest).
     """
 
     runs: list[str]
@@ -57,6 +58,7 @@ class Lineup(Result):
     latency: pd.DataFrame
     pairs: pd.DataFrame
     diffs: list[Diff] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # which process of a several-process run
 
     SECTIONS = ("summary", "by_class", "by_precision", "latency", "pairs")
 
@@ -79,7 +81,7 @@ class Lineup(Result):
         return w.loc[w.max(axis=1).sort_values(ascending=False).index].reset_index()
 
     def to_json(self) -> dict:
-        return {"runs": self.runs, **{s: json_records(getattr(self, s)) for s in self.SECTIONS},
+        return {"runs": self.runs, "notes": list(self.notes), **{s: json_records(getattr(self, s)) for s in self.SECTIONS},
                 "diffs": [json_value(d.headline) for d in self.diffs]}
 
 
@@ -94,6 +96,13 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     labels = labels or run_labels([str(r) if not isinstance(r, Report) else str(r.source)
                                    for r in runs])
     labels = _unique(labels)
+    notes, rank = [], None
+    for i, (r, lab) in enumerate(zip(reports, labels)):
+        reports[i], labels[i], said, got = process_of(
+            r, lab, None, f"run {lab}", rank, hint="nsightlab report RUN shows each",
+            base="the baseline")
+        rank = got if i == 0 else rank
+        notes += said
     profiles = [_profile(r, lab) for r, lab in zip(reports, labels)]
     diffs = []
     for r, p in zip(reports[1:], profiles[1:]):
@@ -141,7 +150,7 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     summary["batch"] = summary["batch"].astype("Int64")
     return Lineup([p.label for p in profiles], summary,
                   pd.concat(classes, ignore_index=True), pd.concat(precisions, ignore_index=True),
-                  pd.concat(walls, ignore_index=True), pairs, diffs)
+                  pd.concat(walls, ignore_index=True), pairs, diffs, notes)
 
 
 def _unique(labels: list[str]) -> list[str]:

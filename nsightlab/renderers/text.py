@@ -258,6 +258,7 @@ def _(l: Lineup, limit: int | None = 12) -> str:
              table_text(l.wide_ms("by_class")),
              "GPU time by precision (ms per iteration):",
              table_text(l.wide_ms("by_precision"))]
+    lines[1:1] = [f"NOTE: {n}" for n in getattr(l, "notes", [])]
     ort = s[s["execution_providers"].astype(str) != ""]
     if len(ort):
         lines.append("ONNX Runtime placement (node time; nsightlab ort RUN for the nodes):")
