@@ -38,6 +38,7 @@ import pandas as pd
 
 from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budget.PARTS...)
     BUSY_PARTS,
+    COMM_PREFIX,
     COPY_PARTS,
     IDLE_PARTS,
     LAUNCH_STRETCH_NS,
@@ -45,6 +46,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     add_idle,
     by_sync_frame,
     copy_part,
+    has_comm,
     idle_context,
     idle_pieces,
     in_gap_chunks,
@@ -124,6 +126,10 @@ def gpu_ops(report: Report) -> dict[str, np.ndarray]:
         else:
             code = np.full(len(ops), BUSY_PARTS.index("memset" if table == "memset" else "kernels"),
                            np.int8)
+            if table == "kernels" and has_comm(report):  # NCCL's kernels: communication
+                names = report.table("kernels", ["name"])["name"]
+                code[names.astype(str).str.startswith(COMM_PREFIX).to_numpy()] = \
+                    BUSY_PARTS.index("communication")
         for c, v in (("device_id", ops["device_id"].to_numpy(np.int32)),
                      ("start_ns", ops["start_ns"].to_numpy(np.int64)),
                      ("end_ns", ops["end_ns"].to_numpy(np.int64)), ("api_start_ns", api_start),
@@ -417,10 +423,12 @@ def _unique(values: np.ndarray) -> np.ndarray:
 #: anything else cannot give more than 2x. ``notable_pct``: a secondary cause worth its own
 #: advice (a sync costing 15% of an iteration is worth removing even in a compute-bound run).
 DEFAULTS = {"dominant_pct": 50.0, "notable_pct": 15.0}
-GROUPS = {"kernels": ("kernels",), "copies": (*COPY_PARTS, "memset"), "sync": ("idle_sync",),
+GROUPS = {"kernels": ("kernels",), "communication": ("communication",),
+          "copies": (*COPY_PARTS, "memset"), "sync": ("idle_sync",),
           "launch": ("idle_launch",), "host": ("idle_host",),
           "unattributed": ("idle_unattributed",)}
-VERDICTS = {"kernels": "compute-bound", "copies": "copy-bound", "sync": "sync-bound",
+VERDICTS = {"kernels": "compute-bound", "communication": "communication-bound",
+            "copies": "copy-bound", "sync": "sync-bound",
             "launch": "launch-bound", "host": "host-bound"}
 COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
               "h2d_pinned": "host-to-device copies (pinned)",
@@ -693,7 +701,8 @@ def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict
     if not wall:
         return "no GPU activity", "the iterations hold no GPU work", ""
     copies = sorted(((row[f"{p}_ns"], p) for p in GROUPS["copies"]), reverse=True)
-    named = {"kernels": "kernels", "copies": COPY_WORDS[copies[0][1]] if copies[0][0] else "copies",
+    named = {"kernels": "kernels", "communication": "NCCL kernels with no compute beside them",
+             "copies": COPY_WORDS[copies[0][1]] if copies[0][0] else "copies",
              "sync": "GPU idle after host syncs", "launch": "GPU idle waiting for launches",
              "host": "GPU idle while the host works", "unattributed": "GPU idle (no cause known)"}
     ranked = sorted(share, key=share.get, reverse=True)
@@ -752,6 +761,13 @@ def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
         else:
             out.append(f"the GPU waits for kernel launches: capture the loop as a CUDA graph "
                        f"{GRAPH_HOW} or fuse small kernels.")
+    if share["communication"] >= notable:
+        out.append(f"NCCL collectives run {row['communication_ns'] / 1e6:.2f} ms per iteration "
+                   "with no compute beside them: a rank that starts a collective early spins "
+                   "until the last arrives, so read every rank together (nsightlab report of "
+                   "the whole job, or of each rank's report at once) for the one the others "
+                   "wait for; then overlap communication with compute (DDP: bucket_cap_mb; "
+                   "no_sync for gradient accumulation).")
     if share["host"] >= notable:
         out.append(f"the host spends {row['idle_host_ns'] / 1e6:.2f} ms per iteration on work that "
                    "launches nothing while the GPU idles: move it out of the loop, overlap it "

@@ -16,7 +16,11 @@ from nsightlab.read.parallel import readers
 #: busy parts in priority order: time covered by an earlier part is not counted again
 COPY_PARTS = ("h2d_pageable", "h2d_pinned", "d2h_pageable", "d2h_pinned", "d2d", "peer",
               "copy_other")
-BUSY_PARTS = ("kernels", *COPY_PARTS, "memset")
+#: "communication": NCCL kernels where no other kernel of the GPU runs (exposed collectives;
+#: under compute they count as kernels, the part before it)
+BUSY_PARTS = ("kernels", "communication", *COPY_PARTS, "memset")
+#: kernel names of the communication part (NCCL's device kernels)
+COMM_PREFIX = "nccl"
 IDLE_PARTS = ("idle_sync", "idle_launch", "idle_host", "idle_unattributed")
 PARTS = (*BUSY_PARTS, *IDLE_PARTS)
 #: host time since the previous launch call under which idle GPU time counts as launch
@@ -30,6 +34,17 @@ LAUNCH_STRETCH_NS = 100_000
 #: main process at 100M kernels on 16 cores: 1013 MB)
 GAP_CHUNK = 1 << 16
 IDLE_THREADS = 8
+
+
+def has_comm(report) -> bool:
+    """Whether the report's strings hold an NCCL kernel name (cheap: the string table, not
+    the kernels): only then are kernel names read to tell communication apart."""
+    def check() -> bool:
+        if not report.db.has("StringIds"):
+            return False
+        return bool(report.db.query(f"SELECT 1 FROM StringIds WHERE value LIKE "
+                                    f"'{COMM_PREFIX}%' LIMIT 1"))
+    return report.db.once("has_comm", check)
 
 
 def copy_part(copy_kind: str, src_kind: str, dst_kind: str) -> str:

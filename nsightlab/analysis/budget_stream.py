@@ -26,6 +26,7 @@ import pandas as pd
 
 from nsightlab.analysis.budget_parts import (
     BUSY_PARTS,
+    COMM_PREFIX,
     COPY_PARTS,
     GAP_CHUNK,
     IDLE_PARTS,
@@ -34,6 +35,7 @@ from nsightlab.analysis.budget_parts import (
     add_idle,
     by_sync_frame,
     copy_part,
+    has_comm,
     idle_context,
     idle_pieces,
     max_end_per_iteration,
@@ -222,9 +224,12 @@ class StreamedOps:
                     f"FROM {view})")
         extra = "".join(f", {c}" for c, _ in share["op"][1:]) if share else ""
         if table != "memcpy":
-            part = BUSY_PARTS.index("memset" if table == "memset" else "kernels")
+            part = str(BUSY_PARTS.index("memset" if table == "memset" else "kernels"))
+            if table == "kernels" and has_comm(self.report):  # NCCL's kernels: communication
+                part = (f"CASE WHEN starts_with(CAST(name AS VARCHAR), '{COMM_PREFIX}') THEN "
+                        f"{BUSY_PARTS.index('communication')} ELSE {part} END")
             return (f"SELECT device_id, start_ns, end_ns, pid, correlation_id, "
-                    f"{part}::TINYINT AS part, {i} AS tbl, row{extra} FROM {view}")
+                    f"({part})::TINYINT AS part, {i} AS tbl, row{extra} FROM {view}")
         trio = ("copy_kind", "src_kind", "dst_kind")
         kinds = self.db.frame(f"SELECT DISTINCT {', '.join(trio)} FROM {view}")
         kinds["part"] = [BUSY_PARTS.index(copy_part(*("" if pd.isna(v) else str(v) for v in r)))

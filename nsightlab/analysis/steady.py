@@ -10,7 +10,7 @@ from nsightlab.analysis.budget_parts import COPY_PARTS
 from nsightlab.analysis.kinds import MAIN, OUTLIER, WARM_UP
 
 #: budget parts (or groups of them), as the cause of a difference is said
-CAUSES = {"kernels": "kernel time", "idle_host": "host work with the GPU idle",
+CAUSES = {"kernels": "kernel time", "communication": "exposed NCCL time", "idle_host": "host work with the GPU idle",
           "idle_sync": "GPU idle after host syncs", "idle_launch": "launch overhead",
           "idle_unattributed": "GPU idle (no cause known)", "memset": "memsets"}
 COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",

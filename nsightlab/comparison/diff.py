@@ -349,7 +349,8 @@ def _match_slots(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 #: the time budget's parts as the verdict names them (copies are one part)
-_WALL_PARTS = (("GPU work", ("kernels",)), ("copies", budget.COPY_PARTS), ("memsets", ("memset",)),
+_WALL_PARTS = (("GPU work", ("kernels",)), ("exposed communication (NCCL)", ("communication",)),
+               ("copies", budget.COPY_PARTS), ("memsets", ("memset",)),
                ("waits on host syncs", ("idle_sync",)),
                ("GPU idle waiting for launches", ("idle_launch",)),
                ("host work between launches", ("idle_host",)),

@@ -282,7 +282,8 @@ def _(l: Lineup, limit: int | None = 12) -> str:
 
 def _comm_verdict(pr, pid: int, run: dict) -> str:
     """A rank whose exposed NCCL time is a large part of its iteration waits more than it
-    computes: said instead of the budget's verdict, which counts NCCL kernels as kernels."""
+    computes: said with the wait the collectives' matching measured, before the budget's own
+    verdict (whose communication part is exposed NCCL time, waiting and transfer together)."""
     c = pr.collectives
     if not c or "ranks" not in c or not run.get("iteration_ns"):
         return ""
@@ -292,8 +293,7 @@ def _comm_verdict(pr, pid: int, run: dict) -> str:
     r = t.loc[pid]
     return (f"communication-bound: NCCL exposed {r['exposed_ns'] / 1e6:.2f} ms of its "
             f"{run['iteration_ns'] / 1e6:.2f} ms iteration, {r['exposed_wait_ns'] / 1e6:.2f} ms "
-            f"of it waiting for peers (its budget counts those kernels as kernels: "
-            f"{run['verdict'] or 'no verdict'})")
+            f"of it waiting for peers (its budget: {run['verdict'] or 'no verdict'})")
 
 
 #: exposed NCCL time (share of the iteration, %) that makes a rank communication-bound
