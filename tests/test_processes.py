@@ -201,3 +201,21 @@ def test_compare_takes_the_baselines_rank_and_says_so(tmp_path):
     l = compare([tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tp.sqlite.xz"])
     assert l.runs == ["ddp-straggler (pid 1965)", "ddp-tp (pid 2306)"]
     assert "the busiest" in l.notes[0] and "rank 0, as on the baseline" in l.notes[1]
+
+
+@pytest.mark.parametrize("engine", ["numpy", "duckdb"])
+def test_the_budget_has_a_communication_part(tmp_path, monkeypatch, engine):
+    """NCCL kernels where no compute runs are their own part, in either engine, and equal to
+    the exposed time the collectives' matching measures for that rank."""
+    from nsightlab import recipe_runner as R
+
+    monkeypatch.setenv("NSIGHTLAB_ENGINE", engine)
+    monkeypatch.setenv("NSIGHTLAB_CACHE_DIR", str(tmp_path / "cache"))
+    shutil.copy(DATA / "nsys" / "ddp-straggler.sqlite.xz", tmp_path)
+    waiting = nsightlab.open(tmp_path / "ddp-straggler.sqlite.xz", process=1965)
+    s = R.run("budget", waiting)["summary"].iloc[0]
+    assert s["communication_pct"] > 30 and "NCCL kernels with no compute beside them" in s["evidence"]
+    parts = [c for c in s.index if c.endswith("_pct") and c not in ("wall_cov_pct",)]
+    assert sum(s[c] for c in parts) == pytest.approx(100.0, abs=0.01)
+    other = nsightlab.open(tmp_path / "ddp-straggler.sqlite.xz", process=1966)
+    assert R.run("budget", other)["summary"].iloc[0]["communication_pct"] < 2
