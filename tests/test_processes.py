@@ -219,3 +219,14 @@ def test_the_budget_has_a_communication_part(tmp_path, monkeypatch, engine):
     assert sum(s[c] for c in parts) == pytest.approx(100.0, abs=0.01)
     other = nsightlab.open(tmp_path / "ddp-straggler.sqlite.xz", process=1966)
     assert R.run("budget", other)["summary"].iloc[0]["communication_pct"] < 2
+
+
+def test_a_folder_of_rank_reports_is_the_job(tmp_path):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for r in (0, 1):
+        shutil.copy(DATA / "nsys" / f"rank-straggler-{r}.sqlite.xz", ranks)
+    res = CliRunner().invoke(cli, ["report", str(ranks)])
+    assert res.exit_code == 0, res.output
+    assert "rank-straggler-0 + rank-straggler-1: 2 CUDA processes" in res.output
+    assert "straggler: rank 1" in res.output

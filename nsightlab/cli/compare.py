@@ -247,9 +247,9 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     sharing a GPU were time-sliced or ran at once (MPS), and for the ranks of one NCCL job the
     communication each exposed (waiting for peers apart from transfer) and the straggler the
     others wait for, with its cause from its own budget; then each process's report.
-    --process or --rank picks one. Several PATHs are the ranks of one job traced one report
-    each (nsys profile -o rank_%q{RANK} under torchrun): opened together, their clocks
-    aligned by the sessions' start times and checked on the collectives.
+    --process or --rank picks one. Several PATHs (or a folder of them) are the ranks of one job
+    traced one report each (nsys profile -o rank_%q{RANK} under torchrun): opened together,
+    their clocks aligned by the sessions' start times and checked on the collectives.
 
     Tables (with -o DIR, one Parquet file each): run, findings, by_class, by_layer,
     top_kernels, launch, syncs, gaps, tensor_core (several processes: processes, sharing, and
@@ -270,6 +270,7 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     from nsightlab.comparison import run_report as summary
     from nsightlab.renderers import emit
 
+    paths = _rank_folder(paths)
     path = paths[0]
     if len(paths) > 1:
         if process is not None or rank is not None:
@@ -285,6 +286,21 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     for one in getattr(rr, "runs", [rr]):
         say_warnings(one)
     _charts_out(rr, html_file, png_dir)
+
+
+def _rank_folder(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """A folder that is not a capture but holds several reports (one per rank, as
+    ``nsys profile -o ranks/rank_%q{RANK}`` leaves them): its reports, in name order."""
+    from pathlib import Path
+
+    if len(paths) != 1 or not Path(paths[0]).is_dir() or (Path(paths[0]) / "manifest.json").exists():
+        return paths
+    found = sorted(f for f in Path(paths[0]).iterdir() if f.is_file() and f.name.endswith(
+        (".sqlite", ".sqlite.xz", ".nsys-rep")))
+    exported = {f.name.split(".")[0] for f in found if not f.name.endswith(".nsys-rep")}
+    found = [str(f) for f in found  # a .nsys-rep beside its own export: the export
+             if not (f.name.endswith(".nsys-rep") and f.name.split(".")[0] in exported)]
+    return tuple(found) if len(found) > 1 else paths
 
 
 #: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
