@@ -14,7 +14,7 @@ from click.testing import CliRunner
 import nsightlab
 from nsightlab.analysis import runtime
 from nsightlab.cli import cli
-from nsightlab.comparison import ort_placement, ort_timeline, run_report
+from nsightlab.comparison import ort_placement, ort_timeline, remedies, run_report
 from nsightlab.comparison.diff import diff
 from nsightlab.formats import ort_profile
 
@@ -54,7 +54,7 @@ def test_the_runtime_of_each_run(store):
 
 def test_the_profile_joins_the_timeline_by_its_start_time(store):
     r = nsightlab.open(store / "bert4-ort")
-    rec = ort_timeline.record_of(store / "bert4-ort")
+    rec = remedies.ort_record(store / "bert4-ort")
     t = ort_timeline.join(r, store / "bert4-ort" / "ort_profile.json.xz", rec)
     a = t.alignment
     assert a["method"].startswith("the profiler's start time") and a["runs"] == rec["iterations"]
@@ -74,7 +74,7 @@ def test_the_profile_joins_the_timeline_by_its_start_time(store):
 
 def test_the_runs_nvtx_ranges_align_it_without_the_start_time(store):
     r = nsightlab.open(store / "bert4-ort")
-    rec = ort_timeline.record_of(store / "bert4-ort")
+    rec = remedies.ort_record(store / "bert4-ort")
     clock = ort_timeline.join(r, store / "bert4-ort" / "ort_profile.json.xz", rec).alignment
     rec.pop("profiling_start_ns")
     nv = ort_timeline.join(r, store / "bert4-ort" / "ort_profile.json.xz", rec).alignment

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab.analysis import engine, runtime
+from nsightlab.analysis.timeline import union
 from nsightlab.read.report import Report
 
 COLUMNS = ["pid", "name", "gpus", "kernels", "kernel_ns", "nccl_kernels", "nccl_ns", "rank",
@@ -166,15 +167,8 @@ def _covered(a: pd.DataFrame, b: pd.DataFrame) -> tuple[int, int]:
 
 
 def _union(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The kernels' intervals merged: (starts, ends), sorted, disjoint."""
-    if k.empty:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    k = k.sort_values("start_ns")
-    s, e = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
-    run_end = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > run_end[:-1]]
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx)
+    """The kernels' intervals merged (``timeline.union``): (starts, ends), sorted, disjoint."""
+    return union(k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64))
 
 
 def _intersect(a: tuple, b: tuple) -> float:
@@ -212,10 +206,9 @@ def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None
     ranks = procs[procs["rank"].notna()].sort_values("rank")
     if len(ranks) < 2:
         return None
-    k = report.kernels(["pid", "device_id", "start_ns", "end_ns", "name"])
-    nccl = k["name"].astype(str).str.startswith("nccl")
-    return matched({int(p): k[nccl & (k["pid"] == p)] for p in ranks["pid"]},
-                   {int(p): k[~nccl & (k["pid"] == p)] for p in ranks["pid"]},
+    nccl, compute = nccl_split(report.kernels(["pid", "start_ns", "end_ns", "name"]))
+    return matched({int(p): nccl[nccl["pid"] == p] for p in ranks["pid"]},
+                   {int(p): compute[compute["pid"] == p] for p in ranks["pid"]},
                    {int(p): int(r) for p, r in zip(ranks["pid"], ranks["rank"])}, windows)
 
 
@@ -250,8 +243,8 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
     rows = []
     for i, pid in enumerate(per):
         other = _union(compute[pid])
-        busy = _spans(starts[i], ends[i])
-        wait = _spans(starts[i], starts[i] + skew[i])
+        busy = union(starts[i], ends[i])
+        wait = union(starts[i], starts[i] + skew[i])
         exposed = _length(busy) - _intersect(busy, other)
         exposed_wait = _length(wait) - _intersect(wait, other)
         n = len(windows[pid][0]) if windows and pid in windows else 1
@@ -267,10 +260,6 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
     apart = float(np.median(np.abs(ends - ends[0]).max(axis=0))) if ends.shape[1] else 0.0
     return {"ranks": t, "straggler": int(top["pid"]) if share >= STRAGGLER_PCT else None,
             "straggler_last_pct": share, "counts": counts, "ends_apart_ns": apart}
-
-
-def _spans(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return _union(pd.DataFrame({"start_ns": s, "end_ns": e})[lambda d: d["end_ns"] > d["start_ns"]])
 
 
 def _length(u: tuple) -> float:

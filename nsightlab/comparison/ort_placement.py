@@ -27,6 +27,7 @@ import pandas as pd
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.errors import NotAReportError
 from nsightlab.comparison.ort_timeline import profile_events
+from nsightlab.comparison.remedies import ort_record
 from nsightlab.formats import ort_profile
 
 GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider",
@@ -155,7 +156,7 @@ def _join(out: Placement, prof: Path, run_file: Path | None, report) -> None:
                 if (prof.parent / f).is_file()), None)
     if report is None and (run_file is None or own is None):
         return
-    record = ort_timeline.record_of(run_file.parent) if run_file is not None else {}
+    record = ort_record(run_file) if run_file is not None else {}
     try:
         out.timeline = ort_timeline.join(as_report(report or own), prof, record)
     except ort_timeline.NotJoined as e:
@@ -165,13 +166,8 @@ def _join(out: Placement, prof: Path, run_file: Path | None, report) -> None:
 
 
 def _run_record(run_file: Path | None) -> dict:
-    if run_file is None:
-        return {}
-    try:
-        r = json.loads(run_file.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(r, dict):
+    r = ort_record(run_file) if run_file is not None else {}
+    if not r:
         return {}
     return {"requested": EP_NAMES.get(r.get("ep_requested"), r.get("ep_requested")),
             "providers_available": r.get("providers_available"),

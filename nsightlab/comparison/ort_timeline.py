@@ -31,6 +31,7 @@ from nsightlab.analysis.ending import LAUNCH_CALLS
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.errors import NsightlabError
 from nsightlab.formats import ort_profile
+from nsightlab.read import metadata
 from nsightlab.read.report import Report
 
 #: share of the launch and copy calls amid a run's nodes (%) that must fall in a node's span
@@ -160,11 +161,8 @@ def join(report: Report, profile: Path, record: dict | None = None) -> NodeTimel
 
 
 def _clock_offset(report: Report, record: dict) -> int | None:
-    start = record.get("profiling_start_ns")
-    if not start or "utcEpochNs" not in report.db.columns("TARGET_INFO_SESSION_START_TIME"):
-        return None
-    rows = report.db.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-    return int(start) - int(rows[0][0]) if rows and rows[0][0] else None
+    start, zero = record.get("profiling_start_ns"), metadata.session_start(report.db)
+    return int(start) - zero if start and zero is not None else None
 
 
 def _graph_replays(calls: pd.DataFrame, timed: pd.DataFrame, offset: int) -> bool:
@@ -282,15 +280,6 @@ def _tables(report: Report, placed: dict, alignment: dict, n_runs: int) -> NodeT
     runs["copies_outside_nodes"] = (c[(c["node_row"] < 0) & (c["copies"] > 0)].groupby("run")
                                     ["copies"].sum().reindex(runs["run"]).fillna(0).to_numpy())
     return NodeTimeline(alignment, nodes, by_op, by_provider, runs)
-
-
-def record_of(folder: Path) -> dict:
-    """The runner's ``ort_run.json`` in ``folder`` (empty when absent or unreadable)."""
-    try:
-        r = json.loads((folder / "ort_run.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return r if isinstance(r, dict) else {}
 
 
 def profile_events(prof: Path) -> pd.DataFrame:

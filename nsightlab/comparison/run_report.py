@@ -26,7 +26,7 @@ from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.core.units import fmt_ms as _ms
 from nsightlab.errors import NsightlabError, UsageError
-from nsightlab.read import split
+from nsightlab.read import metadata, split
 from nsightlab.read.opener import as_report
 from nsightlab.read.report import Report
 
@@ -219,7 +219,7 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
     opened = [as_report(x, **open_options) for x in reports]
     labels = run_labels([str(r.source if isinstance(x, Report) else x)
                          for r, x in zip(opened, reports)])
-    zero = [_session_start(r) for r in opened]
+    zero = [metadata.session_start(r.db) for r in opened]
     if any(z is None for z in zero):
         bad = next(str(r.source) for r, z in zip(opened, zero) if z is None)
         raise UsageError(f"{bad}: its export has no session start time "
@@ -229,6 +229,7 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
     for r, lab, z in zip(opened, labels, zero):
         procs = processes.table(r)
         named = processes.RANK_IN_NAME.search(Path(str(r.source)).name)
+        kernels = r.kernels(["pid", "start_ns", "end_ns", "name"])  # once per report
         for p in procs.itertuples():
             if p.pid in nccl:
                 raise UsageError(f"{r.source}: pid {p.pid} is in two of the reports given: "
@@ -240,8 +241,7 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
             if named and len(procs) == 1:
                 row["rank"], row["rank_evidence"] = int(named.group(1)), f"the report's name ({lab})"
             rows.append(row)
-            k = r.kernels(["pid", "start_ns", "end_ns", "name"])
-            k = k[k["pid"] == p.pid].assign(start_ns=lambda d: d["start_ns"] + (z - zero[0]),
+            k = kernels[kernels["pid"] == p.pid].assign(start_ns=lambda d: d["start_ns"] + (z - zero[0]),
                                              end_ns=lambda d: d["end_ns"] + (z - zero[0]))
             nccl[int(p.pid)], compute[int(p.pid)] = processes.nccl_split(k)
             w = _steady_windows([view], pd.DataFrame({"pid": [p.pid]}))
@@ -266,13 +266,6 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
                       if apart is not None else "")
         out.straggler = _straggler(out)
     return out
-
-
-def _session_start(r: Report) -> int | None:
-    if "utcEpochNs" not in r.db.columns("TARGET_INFO_SESSION_START_TIME"):
-        return None
-    rows = r.db.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-    return int(rows[0][0]) if rows and rows[0][0] else None
 
 
 def _steady_windows(views: list[Report], procs: pd.DataFrame) -> dict:

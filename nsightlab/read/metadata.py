@@ -119,6 +119,15 @@ def processes(db: ExportDB) -> pd.DataFrame:
     return pd.DataFrame([(p, n, p in cuda) for p, n in rows], columns=["pid", "name", "uses_cuda"])
 
 
+def session_start(db: ExportDB) -> int | None:
+    """The session's start on the wall clock (TARGET_INFO_SESSION_START_TIME.utcEpochNs, epoch
+    ns: the events' zero); None when the export does not record it."""
+    if "utcEpochNs" not in db.columns("TARGET_INFO_SESSION_START_TIME"):
+        return None
+    rows = db.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+    return int(rows[0][0]) if rows and rows[0][0] else None
+
+
 def span(db: ExportDB) -> tuple[int, int] | None:
     """(start_ns, end_ns) of the collection on the events' clock: events are stamped from
     the session's start (ANALYSIS_DETAILS.startTime is their zero; checked on exports of nsys
