@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, kinds, processes, steady
+from nsightlab.analysis import budget, completeness, kinds, processes, steady, stretch
 from nsightlab.analysis.budget import busy_pct, iteration_ranges
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.launches import want_pairs
@@ -151,6 +151,11 @@ class ProcessesReport(Result):
     collectives: dict | None = None  # analysis.processes.collectives, per steady iteration
     straggler: str = ""  # the sentence naming the rank the others wait for, and its cause
     clocks: str = ""  # several reports: how their clocks were aligned, and the check
+    #: per process on a shared GPU: pid, device_id, iterations (that shared it, of those
+    #: replayed), wall_ns, alone_ns, stretch_ns (medians; analysis.stretch)
+    stretch: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: pid -> analysis.stretch.replay's table (each replayed iteration)
+    stretch_iterations: dict = field(default_factory=dict)
 
     def brief(self) -> str:
         return f"{self.label}: {len(self.runs)} processes"
@@ -162,7 +167,7 @@ class ProcessesReport(Result):
     def tables(self) -> dict[str, pd.DataFrame]:
         out = {"processes": self.processes.assign(gpus=self.processes["gpus"].astype(str)),
                "sharing": self.sharing.astype({"pids": str, "busy_ns": str})
-               if len(self.sharing) else self.sharing}
+               if len(self.sharing) else self.sharing, "stretch": self.stretch}
         for pid, rr in zip(self.processes["pid"], self.runs):
             out.update({f"pid{pid}_{k}": v for k, v in rr.tables().items()})
         return out
@@ -174,6 +179,7 @@ class ProcessesReport(Result):
 
     def to_json(self) -> dict:
         return {"processes": json_records(self.processes), "sharing": json_records(self.sharing),
+                "stretch": json_records(self.stretch),
                 "runs": [dict(r.to_json(), pid=int(pid))
                          for pid, r in zip(self.processes["pid"], self.runs)]}
 
@@ -199,10 +205,37 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
             views = [split.of_process(r, int(p)) for p in procs["pid"]]
             runs = [_one(v, f"{label} (pid {p})") for v, p in zip(views, procs["pid"])]
             out = ProcessesReport(label, procs, processes.sharing(r, procs), runs)
+            out.stretch, out.stretch_iterations = _stretch(r, views, procs, out.sharing)
             out.collectives = processes.collectives(r, procs, _steady_windows(views, procs))
             out.straggler = _straggler(out)
             return out
     return _one(r, label)
+
+
+def _stretch(r: Report, views: list[Report], procs: pd.DataFrame,
+             shared: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """How much sharing each GPU stretched each of its processes' iterations
+    (``analysis.stretch``)."""
+    cols = ["pid", "device_id", "iterations", "replayed", "wall_ns", "alone_ns", "stretch_ns"]
+    rows, per = [], {}
+    if shared.empty:
+        return pd.DataFrame(columns=cols), per
+    k = r.kernels(["pid", "device_id", "start_ns", "end_ns"])
+    view = dict(zip(procs["pid"].astype(int), views))
+    for g in shared.itertuples():
+        for pid in g.pids:
+            b = _run(view[pid], "budget")
+            if b is None or not len(b["iterations"]):
+                continue
+            it = b["iterations"]
+            it = it[it["device_id"] == g.device_id]
+            others = k[(k["device_id"] == g.device_id) & (k["pid"] != pid)]
+            t = stretch.replay(view[pid], others, it, g.mode == "concurrent")
+            per[pid] = t
+            s = stretch.summary(t)
+            if s is not None:
+                rows.append({"pid": pid, "device_id": int(g.device_id), **s})
+    return pd.DataFrame(rows, columns=cols), per
 
 
 #: matched collectives ending further apart than this (median) say the clocks disagree

@@ -317,6 +317,14 @@ def _(pr: ProcessesReport, limit: int | None = 8) -> str:
     for sh in pr.sharing.itertuples():
         lines.append(f"  GPU {sh.device_id} is shared by pids {', '.join(map(str, sh.pids))}: "
                      f"{sh.mode} ({sh.evidence})")
+        st = getattr(pr, "stretch", None)
+        for x in (st[st["device_id"] == sh.device_id].itertuples() if st is not None and len(st)
+                  else ()):
+            pct = 100 * x.stretch_ns / max(x.alone_ns, 1)
+            lines.append(f"    pid {x.pid}: the sharing stretched its iterations by "
+                         f"{x.stretch_ns / 1e6:.2f} ms ({pct:+.0f}%): median of the "
+                         f"{x.iterations} replayed iterations that shared the GPU "
+                         f"{x.wall_ns / 1e6:.2f} ms, replayed alone {x.alone_ns / 1e6:.2f} ms")
     if getattr(pr, "clocks", ""):
         lines.append(f"  {pr.clocks}")
     c = pr.collectives

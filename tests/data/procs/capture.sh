@@ -3,7 +3,9 @@
 # processes sharing one GPU (with each run alone for the solo truth, and under MPS if it starts),
 # DDP ranks (balanced, a straggler, unequal batches; one report for the job and one per rank)
 # and tensor-parallel style all-reduces. Each report is exported to SQLite; truth beside it.
-#   bash capture.sh OUT share|ddp
+# The stretch set (phase "stretch", one GPU): processes sharing GPU 0 in rounds, each alone then
+# all together (workloads.py shared), so the solo truth is in the same trace as the shared one.
+#   bash capture.sh OUT share|ddp|stretch
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: capture.sh OUT PHASE}; phase=${2:?phase}
@@ -30,6 +32,20 @@ case $phase in
       else echo "MPS: nvidia-cuda-mps-control -d failed" | tee "$out/mps.txt"; fi
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     else echo "MPS: nvidia-cuda-mps-control not found" | tee "$out/mps.txt"; fi ;;
+  stretch)
+    sh="$W shared"
+    prof st-vit2 $sh vit_s,vit_s 5 2 10 15 "$out/st-vit2"
+    prof st-mix3 $sh vit_s,resnet50,resnet18 5 2 10 15 "$out/st-mix3"
+    prof st-big-small $sh resnet50:128,resnet18:1 5 2 10 15 "$out/st-big-small"
+    if command -v nvidia-cuda-mps-control > /dev/null; then
+      export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+      mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+      if nvidia-cuda-mps-control -d; then
+        prof st-mps2 $sh vit_s,resnet18 5 2 10 15 "$out/st-mps2"
+        echo quit | nvidia-cuda-mps-control
+      fi
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi ;;
   ddp)
     unset START_AT
     for mode in balanced straggler unequal tp; do

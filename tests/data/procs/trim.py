@@ -4,6 +4,8 @@
                                                                # end of a range of that name
     python trim.py IN.sqlite OUT.sqlite.xz --truth A.jsonl --keep 20   # after the 20th timed
                                                                # pass of the workload A's truth
+    python trim.py IN.sqlite OUT.sqlite.xz --truth A.jsonl --truth B.jsonl --round 0
+                                        # workloads.py shared: after round 0's passes together
 
 The OS runtime trace and other tables no test reads are dropped; kernels, copies, memsets,
 syncs, API calls and NVTX ranges that start after the cut are deleted. Every row kept stays as
@@ -28,6 +30,8 @@ ap.add_argument("out")
 ap.add_argument("--last-nvtx")
 ap.add_argument("--truth", action="append", default=[])
 ap.add_argument("--keep", type=int, default=20)
+ap.add_argument("--round", type=int, help="with --truth of workloads.py shared: cut where the "
+                "last process ended that round's passes together")
 a = ap.parse_args()
 with tempfile.TemporaryDirectory() as tmp:
     work = Path(tmp) / "x.sqlite"
@@ -42,7 +46,11 @@ with tempfile.TemporaryDirectory() as tmp:
                          (a.last_nvtx,)).fetchone()[0]
     if a.truth:
         zero = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
-        ends = [[json.loads(l)["end_ns"] for l in open(t)][a.keep - 1] for t in a.truth]
+        if a.round is not None:
+            ends = [json.loads(l)["end_ns"] for t in a.truth for l in open(t)
+                    if '"phase_end"' in l and json.loads(l)["round"] == a.round]
+        else:
+            ends = [[json.loads(l)["end_ns"] for l in open(t)][a.keep - 1] for t in a.truth]
         cut = max(ends) - zero
     if cut is not None:
         have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}

@@ -4,6 +4,10 @@ machine (two GPUs for the ranks).
     python workloads.py infer MODEL WARM ITERS TRUTH [DEVICE]   # one inference process (no NVTX)
     python workloads.py ddp MODE WARM STEPS TRUTH_PREFIX        # under torchrun: one DDP rank
                                                                 # MODE balanced|straggler|unequal|tp
+    python workloads.py shared MODEL[:BATCH],... WARM ROUNDS SOLO TOGETHER TRUTH_PREFIX
+        # processes sharing GPU 0 (spawned here, one per model), in rounds: each runs SOLO
+        # passes alone while the others wait, then all run passes together until each has run
+        # TOGETHER; the solo truth is in the same trace, interleaved with the shared passes
 
 Truth: one JSON line per timed pass or step, flushed as it goes: pid, rank, iter, gpu_ms (CUDA
 events around the pass), wall_ms, start_ns and end_ns (time.time_ns(): the wall clock, the same
@@ -17,15 +21,15 @@ import time
 import torch
 
 
-def model(name):
+def model(name, batch=32):
     import timm
     import torchvision
     if name == "vit_s":
-        return timm.create_model("vit_small_patch16_224", pretrained=False), (32, 3, 224, 224)
+        return timm.create_model("vit_small_patch16_224", pretrained=False), (batch, 3, 224, 224)
     if name == "resnet18":
-        return torchvision.models.resnet18(), (32, 3, 224, 224)
+        return torchvision.models.resnet18(), (batch, 3, 224, 224)
     if name == "resnet50":
-        return torchvision.models.resnet50(), (32, 3, 224, 224)
+        return torchvision.models.resnet50(), (batch, 3, 224, 224)
     raise SystemExit(f"unknown model {name}")
 
 
@@ -55,6 +59,73 @@ def infer(name, warm, iters, truth, device="0"):
             b.synchronize()
             line(f, pid=os.getpid(), model=name, iter=i, gpu_ms=a.elapsed_time(b),
                  wall_ms=(time.perf_counter() - t) * 1e3, start_ns=s, end_ns=time.time_ns())
+
+
+def timed_pass(f, m, x, **kw):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t, s = time.perf_counter(), time.time_ns()
+    a.record()
+    m(x)
+    b.record()
+    b.synchronize()
+    line(f, pid=os.getpid(), gpu_ms=a.elapsed_time(b), wall_ms=(time.perf_counter() - t) * 1e3,
+         start_ns=s, end_ns=time.time_ns(), **kw)
+
+
+def member(i, spec, bar, done, warm, rounds, solo, together, truth):
+    """One process of ``shared``: waits at the barrier while another runs alone."""
+    name, _, batch = spec.partition(":")
+    torch.cuda.set_device(0)
+    m, shape = model(name, int(batch or 32))
+    m = m.cuda().half().eval()
+    x = torch.randn(*shape, device="cuda", dtype=torch.half)
+    n = len(done)
+    with torch.inference_mode(), open(truth, "w") as f:
+        bar.wait()
+        for j in range(n):  # warm-up, each alone in turn
+            if j == i:
+                for _ in range(warm):
+                    m(x)
+                torch.cuda.synchronize()
+            bar.wait()
+        k = 0
+        for r in range(rounds):
+            for j in range(n):
+                if j == i:
+                    for _ in range(solo):
+                        timed_pass(f, m, x, model=spec, phase="solo", round=r, iter=k)
+                        k += 1
+                bar.wait()
+            # together: until every process has run TOGETHER passes this round (the faster keep
+            # going, so the slower never run alone); a process's last pass may end after a
+            # peer stopped: marked "last"
+            goal = (r + 1) * together
+            while True:
+                with done.get_lock():
+                    if min(done[:]) >= goal:
+                        break
+                timed_pass(f, m, x, model=spec, phase="together", round=r, iter=k)
+                k += 1
+                with done.get_lock():
+                    done[i] += 1
+            f.write(json.dumps({"pid": os.getpid(), "round": r, "phase_end": "together",
+                                "end_ns": time.time_ns()}) + "\n")
+            bar.wait()
+
+
+def shared(specs, warm, rounds, solo, together, prefix):
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    specs = specs.split(",")
+    bar, done = ctx.Barrier(len(specs)), ctx.Array("i", len(specs))
+    ps = [ctx.Process(target=member, args=(i, s, bar, done, warm, rounds, solo, together,
+                                           f"{prefix}-{i}-{s.replace(':', '-b')}.jsonl"))
+          for i, s in enumerate(specs)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join()
+    sys.exit(max(p.exitcode for p in ps))
 
 
 def ddp(mode, warm, steps, prefix):
@@ -120,3 +191,5 @@ if __name__ == "__main__":
         infer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], *(sys.argv[6:7]))
     elif what == "ddp":
         ddp(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    elif what == "shared":
+        shared(sys.argv[2], *map(int, sys.argv[3:7]), sys.argv[7])
