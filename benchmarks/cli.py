@@ -11,6 +11,9 @@ On the scaled report (``make_scaled_report.py`` on the launch-bound fixture, 100
   served          the three recipes again: answers served from the cache
   nonvtx          the three recipes and ``report``, cold, on a copy of the report without its
                   NVTX table (iterations found in the trace: the common case of a shared trace)
+  processes       ``nsightlab report`` on the same copies shared by two processes running at
+                  once on one GPU (4M kernels each; issue 48's target: at most 1.1x the
+                  one-process report)
   nsys            NVIDIA's four reports of the same questions (``nsys stats`` kernel summary
                   and kernel execution summary, ``nsys analyze`` GPU gaps and sync APIs)
 
@@ -140,7 +143,8 @@ def main() -> None:
     ap.add_argument("--no-nsys", action="store_true", help="skip the nsys comparison")
     ap.add_argument("--only", default="recipes,report,diff,served,nonvtx",
                     help="which cases (recipes, report, diff, served, nonvtx: the three "
-                         "recipes and report on a copy without NVTX_EVENTS)")
+                         "recipes and report on a copy without NVTX_EVENTS; processes: report "
+                         "on the copies shared by two processes)")
     args = ap.parse_args()
     report = scaled_report(args.work, args.copies)
     compiled = byte_compiled()
@@ -194,6 +198,14 @@ def main() -> None:
         show("report, no NVTX (cold)", m)
         print(f"report, no NVTX (cold): {m['seconds'] / three_flat:.2f}x the three recipes on "
               "that file (target <= 1.5x)", flush=True)
+    if "processes" in only:  # issue 48: two processes of half the copies each, at once
+        two = scaled_report(args.work, args.copies, processes=2)
+        m = command(["report", str(two)], outs / "report-2proc.txt", fresh("report-2proc"))
+        show("report, 2 processes (cold)", m)
+        one = dict(rows).get("report (cold)")
+        if one:
+            print(f"report, 2 processes (cold): {m['seconds'] / one['seconds']:.2f}x the "
+                  "one-process report (target <= 1.1x)", flush=True)
     if "served" in only:
         for name in RECIPES:
             show(f"recipe run {name} (served)", command(

@@ -15,19 +15,22 @@ DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "nsightlab-bench"
 DEFAULT_SOURCE = next((p for p in (SHARED / "fixtures/nsys/h200-launchbound.sqlite.xz",
                                    HERE.parent / "tests/data/nsys/h200-launchbound.sqlite.xz")
                        if p.exists()), SHARED / "fixtures/nsys/h200-launchbound.sqlite.xz")
-TILER = next((p for p in (SHARED / "bench/make_scaled_report.py",
-                          HERE.parent / ".device-kit/make_scaled_report.py") if p.exists()),
-             SHARED / "bench/make_scaled_report.py")
+#: the tiler: this folder's copy (it tiles several processes too)
+TILER = HERE / "make_scaled_report.py"
 
 
-def scaled_report(work: Path, copies: int, source: Path = DEFAULT_SOURCE) -> Path:
-    """``source`` tiled ``copies`` times in time (built once, with make_scaled_report.py)."""
+def scaled_report(work: Path, copies: int, source: Path = DEFAULT_SOURCE,
+                  processes: int = 1) -> Path:
+    """``source`` tiled ``copies`` times in time (built once, with make_scaled_report.py);
+    with ``processes``, the copies shared among that many processes running at once."""
     work.mkdir(parents=True, exist_ok=True)
-    report = work / f"launchbound-x{copies}.sqlite"
+    tail = f"-p{processes}" if processes > 1 else ""
+    report = work / f"launchbound-x{copies}{tail}.sqlite"
     if not report.exists():
-        print(f"building {report} ({copies} copies of {source.name}) ...", file=sys.stderr)
-        subprocess.run([sys.executable, str(TILER), str(source), str(report), str(copies)],
-                       check=True)
+        print(f"building {report} ({copies} copies of {source.name}"
+              f"{f', {processes} processes' if processes > 1 else ''}) ...", file=sys.stderr)
+        subprocess.run([sys.executable, str(TILER), str(source), str(report), str(copies),
+                        "--processes", str(processes)], check=True)
     return report
 
 

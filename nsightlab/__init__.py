@@ -4,6 +4,7 @@
     >>> r = nsightlab.open("report.sqlite")        # or a .nsys-rep, or a capture name
     >>> r.kernels()[["name", "duration_ns"]]      # every table is a DataFrame
     >>> nsightlab.diff("fp16", "nvfp4").headline["verdict"]
+    >>> nsightlab.processes("ddp.sqlite")            # pid, name, GPUs, rank, runtime...
 
 The names below are imported on first use, so ``import nsightlab`` (and the ``nsightlab``
 command's ``--help``) stays fast: pandas and pyarrow load when a report is opened.
@@ -17,9 +18,10 @@ from nsightlab.errors import NsightlabError
 
 #: public name -> module that defines it
 _LAZY = {"open": "read.opener", "Report": "read.report", "TABLES": "read.tables",
-         "diff": "comparison.diff", "compare": "comparison.lineup", "open_ncu": "formats.ncu"}
+         "diff": "comparison.diff", "compare": "comparison.lineup", "open_ncu": "formats.ncu",
+         "processes": "analysis.processes"}
 __all__ = ["NsightlabError", "Report", "TABLES", "compare", "diff", "open", "open_ncu",
-           "__version__"]
+           "processes", "__version__"]
 
 
 def __getattr__(name: str):

@@ -166,6 +166,9 @@ def test_splitting_leaves_the_users_file_alone(tmp_path):
     assert set(one.kernels(["pid"])["pid"]) == {705}
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before
     assert processes.cuda_pids(one) == [705]
+    t = nsightlab.processes(src)  # the public table: one row per CUDA process
+    assert list(t["pid"]) == [705, 706] and list(t["gpus"]) == [[0], [0]]
+    assert t["rank"].isna().all() and set(t["runtime"]) == {"PyTorch"}
 
 
 def test_one_report_per_rank_opened_together(tmp_path):

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab.analysis import engine, runtime
-from nsightlab.analysis.timeline import union
+from nsightlab.analysis.timeline import covered, union
 from nsightlab.read.report import Report
 
 COLUMNS = ["pid", "name", "gpus", "kernels", "kernel_ns", "nccl_kernels", "nccl_ns", "rank",
@@ -41,21 +41,37 @@ STRAGGLER_PCT = 80.0
 MPS = ("nvidia-cuda-mps",)
 
 
+def processes(report, **open_options) -> pd.DataFrame:
+    """``nsightlab.processes(path)``: the CUDA processes of a report (a Report, or anything
+    ``nsightlab.open`` takes), one row each (``table``). The export's own process table (pid,
+    name, whether it used CUDA) is ``Report.processes``."""
+    from nsightlab.read.opener import as_report
+    return table(as_report(report, **open_options))
+
+
 def cuda_pids(report: Report) -> list[int]:
     """Processes that created CUDA streams (cheap: the export's stream table), in pid order."""
     p = report.processes
     return sorted(int(x) for x in p.loc[p["uses_cuda"], "pid"]) if len(p) else []
 
 
-def table(report: Report) -> pd.DataFrame:
-    """One row per process that ran kernels (``COLUMNS``), in pid order."""
-    per = _per_process_gpu(report)
+def table(report: Report, views: dict | None = None) -> pd.DataFrame:
+    """One row per process that ran kernels (``COLUMNS``), in pid order. ``views``: pid ->
+    that process's own Report (``read.split.of_process``), when the caller has them: each is
+    read instead of the whole report (the reads the process's own analyses make anyway)."""
+    if views:
+        parts = [(_per_process_gpu(v), runtime.identify(v)) for v in views.values()
+                 if v.has_rows("kernels")]
+        per = pd.concat([p for p, _ in parts], ignore_index=True) if parts else pd.DataFrame()
+        ids = pd.concat([i for _, i in parts], ignore_index=True) if parts else pd.DataFrame()
+    else:
+        per = _per_process_gpu(report)
+        ids = runtime.identify(report) if report.has_rows("kernels") else pd.DataFrame()
     if per.empty:
         return pd.DataFrame(columns=COLUMNS)
     names = dict(zip(report.processes["pid"], report.processes["name"])) \
         if len(report.processes) else {}
-    rt = runtime.identify(report).set_index("pid")["runtime"] if report.has_rows("kernels") \
-        else pd.Series(dtype=str)
+    rt = ids.set_index("pid")["runtime"] if len(ids) else pd.Series(dtype=str)
     rows = []
     for pid, g in per.groupby("pid", sort=True):
         rows.append({"pid": int(pid), "name": str(names.get(pid, "")),
@@ -98,7 +114,7 @@ def _per_process_gpu(report: Report) -> pd.DataFrame:
     def in_numpy() -> pd.DataFrame:
         k = report.kernels(["pid", "device_id", "start_ns", "end_ns", "name"])
         d = (k["end_ns"] - k["start_ns"]).astype(float)
-        nccl = k["name"].astype(str).str.startswith("nccl")
+        nccl = _is_nccl(k["name"])
         f = pd.DataFrame({"pid": k["pid"], "device_id": k["device_id"], "d": d,
                           "n": nccl.astype(int), "nd": d.where(nccl, 0.0)})
         g = f.groupby(["pid", "device_id"])
@@ -109,11 +125,13 @@ def _per_process_gpu(report: Report) -> pd.DataFrame:
     return engine.analyse(report, in_duckdb, in_numpy)
 
 
-def sharing(report: Report, procs: pd.DataFrame) -> pd.DataFrame:
+def sharing(report: Report, procs: pd.DataFrame, kernels: pd.DataFrame | None = None
+            ) -> pd.DataFrame:
     """Per GPU used by two or more of ``procs``: device_id, pids, mode ("time-sliced" or
     "concurrent"), evidence (in words), busy_ns per process (its kernels' union), overlap_ns
     (time their kernel spans overlap), contained and partial (overlapping kernel pairs where
-    one span holds the other, and where they overlap in part)."""
+    one span holds the other, and where they overlap in part). ``kernels``: pid, device_id,
+    start_ns, end_ns of the processes' kernels, when already read (else the report's)."""
     cols = ["device_id", "pids", "mode", "evidence", "busy_ns", "overlap_ns", "contained",
             "partial"]
     gpus = procs.explode("gpus")
@@ -121,7 +139,8 @@ def sharing(report: Report, procs: pd.DataFrame) -> pd.DataFrame:
     shared = shared[shared.map(len) > 1]
     if shared.empty:
         return pd.DataFrame(columns=cols)
-    k = report.kernels(["pid", "device_id", "start_ns", "end_ns"])
+    k = kernels if kernels is not None else report.kernels(["pid", "device_id", "start_ns",
+                                                              "end_ns"])
     mps = [n for n in report.processes["name"].astype(str) if n.startswith(MPS)]
     rows = []
     for dev, pids in shared.items():
@@ -173,18 +192,7 @@ def _union(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def _intersect(a: tuple, b: tuple) -> float:
     """Total time two merged interval sets overlap."""
-    (sa, ea), (sb, eb) = a, b
-    i = j = 0
-    total = 0
-    while i < len(sa) and j < len(sb):
-        lo, hi = max(sa[i], sb[j]), min(ea[i], eb[j])
-        if hi > lo:
-            total += hi - lo
-        if ea[i] < eb[j]:
-            i += 1
-        else:
-            j += 1
-    return float(total)
+    return float(covered(b[0], b[1], a[0], a[1]).sum())
 
 
 def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None) -> dict | None:
@@ -212,9 +220,19 @@ def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None
                    {int(p): int(r) for p, r in zip(ranks["pid"], ranks["rank"])}, windows)
 
 
+def _is_nccl(names: pd.Series) -> pd.Series:
+    """Whether each kernel name is NCCL's (by the names' categories: one test per name)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = names.cat.categories.astype(str).str.startswith("nccl")
+        codes = names.cat.codes.to_numpy()
+        return pd.Series(np.where(codes >= 0, cats[np.clip(codes, 0, None)], False),
+                         index=names.index)
+    return names.astype(str).str.startswith("nccl")
+
+
 def nccl_split(k: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(NCCL kernels, the other kernels) of a kernels table."""
-    nccl = k["name"].astype(str).str.startswith("nccl")
+    nccl = _is_nccl(k["name"])
     return k[nccl], k[~nccl]
 
 

@@ -25,9 +25,9 @@ captures): within 15% where the host's own work kept its pace (see docs/processe
 the replay cannot see: a host that itself ran slower beside the other processes (CPU
 contention); it is the host's, not the GPU's.
 
-The replay is a loop over calls: at most ``BLOCKS`` blocks of ``BLOCK`` consecutive steady
-iterations are replayed (the first of each warms the replay in and is not counted), so a
-long trace costs the same as a short one.
+The replay is a loop over calls: at most ``BLOCKS`` blocks of consecutive steady iterations,
+``CALLS`` calls in all, are replayed (the first iteration of each warms the replay in and is
+not counted), so a long trace costs the same as a short one.
 """
 from __future__ import annotations
 
@@ -37,10 +37,13 @@ import numpy as np
 import pandas as pd
 
 from nsightlab.analysis.classify import sync_kind
+from nsightlab.analysis.timeline import covered, union
 from nsightlab.read.report import Report
 
 BLOCKS = 8
 BLOCK = 9
+#: API calls replayed at most, over all blocks
+CALLS = 50_000
 #: a kernel with another process's kernel this close (ns) is not a clean run
 CLEAN_NS = 3_000
 #: what a synchronizing call costs when the GPU is already done (ns)
@@ -63,25 +66,24 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     if len(it) < 3 or not view.has_rows("cuda_api") or not view.has_rows("kernels"):
         return pd.DataFrame(columns=COLUMNS)
     starts = it["start_ns"].to_numpy(np.int64)
-    spans = [(lo, min(lo + BLOCK, len(it))) for lo in _blocks(len(it))]
-    spans = [(lo, hi) for lo, hi in spans if hi - lo >= 2]
+    api = view.cuda_api(["start_ns", "end_ns", "correlation_id", "name", "tid"])
+    per = max(1, len(api) // len(it))  # calls per iteration
+    spans = [(lo, hi) for lo, hi in _blocks(len(it), per) if hi - lo >= 2]
     # the calls and operations of the replayed blocks only (a long trace costs a short one's)
     edge = lambda hi: starts[hi] + 1 if hi < len(it) else np.iinfo(np.int64).max  # noqa: E731
-    win = [(starts[lo], edge(hi)) for lo, hi in spans]
-    api = _within(view.cuda_api(["start_ns", "end_ns", "correlation_id", "name", "tid"]), win)
+    api = _within(api, [(starts[lo], edge(hi)) for lo, hi in spans])
     ops = _operations(view)
     ops = ops[ops["correlation_id"].isin(api["correlation_id"])].reset_index(drop=True)
     if api.empty or ops.empty:
         return pd.DataFrame(columns=COLUMNS)
     tid = ops.merge(api[["correlation_id", "tid"]], on="correlation_id")["tid"].mode().iloc[0]
     api = api[api["tid"] == tid].sort_values("start_ns").reset_index(drop=True)
-    order = np.argsort(others["start_ns"].to_numpy(np.int64), kind="stable")
-    os_ = others["start_ns"].to_numpy(np.int64)[order]
-    oe = others["end_ns"].to_numpy(np.int64)[order]
-    ops["inside"] = _overlap(ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64),
-                             os_, oe)
-    ops["length"] = _intrinsic(ops, it, os_, oe, concurrent)
-    ops["idle"] = _idle_at_launch(ops, api, os_, oe)
+    busy = _Busy(others["start_ns"].to_numpy(np.int64), others["end_ns"].to_numpy(np.int64))
+    s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+    length = (e - s).astype(float)
+    ops["length"] = _intrinsic(ops, it, busy, length if concurrent
+                               else length - busy.within(s, e))
+    ops["idle"] = _idle_at_launch(ops, api, busy)
     cs = api["start_ns"].to_numpy(np.int64)
     first = np.searchsorted(cs, starts)
     rows = []
@@ -89,18 +91,18 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
         a, b = first[lo], first[hi] if hi < len(it) else len(cs) - 1
         if b <= a:
             continue
-        s = _run(api.iloc[a:b + 1], ops)
+        r = _run(api.iloc[a:b + 1], ops)
         for j in range(lo + 1, hi if hi < len(it) else hi - 1):
             i0, i1 = first[j] - a, first[j + 1] - a
-            if i1 <= i0 or i1 >= len(s):
+            if i1 <= i0 or i1 >= len(r):
                 continue
             w0, w1 = cs[a + i0], cs[a + i1]
-            wall, alone = float(w1 - w0), float(s[i1] - s[i0])
+            wall, alone = float(w1 - w0), float(r[i1] - r[i0])
             rows.append({"iteration": int(it["iteration"].iloc[j]) if "iteration" in it else j,
                          "kind": str(it["kind"].iloc[j]) if "kind" in it else "",
                          "start_ns": int(w0), "wall_ns": wall, "alone_ns": alone,
                          "stretch_ns": wall - alone,
-                         "shared": bool(np.any((os_ < w1) & (oe > w0)))})
+                         "shared": bool(busy.within(np.array([w0]), np.array([w1]))[0] > 0)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -115,8 +117,21 @@ def summary(per: pd.DataFrame) -> dict | None:
             "stretch_ns": float(sh["stretch_ns"].median())}
 
 
+class _Busy:
+    """When the other processes' kernels ran (their spans merged): the time they ran inside
+    any spans is two lookups each (``timeline.covered``)."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray):
+        self.s, self.e = union(starts, ends) if len(starts) else (np.zeros(0, np.int64),) * 2
+
+    def within(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """Per span [s, e): the time some other process's kernel ran inside it."""
+        return covered(self.s, self.e, np.asarray(s, np.int64),
+                       np.asarray(e, np.int64)).astype(float)
+
+
 def _within(t: pd.DataFrame, windows: list) -> pd.DataFrame:
-    """Rows of ``t`` that start inside one of ``windows`` ([lo, hi) pairs)."""
+    """Rows of ``t`` that start inside one of ``windows`` ([lo, hi) pairs, in time order)."""
     s = t["start_ns"].to_numpy(np.int64)
     keep = np.zeros(len(t), bool)
     for lo, hi in windows:
@@ -135,94 +150,86 @@ def _operations(view: Report) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
-def _overlap(s: np.ndarray, e: np.ndarray, os_: np.ndarray, oe: np.ndarray) -> np.ndarray:
-    """Per span [s, e): the time other spans (sorted by start, not overlapping each other
-    much) run inside it."""
-    out = np.zeros(len(s))
-    if not len(os_):
-        return out
-    reach = np.maximum.accumulate(oe)
-    j0 = np.searchsorted(reach, s, side="right")  # first other span that can reach past s
-    j1 = np.searchsorted(os_, e, side="left")     # others starting before e
-    for i in np.flatnonzero(j1 > j0):
-        a, b = j0[i], j1[i]
-        out[i] = np.clip(np.minimum(oe[a:b], e[i]) - np.maximum(os_[a:b], s[i]), 0, None).sum()
-    return out
-
-
-def _intrinsic(ops: pd.DataFrame, it: pd.DataFrame, os_: np.ndarray, oe: np.ndarray,
-               concurrent: bool) -> np.ndarray:
-    """Each operation's length alone (see the module docstring)."""
+def _intrinsic(ops: pd.DataFrame, it: pd.DataFrame, busy: _Busy,
+               fallback: np.ndarray) -> np.ndarray:
+    """Each operation's length alone (see the module docstring): a kernel's clean median at
+    its place of its kind of iteration, else ``fallback``."""
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     length = (e - s).astype(float)
-    fallback = length if concurrent else length - ops["inside"].to_numpy()
-    clean = _overlap(s - CLEAN_NS, e + CLEAN_NS, os_, oe) == 0
+    clean = busy.within(s - CLEAN_NS, e + CLEAN_NS) == 0
     w = np.searchsorted(it["start_ns"].to_numpy(np.int64), s, side="right") - 1
     inside = (w >= 0) & ops["kernel"].to_numpy()
-    key = pd.DataFrame({"w": np.where(inside, w, -1), "s": s})
-    place = key.groupby("w")["s"].rank(method="first").to_numpy()
-    kind = it["kind"].astype(str).to_numpy() if "kind" in it else np.full(len(it), "")
-    k = pd.Series([f"{kind[x]}:{int(p)}" if ok else None
-                   for x, p, ok in zip(np.clip(w, 0, None), place, inside)])
-    med = pd.DataFrame({"k": k, "d": length})[clean & k.notna().to_numpy()] \
-        .groupby("k")["d"].median()
-    alone = k.map(med).to_numpy(float)
+    place = pd.Series(s).groupby(np.where(inside, w, -1)).rank(method="first").to_numpy(np.int64)
+    kind = pd.factorize(it["kind"].astype(str))[0] if "kind" in it else np.zeros(len(it), int)
+    key = np.where(inside, kind[np.clip(w, 0, None)].astype(np.int64) * (1 << 32) + place, -1)
+    ok = clean & inside
+    med = pd.Series(length[ok]).groupby(key[ok]).median()
+    alone = pd.Series(key).map(med).to_numpy(float, copy=True)
+    alone[~inside] = np.nan
     return np.where(np.isnan(alone), fallback, np.minimum(alone, length))
 
 
-def _idle_at_launch(ops: pd.DataFrame, api: pd.DataFrame, os_: np.ndarray,
-                    oe: np.ndarray) -> np.ndarray:
+def _idle_at_launch(ops: pd.DataFrame, api: pd.DataFrame, busy: _Busy) -> np.ndarray:
     """Whether each operation went to an idle GPU: its stream had nothing running when its
     launch call began, and no other process's kernel ran until it started."""
     call = ops["correlation_id"].map(api.drop_duplicates("correlation_id")
                                      .set_index("correlation_id")["start_ns"])
     prev = ops.groupby("stream_id")["end_ns"].shift(1)  # ops are in start order
     c = call.fillna(ops["start_ns"]).to_numpy(np.int64)
-    alone = _overlap(c, np.maximum(c, ops["start_ns"].to_numpy(np.int64)), os_, oe) == 0
+    alone = busy.within(c, np.maximum(c, ops["start_ns"].to_numpy(np.int64))) == 0
     return (prev.isna() | (prev < call)).to_numpy() & call.notna().to_numpy() & alone
 
 
-def _blocks(n: int) -> list[int]:
-    """First iterations of the blocks replayed: all of them for a short run, else ``BLOCKS``
-    blocks spread over the run."""
-    if n <= BLOCKS * BLOCK:
-        return list(range(0, n, BLOCK))
-    return [int(x) for x in np.linspace(0, n - BLOCK, BLOCKS).round()]
+def _blocks(n: int, per: int) -> list[tuple[int, int]]:
+    """The blocks of iterations replayed, [lo, hi): all of them for a short run, else up to
+    ``BLOCKS`` blocks spread over the run, ``CALLS`` calls (``per`` an iteration) in all."""
+    most = max(4, CALLS // per)
+    if n <= min(most, BLOCKS * BLOCK):
+        return [(lo, min(lo + BLOCK, n)) for lo in range(0, n, BLOCK)]
+    size = max(3, min(BLOCK, most // BLOCKS))
+    count = max(1, min(BLOCKS, most // size))
+    return [(int(lo), int(lo) + size) for lo in np.linspace(0, n - size, count).round()]
 
 
 def _run(calls: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """The replayed start of each call of ``calls`` (consecutive calls of one thread)."""
     cs = calls["start_ns"].to_numpy(np.int64)
     ce = calls["end_ns"].to_numpy(np.int64)
-    names = calls["name"].astype(str).to_numpy()
-    mine = ops[ops["correlation_id"].isin(calls["correlation_id"])]
-    by = mine.groupby("correlation_id").indices
-    ostart = mine["start_ns"].to_numpy(np.int64)
-    oend = mine["end_ns"].to_numpy(np.int64)
-    ostream = mine["stream_id"].to_numpy()
-    olen = mine["length"].to_numpy(float)
-    corr = calls["correlation_id"].to_numpy()
-    pos = {c: i for i, c in enumerate(corr)}
-    # the launch latency: from the call's start to its operation's, where the stream was idle
-    lat = np.array([ostart[j] - cs[pos[c]] for c, js in by.items() for j in js
-                    if c in pos and ostart[j] >= cs[pos[c]] and mine["idle"].iat[j]], dtype=float)
-    latency = float(np.median(lat)) if len(lat) else 0.0
-    blocking = np.array([bool(sync_kind(n)) and sync_kind(n) != "stream_wait" for n in names])
-    out = np.zeros(len(cs))
+    name = calls["name"].astype(str)
+    kinds = {n: sync_kind(n) for n in name.unique()}
+    blocking = name.map(lambda n: kinds[n] not in (None, "stream_wait")).to_numpy()
+    copy = name.map(lambda n: bool(_ASYNC_COPY.match(n))).to_numpy()
+    at = pd.Index(calls["correlation_id"]).get_indexer(ops["correlation_id"])
+    mine = np.flatnonzero(at >= 0)
+    mine = mine[np.argsort(at[mine], kind="stable")]
+    call_of = at[mine]
+    ostart = ops["start_ns"].to_numpy(np.int64)[mine]
+    # the launch latency: from the call's start to its operation's, where the GPU was idle
+    lat = ostart - cs[call_of]
+    good = ops["idle"].to_numpy()[mine] & (lat >= 0)
+    latency = float(np.median(lat[good])) if good.any() else 0.0
+    first = np.searchsorted(call_of, np.arange(len(cs)), side="left").tolist()
+    last = np.searchsorted(call_of, np.arange(len(cs)), side="right").tolist()
+    stream = ops["stream_id"].to_numpy()[mine].tolist()
+    olen = ops["length"].to_numpy(float)[mine].tolist()
+    oend = ops["end_ns"].to_numpy(np.int64)[mine].tolist()
+    gap = np.concatenate([[0], cs[1:] - ce[:-1]]).astype(float).tolist()
+    took = (ce - cs).astype(float).tolist()
+    ce_, blocking, copy = ce.tolist(), blocking.tolist(), copy.tolist()
+    out = [0.0] * len(cs)
     free: dict = {}
     done = -np.inf
     t = float(cs[0])
     for i in range(len(cs)):
-        if i:
-            t = t + float(cs[i] - ce[i - 1])
+        t += gap[i]
         out[i] = t
-        js = by.get(corr[i], ())
-        for j in js:
-            start = max(t + latency, free.get(ostream[j], -np.inf))
-            free[ostream[j]] = start + olen[j]
+        end_own = None
+        for j in range(first[i], last[i]):
+            start = max(t + latency, free.get(stream[j], -np.inf))
+            free[stream[j]] = start + olen[j]
             done = max(done, start + olen[j])
-        took = float(ce[i] - cs[i])
-        waits = blocking[i] or (len(js) and _ASYNC_COPY.match(names[i]) and took > BLOCKING_COPY_NS
-                                and abs(ce[i] - max(oend[j] for j in js)) < BLOCKING_COPY_NS)
-        t = max(t + min(took, SYNC_FLOOR_NS), done) if waits else t + took
-    return out
+            end_own = oend[j] if end_own is None else max(end_own, oend[j])
+        waits = blocking[i] or (copy[i] and end_own is not None and took[i] > BLOCKING_COPY_NS
+                                and abs(ce_[i] - end_own) < BLOCKING_COPY_NS)
+        t = max(t + min(took[i], SYNC_FLOOR_NS), done) if waits else t + took[i]
+    return np.asarray(out)

@@ -195,24 +195,31 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
     open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
     r = as_report(report, **open_options)
     label = run_labels([str(r.source if isinstance(report, Report) else report)])[0]
-    if process is not None or rank is not None or len(processes.cuda_pids(r)) > 1:
-        procs = processes.table(r)
-        if process is not None or rank is not None:
-            pid = pick(procs, process, rank, r.source)
-            one = _one(split.of_process(r, pid), f"{label} (pid {pid})")
-            return one
+    if process is not None or rank is not None:
+        pid = pick(processes.table(r), process, rank, r.source)
+        return _one(split.of_process(r, pid), f"{label} (pid {pid})")
+    pids = processes.cuda_pids(r)
+    if len(pids) > 1:
+        # each process's own export first (the splits on threads: SQLite writes them without
+        # the GIL); the table, the sharing and the stretch then read the processes' own
+        # tables, which their reports read anyway, never the whole report's
+        with ThreadPoolExecutor(min(len(pids), 4)) as pool:
+            views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p), pids)))
+        procs = processes.table(r, views)
         if len(procs) > 1:
-            views = [split.of_process(r, int(p)) for p in procs["pid"]]
+            views = [views[int(p)] for p in procs["pid"]]
             runs = [_one(v, f"{label} (pid {p})") for v, p in zip(views, procs["pid"])]
-            out = ProcessesReport(label, procs, processes.sharing(r, procs), runs)
-            out.stretch, out.stretch_iterations = _stretch(r, views, procs, out.sharing)
+            k = pd.concat([v.kernels(["pid", "device_id", "start_ns", "end_ns"]) for v in views],
+                          ignore_index=True)
+            out = ProcessesReport(label, procs, processes.sharing(r, procs, k), runs)
+            out.stretch, out.stretch_iterations = _stretch(k, views, procs, out.sharing)
             out.collectives = processes.collectives(r, procs, _steady_windows(views, procs))
             out.straggler = _straggler(out)
             return out
     return _one(r, label)
 
 
-def _stretch(r: Report, views: list[Report], procs: pd.DataFrame,
+def _stretch(k: pd.DataFrame, views: list[Report], procs: pd.DataFrame,
              shared: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """How much sharing each GPU stretched each of its processes' iterations
     (``analysis.stretch``)."""
@@ -220,7 +227,6 @@ def _stretch(r: Report, views: list[Report], procs: pd.DataFrame,
     rows, per = [], {}
     if shared.empty:
         return pd.DataFrame(columns=cols), per
-    k = r.kernels(["pid", "device_id", "start_ns", "end_ns"])
     view = dict(zip(procs["pid"].astype(int), views))
     for g in shared.itertuples():
         for pid in g.pids:
