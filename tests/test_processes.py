@@ -131,6 +131,39 @@ def test_tensor_parallel_collectives_are_matched(reports):
     assert (t["exposed_transfer_ns"] > 0).all()
 
 
+def test_overlap_pct_is_nsys_nccl_gpu_overlap_trace_s(reports, tmp_path):
+    """nccl_gpu_overlap_trace's overlap %: the NCCL kernel time that compute kernels of the
+    same GPU overlap, as a share of the NCCL kernel time; here over every collective of each
+    rank, counted kernel by kernel against the compute kernels (a plain loop, not nsightlab's
+    interval code)."""
+    shutil.copy(DATA / "nsys" / "ddp-tp.sqlite.xz", tmp_path)
+    r = nsightlab.open(tmp_path / "ddp-tp.sqlite.xz")
+    procs = reports["ddp-tp"].processes
+    k = r.kernels(["pid", "device_id", "start_ns", "end_ns", "name"])
+    nccl, compute = processes.nccl_split(k)
+    c = processes.matched({int(p): nccl[nccl["pid"] == p] for p in procs["pid"]},
+                          {int(p): compute[compute["pid"] == p] for p in procs["pid"]},
+                          {int(p): int(x) for p, x in zip(procs["pid"], procs["rank"])})
+    for row in c["ranks"].itertuples():
+        mine = nccl[nccl["pid"] == row.pid].sort_values("start_ns").iloc[:row.collectives]
+        other = compute[compute["pid"] == row.pid].sort_values("start_ns")
+        total = over = 0
+        for a, b in zip(mine["start_ns"], mine["end_ns"]):
+            total += b - a
+            cut = []
+            for x, y in zip(other["start_ns"], other["end_ns"]):
+                if x < b and y > a:
+                    cut.append((max(x, a), min(y, b)))
+            cut.sort()
+            reach = a
+            for x, y in cut:  # the union of the overlaps inside this kernel
+                if y > reach:
+                    over += y - max(x, reach)
+                    reach = y
+        assert row.overlap_pct == pytest.approx(100 * over / total, abs=0.01)
+    assert "overlap with compute" in render(reports["ddp-tp"])
+
+
 def test_one_rank_alone_says_straggler_analysis_needs_all_ranks(tmp_path):
     shutil.copy(DATA / "nsys" / "rank-straggler-0.sqlite.xz", tmp_path)
     rr = run_report.build(tmp_path / "rank-straggler-0.sqlite.xz")
@@ -225,6 +258,23 @@ def test_diff_of_several_processes_says_which_it_compared(tmp_path):
              a_process=1966, b_process=2307).headline
     assert not any("CUDA processes" in w for w in h["workload_warnings"])
     assert h["a"].endswith("(pid 1966)") and h["b"].endswith("(pid 2307)")
+
+
+def test_diff_without_ranks_lines_processes_up_by_name_and_order(tmp_path):
+    """No ranks: B's process is the one of A's pick's name at its place (pid order)."""
+    from nsightlab.comparison.diff import diff
+
+    for n in ("st-vit2", "st-mix3"):
+        shutil.copy(DATA / "nsys" / f"{n}.sqlite.xz", tmp_path)
+    h = diff(tmp_path / "st-mix3.sqlite.xz", tmp_path / "st-vit2.sqlite.xz").headline
+    a, b = h["workload_warnings"][:2]
+    assert "compared pid 879 (python3; the busiest)" in a  # ResNet-50: most kernel time
+    # the 2nd python3 of st-mix3: the 2nd of st-vit2 (pid 706), not st-vit2's busiest
+    assert "compared pid 706 (python3; the 2nd python3 process by pid, as on A)" in b
+    h = diff(tmp_path / "st-mix3.sqlite.xz", tmp_path / "st-vit2.sqlite.xz",
+             a_process=880).headline
+    # the 3rd python3: st-vit2 has two, so its busiest
+    assert "compared pid 705 (python3; the busiest)" in h["workload_warnings"][0]
 
 
 def test_nsys_ai_public_two_gpu_export(tmp_path):

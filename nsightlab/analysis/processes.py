@@ -270,7 +270,10 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
                      "collectives": int(keep.sum()), "last": int(last[i]),
                      "nccl_ns": float((ends[i] - starts[i]).sum()) / n,
                      "exposed_ns": exposed / n, "exposed_wait_ns": exposed_wait / n,
-                     "exposed_transfer_ns": (exposed - exposed_wait) / n, "per": n})
+                     "exposed_transfer_ns": (exposed - exposed_wait) / n, "per": n,
+                     # nsys's nccl_gpu_overlap_trace: NCCL kernel time that compute kernels
+                     # of the same GPU overlap, as a share of the NCCL kernel time
+                     "overlap_pct": 100.0 * (1 - exposed / max(_length(busy), 1))})
     t = pd.DataFrame(rows)
     top = t.loc[t["last"].idxmax()]
     share = 100.0 * top["last"] / max(int(keep.sum()), 1)

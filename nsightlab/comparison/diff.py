@@ -124,19 +124,20 @@ def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike,
     capture name or file stem (``core.labels``); the headline keeps their paths.
 
     A report of several CUDA processes is one run per process: ``a_process``/``b_process``
-    (pids) pick them; else the same rank on both sides where both hold ranks (the busiest
-    rank of A), else each side's busiest process, and a workload warning says which."""
+    (pids) pick them; else A's busiest process, and on B the same rank where both hold ranks,
+    else the process of the same name and place among that name's processes (pid order: as
+    launched), else B's busiest; a workload warning says which."""
     open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
     ra, rb = as_report(a, **open_options), as_report(b, **open_options)
     la, lb = run_labels([str(r.source) if isinstance(r, Report) else str(r) for r in (a, b)])
     if la == lb and str(a) != str(b):
         la, lb = str(a), str(b)
-    ra, la, wa, rank = process_of(ra, la, a_process, "A")
-    if rank is None:  # one rank's own report (rank_%q{RANK}): its rank from its name
+    ra, la, wa, like = process_of(ra, la, a_process, "A")
+    if like is None:  # one rank's own report (rank_%q{RANK}): its rank from its name
         from nsightlab.analysis.processes import RANK_IN_NAME
         named = RANK_IN_NAME.search(Path(str(ra.source)).name)
-        rank = int(named.group(1)) if named else None
-    rb, lb, wb, _ = process_of(rb, lb, b_process, "B", rank)
+        like = {"rank": int(named.group(1))} if named else None
+    rb, lb, wb, _ = process_of(rb, lb, b_process, "B", like)
     pa_, pb_ = profile(ra, la), profile(rb, lb)
     d = compare(pa_, pb_)
     d.headline["workload_warnings"] = [*wa, *wb, *d.headline["workload_warnings"]]
@@ -144,37 +145,59 @@ def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike,
     return d
 
 
-def process_of(r: Report, label: str, pid: int | None, side: str, rank: int | None = None,
+def process_of(r: Report, label: str, pid: int | None, side: str, like: dict | None = None,
                hint: str = "", base: str = "A"):
-    """(the report of one process, its label, warnings, its rank): ``pid`` when given; for a
-    report of several CUDA processes, the process of ``rank`` when there is one, else the
-    busiest (most kernel time), said in a warning; ``r`` itself otherwise."""
+    """(the report of one process, its label, warnings, how to line it up): ``pid`` when
+    given; for a report of several CUDA processes, the one like ``like`` (the other side's
+    pick, as this returns it: ``{"rank": N}``, or ``{"name": ..., "order": k}``, the k-th
+    process of that name by pid, as launched), else the busiest (most kernel time), said in
+    a warning; ``r`` itself otherwise (None to line up by)."""
     from nsightlab.analysis import processes
     from nsightlab.read import split
 
     if pid is None and len(processes.cuda_pids(r)) < 2:
         return r, label, [], None
     procs = processes.table(r)
+
+    def key(row) -> dict:
+        if row["rank"] is not None and row["rank"] == row["rank"]:  # not None, not NaN
+            return {"rank": int(row["rank"])}
+        same = list(procs.loc[procs["name"] == row["name"], "pid"])
+        return {"name": row["name"], "order": same.index(row["pid"])}
+
     if pid is not None:
         if int(pid) not in set(procs["pid"]):
             from nsightlab.errors import UsageError
             have = ", ".join(str(p) for p in procs["pid"]) or "none"
             raise UsageError(f"{r.source}: no CUDA process {pid}; its CUDA processes: {have}")
         row = procs[procs["pid"] == int(pid)].iloc[0]
-        return split.of_process(r, int(pid)), f"{label} (pid {pid})", [], row["rank"]
+        return split.of_process(r, int(pid)), f"{label} (pid {pid})", [], key(row)
     if len(procs) < 2:
         return r, label, [], None
-    by_rank = procs[procs["rank"] == rank] if rank is not None else procs.iloc[0:0]
-    row = by_rank.iloc[0] if len(by_rank) else procs.loc[procs["kernel_ns"].idxmax()]
-    how = f"rank {row['rank']}, as on {base}" if len(by_rank) else "the busiest"
-    ranked = row["rank"] is not None and row["rank"] == row["rank"]  # not None, not NaN
+    like = like or {}
+    hit = procs.iloc[0:0]
+    if "rank" in like:
+        hit, how = procs[procs["rank"] == like["rank"]], f"rank {like['rank']}, as on {base}"
+    elif "name" in like:
+        same = procs[procs["name"] == like["name"]]
+        if like["order"] < len(same):
+            hit = same.iloc[[like["order"]]]
+        how = (f"the {_nth(like['order'] + 1)} {like['name']} process by pid, as on {base}"
+               if len(same) > 1 else f"the {like['name']} process, as on {base}")
+    row = hit.iloc[0] if len(hit) else procs.loc[procs["kernel_ns"].idxmax()]
+    if not len(hit):
+        how = "the busiest"
+    ranked = row["rank"] is not None and row["rank"] == row["rank"]
     rank_said = f", rank {int(row['rank'])}" if ranked else ""
     said = (f"{side} holds {len(procs)} CUDA processes (pids "
             f"{', '.join(str(p) for p in procs['pid'])}): compared pid {row['pid']} "
             f"({row['name']}{rank_said}; {how}); "
             + (hint or f"--{side.lower()}-process PID picks another, nsightlab report shows each"))
-    return (split.of_process(r, int(row["pid"])), f"{label} (pid {row['pid']})", [said],
-            row["rank"] if ranked else None)
+    return split.of_process(r, int(row["pid"])), f"{label} (pid {row['pid']})", [said], key(row)
+
+
+def _nth(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def compare(pa: RunProfile, pb: RunProfile) -> Diff:

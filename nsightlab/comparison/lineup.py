@@ -96,12 +96,12 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     labels = labels or run_labels([str(r) if not isinstance(r, Report) else str(r.source)
                                    for r in runs])
     labels = _unique(labels)
-    notes, rank = [], None
+    notes, like = [], None
     for i, (r, lab) in enumerate(zip(reports, labels)):
         reports[i], labels[i], said, got = process_of(
-            r, lab, None, f"run {lab}", rank, hint="nsightlab report RUN shows each",
+            r, lab, None, f"run {lab}", like, hint="nsightlab report RUN shows each",
             base="the baseline")
-        rank = got if i == 0 else rank
+        like = got if i == 0 else like
         notes += said
     profiles = [_profile(r, lab) for r, lab in zip(reports, labels)]
     diffs = []

@@ -333,8 +333,9 @@ def _(pr: ProcessesReport, limit: int | None = 8) -> str:
         lines.append("  communication per iteration (NCCL, exposed = no compute of that GPU "
                      "overlaps it): " + "; ".join(
                          f"rank {r.rank} {r.exposed_ns / 1e6:.2f} ms exposed ({r.exposed_wait_ns / 1e6:.2f} "
-                         f"waiting for peers, {r.exposed_transfer_ns / 1e6:.2f} transfer), arrived "
-                         f"last to {r.last} of {r.collectives}" for r in t.itertuples()))
+                         f"waiting for peers, {r.exposed_transfer_ns / 1e6:.2f} transfer; "
+                         f"overlap with compute {r.overlap_pct:.0f}%), arrived last to {r.last} of "
+                         f"{r.collectives}" for r in t.itertuples()))
     elif c and "mismatch" in c:
         lines.append("  collectives not matched across ranks: their NCCL kernel counts differ ("
                      + ", ".join(f"pid {p}: {n}" for p, n in c["mismatch"].items()) + ")")
