@@ -71,8 +71,12 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     spans = [(lo, hi) for lo, hi in _blocks(len(it), per) if hi - lo >= 2]
     # the calls and operations of the replayed blocks only (a long trace costs a short one's)
     edge = lambda hi: starts[hi] + 1 if hi < len(it) else np.iinfo(np.int64).max  # noqa: E731
-    api = _within(api, [(starts[lo], edge(hi)) for lo, hi in spans])
-    ops = _operations(view)
+    windows = [(starts[lo], edge(hi)) for lo, hi in spans]
+    api = _within(api, windows)
+    # operations of those calls: they start after their call, by the end of the next block
+    # at the latest (a cheap cut by time first: a long trace's millions are not sorted)
+    ops = _operations(view, [(lo, nxt) for (lo, _), (nxt, _) in
+                             zip(windows, [*windows[1:], (np.iinfo(np.int64).max, 0)])])
     ops = ops[ops["correlation_id"].isin(api["correlation_id"])].reset_index(drop=True)
     if api.empty or ops.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -139,13 +143,14 @@ def _within(t: pd.DataFrame, windows: list) -> pd.DataFrame:
     return t[keep]
 
 
-def _operations(view: Report) -> pd.DataFrame:
-    """The process's GPU operations: start_ns, end_ns, stream_id, correlation_id, kernel."""
+def _operations(view: Report, windows: list) -> pd.DataFrame:
+    """The process's GPU operations that start inside ``windows``: start_ns, end_ns,
+    stream_id, correlation_id, kernel."""
     cols = ["start_ns", "end_ns", "stream_id", "correlation_id"]
-    parts = [view.kernels(cols).assign(kernel=True)]
+    parts = [_within(view.kernels(cols), windows).assign(kernel=True)]
     for t in ("memcpy", "memset"):
         if view.has_rows(t):
-            parts.append(view.table(t, cols).assign(kernel=False))
+            parts.append(_within(view.table(t, cols), windows).assign(kernel=False))
     return pd.concat(parts, ignore_index=True).sort_values("start_ns", kind="stable") \
         .reset_index(drop=True)
 
