@@ -99,6 +99,30 @@ def test_the_stretch_of_sharing_is_the_measured_one(reports, name, model):
     assert f"pid {pid}: the sharing stretched its iterations by" in out
 
 
+def test_a_shared_process_says_its_kernel_time_holds_the_others(reports, tmp_path):
+    """ResNet-50 batch 128 (GPU-bound) beside ResNet-18: time-slicing preempts its kernels,
+    whose spans then hold the other's kernels. Its own report says how much of its kernel
+    time that is: at most the other's kernel time during its passes together (by the truth's
+    windows), and most of it (its kernels fill its passes)."""
+    pr = reports["st-big-small"]
+    (pid, rows), = [(p, r) for p, r in passes("st-big-small").items()
+                    if r[0]["model"] == "resnet50:128"]
+    shutil.copy(DATA / "nsys" / "st-big-small.sqlite.xz", tmp_path)
+    r = nsightlab.open(tmp_path / "st-big-small.sqlite.xz")
+    zero = nsightlab.read.metadata.session_start(r.db)
+    k = r.kernels(["pid", "start_ns", "end_ns"])
+    other = k[k["pid"] != pid]
+    during = statistics.median(
+        (other["end_ns"].clip(upper=x["end_ns"] - zero) - other["start_ns"].clip(
+            lower=x["start_ns"] - zero)).clip(lower=0).sum() for x in rows
+        if x["phase"] == "together")
+    held = pr.stretch.set_index("pid").loc[pid, "held_ns"]
+    assert 0.5 * during <= held <= 1.05 * during, (held, during)
+    run = dict(zip(pr.processes["pid"], pr.runs))[pid]
+    assert run.findings[0].startswith("GPU 0 is shared: its iterations took")
+    assert "time-slicing preempted its kernels" in run.findings[0]
+
+
 def test_mps_barely_stretches_launch_bound_processes(reports):
     """Under MPS the two processes' kernels run at once: neither pass got longer together
     (truth within 0.1 ms), and nsightlab says so."""

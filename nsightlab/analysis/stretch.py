@@ -50,15 +50,17 @@ CLEAN_NS = 3_000
 SYNC_FLOOR_NS = 5_000
 #: a copy call that ends this close (ns) after its copy, having lasted longer, waited for it
 BLOCKING_COPY_NS = 20_000
-COLUMNS = ["iteration", "kind", "start_ns", "wall_ns", "alone_ns", "stretch_ns", "shared"]
+COLUMNS = ["iteration", "kind", "start_ns", "wall_ns", "alone_ns", "stretch_ns", "shared",
+           "held_ns"]
 _ASYNC_COPY = re.compile(r"^(cudaMemcpy|cuMemcpy).*Async")
 
 
 def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
            concurrent: bool) -> pd.DataFrame:
     """Per replayed iteration of the process of ``view`` (``COLUMNS``): its length in the trace
-    (between the first calls of it and of the next), replayed alone, the stretch, and whether
-    another process's kernels ran during it. ``others``: start_ns, end_ns of the other
+    (between the first calls of it and of the next), replayed alone, the stretch, whether
+    another process's kernels ran during it, and ``held_ns``: the other processes' kernel time
+    inside its own kernels' spans (preempted by time-slicing, its kernel time counts it). ``others``: start_ns, end_ns of the other
     processes' kernels on the same GPU; ``iterations``: the process's iterations (the budget's
     table: start_ns, end_ns, phase, kind) of one GPU."""
     it = iterations[iterations["phase"] != "warm-up"] if "phase" in iterations else iterations
@@ -88,6 +90,7 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     ops["length"] = _intrinsic(ops, it, busy, length if concurrent
                                else length - busy.within(s, e))
     ops["idle"] = _idle_at_launch(ops, api, busy)
+    held = np.concatenate([[0.0], np.cumsum(np.where(ops["kernel"], busy.within(s, e), 0.0))])
     cs = api["start_ns"].to_numpy(np.int64)
     first = np.searchsorted(cs, starts)
     rows = []
@@ -102,11 +105,13 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
                 continue
             w0, w1 = cs[a + i0], cs[a + i1]
             wall, alone = float(w1 - w0), float(r[i1] - r[i0])
+            k0, k1 = np.searchsorted(s, [w0, w1])  # its kernels that start in the iteration
             rows.append({"iteration": int(it["iteration"].iloc[j]) if "iteration" in it else j,
                          "kind": str(it["kind"].iloc[j]) if "kind" in it else "",
                          "start_ns": int(w0), "wall_ns": wall, "alone_ns": alone,
                          "stretch_ns": wall - alone,
-                         "shared": bool(busy.within(np.array([w0]), np.array([w1]))[0] > 0)})
+                         "shared": bool(busy.within(np.array([w0]), np.array([w1]))[0] > 0),
+                         "held_ns": float(held[k1] - held[k0])})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -118,7 +123,8 @@ def summary(per: pd.DataFrame) -> dict | None:
         return None
     return {"iterations": int(len(sh)), "replayed": int(len(per)),
             "wall_ns": float(sh["wall_ns"].median()), "alone_ns": float(sh["alone_ns"].median()),
-            "stretch_ns": float(sh["stretch_ns"].median())}
+            "stretch_ns": float(sh["stretch_ns"].median()),
+            "held_ns": float(sh["held_ns"].median())}
 
 
 class _Busy:

@@ -213,6 +213,7 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
                           ignore_index=True)
             out = ProcessesReport(label, procs, processes.sharing(r, procs, k), runs)
             out.stretch, out.stretch_iterations = _stretch(k, views, procs, out.sharing)
+            _say_shared(out)
             out.collectives = processes.collectives(r, procs, _steady_windows(views, procs))
             out.straggler = _straggler(out)
             return out
@@ -223,7 +224,8 @@ def _stretch(k: pd.DataFrame, views: list[Report], procs: pd.DataFrame,
              shared: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """How much sharing each GPU stretched each of its processes' iterations
     (``analysis.stretch``)."""
-    cols = ["pid", "device_id", "iterations", "replayed", "wall_ns", "alone_ns", "stretch_ns"]
+    cols = ["pid", "device_id", "iterations", "replayed", "wall_ns", "alone_ns", "stretch_ns",
+            "held_ns"]
     rows, per = [], {}
     if shared.empty:
         return pd.DataFrame(columns=cols), per
@@ -242,6 +244,33 @@ def _stretch(k: pd.DataFrame, views: list[Report], procs: pd.DataFrame,
             if s is not None:
                 rows.append({"pid": pid, "device_id": int(g.device_id), **s})
     return pd.DataFrame(rows, columns=cols), per
+
+
+#: other processes' kernel time inside a process's kernels, as a share of its iteration, that
+#: its own report says (its kernel time and verdict count it)
+HELD_PCT = 5.0
+
+
+def _say_shared(pr: "ProcessesReport") -> None:
+    """In each report of a process that shared its GPU: how much of its kernel time is the
+    other processes' (their kernels ran inside its preempted kernels' spans), and what its
+    iterations would take alone, so its verdict is read with that."""
+    runs = dict(zip(pr.processes["pid"].astype(int), pr.runs))
+    mode = dict(zip(pr.sharing["device_id"], pr.sharing["mode"])) if len(pr.sharing) else {}
+    for x in pr.stretch.itertuples():
+        if x.pid not in runs:
+            continue
+        held = ""
+        if x.held_ns > HELD_PCT / 100 * x.wall_ns:
+            held = (f"; {_ms(x.held_ns)} per iteration of its kernels' time is other processes' "
+                    "kernels running inside them (time-slicing preempted its kernels): its "
+                    "kernel time and verdict count it" if mode.get(x.device_id) != "concurrent"
+                    else f"; its kernels ran beside other processes' kernels (MPS: sharing the "
+                    f"SMs) {_ms(x.held_ns)} per iteration")
+        runs[x.pid].findings.insert(0, (
+            f"GPU {x.device_id} is shared: its iterations took {_ms(x.wall_ns)} beside the "
+            f"other process(es), {_ms(x.alone_ns)} replayed alone (stretch {_ms(x.stretch_ns)}, "
+            f"median of {x.iterations} iterations){held}"))
 
 
 #: matched collectives ending further apart than this (median) say the clocks disagree
