@@ -38,6 +38,17 @@ def line(f, **kw):
     f.flush()
 
 
+def timed_pass(f, m, x, **kw):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t, s = time.perf_counter(), time.time_ns()
+    a.record()
+    m(x)
+    b.record()
+    b.synchronize()
+    line(f, pid=os.getpid(), gpu_ms=a.elapsed_time(b), wall_ms=(time.perf_counter() - t) * 1e3,
+         start_ns=s, end_ns=time.time_ns(), **kw)
+
+
 def infer(name, warm, iters, truth, device="0"):
     torch.cuda.set_device(int(device))
     m, shape = model(name)
@@ -51,25 +62,7 @@ def infer(name, warm, iters, truth, device="0"):
             m(x)
         torch.cuda.synchronize()
         for i in range(iters):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t, s = time.perf_counter(), time.time_ns()
-            a.record()
-            m(x)
-            b.record()
-            b.synchronize()
-            line(f, pid=os.getpid(), model=name, iter=i, gpu_ms=a.elapsed_time(b),
-                 wall_ms=(time.perf_counter() - t) * 1e3, start_ns=s, end_ns=time.time_ns())
-
-
-def timed_pass(f, m, x, **kw):
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t, s = time.perf_counter(), time.time_ns()
-    a.record()
-    m(x)
-    b.record()
-    b.synchronize()
-    line(f, pid=os.getpid(), gpu_ms=a.elapsed_time(b), wall_ms=(time.perf_counter() - t) * 1e3,
-         start_ns=s, end_ns=time.time_ns(), **kw)
+            timed_pass(f, m, x, model=name, iter=i)
 
 
 def member(i, spec, bar, done, warm, rounds, solo, together, truth):
