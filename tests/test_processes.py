@@ -39,7 +39,7 @@ def reports(module_cache, tmp_path_factory) -> dict:
 #: processes sharing GPU 0 (workloads.py shared, trimmed after round 0): each ran 10 passes
 #: alone while the others waited, then all ran passes together
 SHARED = {"st-vit2": "time-sliced", "st-mix3": "time-sliced", "st-big-small": "time-sliced",
-          "st-mps2": "concurrent"}
+          "st-big2": "time-sliced", "st-mps2": "concurrent"}
 
 
 def passes(name: str) -> dict[int, list[dict]]:
@@ -71,14 +71,15 @@ def test_processes_sharing_a_gpu_are_each_their_own_run(reports, name):
     assert sh["device_id"] == 0 and sh["mode"] == mode
     if mode == "concurrent":   # MPS: kernels of the two overlap in part, the server is traced
         assert sh["partial"] > sh["contained"] and "MPS" in sh["evidence"]
-    else:                      # time-slicing: never in part
-        assert sh["partial"] == 0
+    else:  # time-slicing: spans held whole (preempted), seldom in part (two preempted)
+        assert sh["partial"] <= 0.05 * sh["contained"]
     assert pr.processes["rank"].isna().all()  # no NCCL: no ranks
 
 
 #: (capture, model) whose stretch the truth measures: together less alone, the host's own
 #: work at the same pace in both (see tests/data/procs/README.md for the others)
-MEASURED = [("st-big-small", "resnet50:128"), ("st-mix3", "resnet50"), ("st-mix3", "resnet18")]
+MEASURED = [("st-big-small", "resnet50:128"), ("st-mix3", "resnet50"), ("st-mix3", "resnet18"),
+            ("st-big2", "resnet50:128")]
 
 
 @pytest.mark.parametrize("name,model", MEASURED)
@@ -87,16 +88,19 @@ def test_the_stretch_of_sharing_is_the_measured_one(reports, name, model):
     nsightlab replays from the iterations together is within 15% of the measured one (the
     median pass together less the median pass alone)."""
     pr = reports[name]
-    (pid, rows), = [(p, r) for p, r in passes(name).items() if r[0]["model"] == model]
-    measured = median_ms(rows, "together") - median_ms(rows, "solo")
-    said = pr.stretch.set_index("pid").loc[pid]
-    assert said["stretch_ns"] / 1e6 == pytest.approx(measured, rel=0.15), (said, measured)
-    # the iterations it ran alone replay to their own length
-    t = pr.stretch_iterations[pid]
-    alone = t[~t["shared"]]
-    assert len(alone) >= 5 and (alone["stretch_ns"] / alone["wall_ns"]).abs().median() < 0.05
-    out = render(pr)
-    assert f"pid {pid}: the sharing stretched its iterations by" in out
+    for pid, rows in passes(name).items():
+        if rows[0]["model"] != model:
+            continue
+        measured = median_ms(rows, "together") - median_ms(rows, "solo")
+        said = pr.stretch.set_index("pid").loc[pid]
+        assert said["stretch_ns"] / 1e6 == pytest.approx(measured, rel=0.15), (said, measured)
+        # the iterations it ran alone replay to their own length
+        t = pr.stretch_iterations[pid]
+        alone = t[~t["shared"]]
+        assert len(alone) >= 5 and (alone["stretch_ns"] / alone["wall_ns"]).abs().median() < 0.05
+        out = render(pr)
+        assert f"pid {pid}: the sharing stretched its iterations by" in out
+        assert "a lower bound" not in out  # every kernel that shared the GPU also ran alone
 
 
 def test_a_shared_process_says_its_kernel_time_holds_the_others(reports, tmp_path):

@@ -161,9 +161,11 @@ def sharing(report: Report, procs: pd.DataFrame, kernels: pd.DataFrame | None = 
         said = (f"{partial:,} kernel spans of different processes overlap in part, {contained:,} "
                 "hold another's whole")
         evidence = (f"MPS is running ({mps[0]} in the trace); " if mps else "") + said \
-            if concurrent else (f"no kernel of one ran while another's did; {contained:,} kernel "
-                                "spans hold another process's kernels whole (preempted by "
-                                "time-slicing)" if contained else "their kernels never overlap")
+            if concurrent else (f"{contained:,} kernel spans hold another process's kernels whole"
+                                + (f" and {partial:,} overlap one in part" if partial else "")
+                                + " (kernels preempted by time-slicing: the GPU runs one "
+                                "context at a time)" if contained
+                                else "their kernels never overlap")
         rows.append({"device_id": int(dev), "pids": ps,
                      "mode": "concurrent" if concurrent else "time-sliced",
                      "evidence": evidence, "busy_ns": busy, "overlap_ns": overlap,

@@ -51,7 +51,7 @@ SYNC_FLOOR_NS = 5_000
 #: a copy call that ends this close (ns) after its copy, having lasted longer, waited for it
 BLOCKING_COPY_NS = 20_000
 COLUMNS = ["iteration", "kind", "start_ns", "wall_ns", "alone_ns", "stretch_ns", "shared",
-           "held_ns"]
+           "held_ns", "guessed_ns"]
 _ASYNC_COPY = re.compile(r"^(cudaMemcpy|cuMemcpy).*Async")
 
 
@@ -60,7 +60,9 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     """Per replayed iteration of the process of ``view`` (``COLUMNS``): its length in the trace
     (between the first calls of it and of the next), replayed alone, the stretch, whether
     another process's kernels ran during it, and ``held_ns``: the other processes' kernel time
-    inside its own kernels' spans (preempted by time-slicing, its kernel time counts it). ``others``: start_ns, end_ns of the other
+    inside its own kernels' spans (preempted by time-slicing, its kernel time counts it);
+    ``guessed_ns``: the length of its kernels that shared the GPU and never ran clean at their
+    place (their length alone is a guess: the stretch is then a lower bound). ``others``: start_ns, end_ns of the other
     processes' kernels on the same GPU; ``iterations``: the process's iterations (the budget's
     table: start_ns, end_ns, phase, kind) of one GPU."""
     it = iterations[iterations["phase"] != "warm-up"] if "phase" in iterations else iterations
@@ -87,10 +89,14 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     busy = _Busy(others["start_ns"].to_numpy(np.int64), others["end_ns"].to_numpy(np.int64))
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     length = (e - s).astype(float)
-    ops["length"] = _intrinsic(ops, it, busy, length if concurrent
-                               else length - busy.within(s, e))
+    inside = busy.within(s, e)
+    ops["length"], fell = _intrinsic(ops, it, busy, length if concurrent else length - inside)
     ops["idle"] = _idle_at_launch(ops, api, busy)
-    held = np.concatenate([[0.0], np.cumsum(np.where(ops["kernel"], busy.within(s, e), 0.0))])
+    kern = ops["kernel"].to_numpy()
+    held = np.concatenate([[0.0], np.cumsum(np.where(kern, inside, 0.0))])
+    # kernels that shared the GPU with no clean run to tell their length alone
+    guessed = np.concatenate([[0.0], np.cumsum(np.where(kern & fell & (inside > 0), length,
+                                                        0.0))])
     cs = api["start_ns"].to_numpy(np.int64)
     first = np.searchsorted(cs, starts)
     rows = []
@@ -111,7 +117,8 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
                          "start_ns": int(w0), "wall_ns": wall, "alone_ns": alone,
                          "stretch_ns": wall - alone,
                          "shared": bool(busy.within(np.array([w0]), np.array([w1]))[0] > 0),
-                         "held_ns": float(held[k1] - held[k0])})
+                         "held_ns": float(held[k1] - held[k0]),
+                         "guessed_ns": float(guessed[k1] - guessed[k0])})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -124,7 +131,8 @@ def summary(per: pd.DataFrame) -> dict | None:
     return {"iterations": int(len(sh)), "replayed": int(len(per)),
             "wall_ns": float(sh["wall_ns"].median()), "alone_ns": float(sh["alone_ns"].median()),
             "stretch_ns": float(sh["stretch_ns"].median()),
-            "held_ns": float(sh["held_ns"].median())}
+            "held_ns": float(sh["held_ns"].median()),
+            "guessed_ns": float(sh["guessed_ns"].median())}
 
 
 class _Busy:
@@ -162,9 +170,9 @@ def _operations(view: Report, windows: list) -> pd.DataFrame:
 
 
 def _intrinsic(ops: pd.DataFrame, it: pd.DataFrame, busy: _Busy,
-               fallback: np.ndarray) -> np.ndarray:
+               fallback: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each operation's length alone (see the module docstring): a kernel's clean median at
-    its place of its kind of iteration, else ``fallback``."""
+    its place of its kind of iteration, else ``fallback``; and where it is the fallback."""
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     length = (e - s).astype(float)
     clean = busy.within(s - CLEAN_NS, e + CLEAN_NS) == 0
@@ -177,7 +185,8 @@ def _intrinsic(ops: pd.DataFrame, it: pd.DataFrame, busy: _Busy,
     med = pd.Series(length[ok]).groupby(key[ok]).median()
     alone = pd.Series(key).map(med).to_numpy(float, copy=True)
     alone[~inside] = np.nan
-    return np.where(np.isnan(alone), fallback, np.minimum(alone, length))
+    guessed = np.isnan(alone)
+    return np.where(guessed, fallback, np.minimum(alone, length)), guessed
 
 
 def _idle_at_launch(ops: pd.DataFrame, api: pd.DataFrame, busy: _Busy) -> np.ndarray:

@@ -225,7 +225,7 @@ def _stretch(k: pd.DataFrame, views: list[Report], procs: pd.DataFrame,
     """How much sharing each GPU stretched each of its processes' iterations
     (``analysis.stretch``)."""
     cols = ["pid", "device_id", "iterations", "replayed", "wall_ns", "alone_ns", "stretch_ns",
-            "held_ns"]
+            "held_ns", "guessed_ns"]
     rows, per = [], {}
     if shared.empty:
         return pd.DataFrame(columns=cols), per

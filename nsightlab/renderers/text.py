@@ -296,6 +296,9 @@ def _comm_verdict(pr, pid: int, run: dict) -> str:
             f"of it waiting for peers (its budget: {run['verdict'] or 'no verdict'})")
 
 
+#: kernels of unknown length alone (share of the iteration, %) that make a stretch a lower bound
+GUESSED_PCT = 10.0
+
 #: exposed NCCL time (share of the iteration, %) that makes a rank communication-bound
 COMM_BOUND_PCT = 25.0
 
@@ -324,7 +327,11 @@ def _(pr: ProcessesReport, limit: int | None = 8) -> str:
             lines.append(f"    pid {x.pid}: the sharing stretched its iterations by "
                          f"{x.stretch_ns / 1e6:.2f} ms ({pct:+.0f}%): median of the "
                          f"{x.iterations} replayed iterations that shared the GPU "
-                         f"{x.wall_ns / 1e6:.2f} ms, replayed alone {x.alone_ns / 1e6:.2f} ms")
+                         f"{x.wall_ns / 1e6:.2f} ms, replayed alone {x.alone_ns / 1e6:.2f} ms"
+                         + (f" (a lower bound: {x.guessed_ns / 1e6:.2f} ms of its kernels per "
+                            "iteration shared the GPU and never ran alone at their place, so "
+                            "their length alone is not known)"
+                            if x.guessed_ns > GUESSED_PCT / 100 * x.wall_ns else ""))
     if getattr(pr, "clocks", ""):
         lines.append(f"  {pr.clocks}")
     c = pr.collectives

@@ -5,7 +5,7 @@
 # and tensor-parallel style all-reduces. Each report is exported to SQLite; truth beside it.
 # The stretch set (phase "stretch", one GPU): processes sharing GPU 0 in rounds, each alone then
 # all together (workloads.py shared), so the solo truth is in the same trace as the shared one.
-#   bash capture.sh OUT share|ddp|stretch
+#   bash capture.sh OUT share|ddp|stretch|stretch2
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: capture.sh OUT PHASE}; phase=${2:?phase}
@@ -45,6 +45,16 @@ case $phase in
         echo quit | nvidia-cuda-mps-control
       fi
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi ;;
+  stretch2)  # two GPU-bound processes time-sliced; GPU-bound beside launch-bound under MPS
+    sh="$W shared"
+    prof st-big2 $sh resnet50:128,resnet50:128 5 2 10 15 "$out/st-big2"
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+    if nvidia-cuda-mps-control -d; then
+      prof st-mps-big-small $sh resnet50:128,resnet18:1 5 2 10 15 "$out/st-mps-big-small"
+      prof st-mps-big2 $sh resnet50:128,resnet50:128 5 2 10 15 "$out/st-mps-big2"
+      echo quit | nvidia-cuda-mps-control
     fi ;;
   ddp)
     unset START_AT
