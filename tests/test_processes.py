@@ -207,7 +207,8 @@ def test_process_and_rank_pick_one_and_a_bad_pick_is_one_line(tmp_path):
     said = [ln for ln in res.output.splitlines() if not ln.startswith("nsightlab: decompressing")]
     assert res.exit_code == 0 and said[0].startswith("ddp-straggler (pid 1966):")
     for args, said in ((["--rank", "0"], "no rank is known"),
-                       (["--process", "python3"], "2 processes are named python3")):
+                       (["--process", "python3"], "2 processes are named python3"),
+                       (["--html", str(tmp_path / "x.html")], "--html/--png chart one run")):
         res = CliRunner().invoke(cli, ["report", share, *args])
         lines = [ln for ln in res.output.strip().splitlines()
                  if not ln.startswith("nsightlab: decompressing")]

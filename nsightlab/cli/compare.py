@@ -244,7 +244,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
 
     A report of several CUDA processes (workers sharing a GPU, torchrun ranks) is one run per
     process: a line each first (GPUs, rank, runtime, iterations, verdict), whether processes
-    sharing a GPU were time-sliced or ran at once (MPS), and for the ranks of one NCCL job the
+    sharing a GPU were time-sliced or ran at once (MPS) and how much the sharing stretched each
+    (its iterations replayed without the others), and for the ranks of one NCCL job the
     communication each exposed (waiting for peers apart from transfer) and the straggler the
     others wait for, with its cause from its own budget; then each process's report.
     --process or --rank picks one. Several PATHs (or a folder of them) are the ranks of one job
@@ -252,8 +253,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     their clocks aligned by the sessions' start times and checked on the collectives.
 
     Tables (with -o DIR, one Parquet file each): run, findings, by_class, by_layer,
-    top_kernels, launch, syncs, gaps, tensor_core (several processes: processes, sharing, and
-    each of those per process as pidN_TABLE).
+    top_kernels, launch, syncs, gaps, tensor_core (several processes: processes, sharing,
+    stretch, and each of those per process as pidN_TABLE).
 
     \b
     Examples:
@@ -268,6 +269,7 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     for path in paths:
         start_reading(path, **open_options)  # reader processes first, then pandas' imports
     from nsightlab.comparison import run_report as summary
+    from nsightlab.errors import UsageError
     from nsightlab.renderers import emit
 
     paths = _rank_folder(paths)

@@ -208,7 +208,11 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
         procs = processes.table(r, views)
         if len(procs) > 1:
             views = [views[int(p)] for p in procs["pid"]]
-            runs = [_one(v, f"{label} (pid {p})") for v, p in zip(views, procs["pid"])]
+            # the processes' reports side by side (each mostly SQLite reads, Arrow, DuckDB and
+            # NumPy, which release the GIL): two at a time
+            with ThreadPoolExecutor(min(len(views), RUNS_AT_ONCE)) as pool:
+                runs = list(pool.map(lambda vp: _one(vp[0], f"{label} (pid {vp[1]})"),
+                                     zip(views, procs["pid"])))
             k = pd.concat([v.kernels(["pid", "device_id", "start_ns", "end_ns"]) for v in views],
                           ignore_index=True)
             out = ProcessesReport(label, procs, processes.sharing(r, procs, k), runs)
@@ -218,6 +222,10 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
             out.straggler = _straggler(out)
             return out
     return _one(r, label)
+
+
+#: processes' reports built at once (each already reads and computes on every core)
+RUNS_AT_ONCE = 2
 
 
 def _stretch(k: pd.DataFrame, views: list[Report], procs: pd.DataFrame,
