@@ -396,8 +396,8 @@ class TableReader:
     def _in_processes(self, spec: TableSpec) -> bool:
         """Whether ``spec``'s entry is built by worker processes (``part_workers``): a big
         table split by rowid, read with more than one reader."""
-        if not spec.split or spec.source in self.db.views or self.db.process is not None:
-            return False  # a process view's filter lives in its connections: read here
+        if not spec.split or spec.source in self.db.views:
+            return False
         span = self.db.rowid_span(spec.source) or 0
         return span >= PROCESS_MIN_ROWS and readers(span) >= PROCESS_MIN_WORKERS
 
