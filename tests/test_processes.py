@@ -127,6 +127,16 @@ def test_a_shared_process_says_its_kernel_time_holds_the_others(reports, tmp_pat
     assert "time-slicing preempted its kernels" in run.findings[0]
 
 
+def test_a_sync_in_a_few_iterations_is_not_called_one_per_iteration(reports):
+    """st-mix3's processes wait at a barrier after one cudaDeviceSynchronize (between their
+    passes alone and together): the GPU idles after it once, for a second. The advice says
+    that, not "(0 per iteration) ... remove it from the loop"."""
+    run = reports["st-mix3"].runs[0]
+    said = [f for f in run.findings if "cudaDeviceSynchronize" in f]
+    assert said and all("(0 per iteration)" not in f for f in said)
+    assert any("the GPU idled after cudaDeviceSynchronize 1 time(s) in the" in f for f in said)
+
+
 def test_mps_barely_stretches_launch_bound_processes(reports):
     """Under MPS the two processes' kernels run at once: neither pass got longer together
     (truth within 0.1 ms), and nsightlab says so."""

@@ -750,8 +750,17 @@ def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
                "where the result is needed" if sync_kind(str(top["api_name"])) in ("memcpy", "memset")
                else f"remove it from the loop {SYNC_HOW} or move it after the work that does "
                     "not need its result")
-        out.append(f"{top['api_name']} ({per_iter:.0f} per iteration) leaves the GPU idle "
-                   f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration: {fix}.")
+        if per_iter >= 0.5:
+            out.append(f"{top['api_name']} ({per_iter:.0f} per iteration) leaves the GPU idle "
+                       f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration: {fix}.")
+        else:  # after a few iterations only: the host's wait after it returned, not the call's
+            n = int(top["stretches"])
+            out.append(f"the GPU idled after {top['api_name']} {n} time(s) in the "
+                       f"{int(row['iterations'])} iterations ({top['idle_ns'] / 1e6:.2f} ms in all, "
+                       f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration on average): "
+                       "there the host waited after the call returned (another process, a "
+                       "barrier, input, I/O): see what it did then (nsys --trace=osrt shows "
+                       "its waits); the call itself is not in every iteration.")
     if share["launch"] >= notable:
         if graphs:
             out.append("the run already replays CUDA graphs, and the GPU still waits for "
