@@ -200,11 +200,9 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
         return _one(split.of_process(r, pid), f"{label} (pid {pid})")
     pids = processes.cuda_pids(r)
     if len(pids) > 1:
-        # each process's own export first (the splits on threads: SQLite writes them without
-        # the GIL); the table, the sharing and the stretch then read the processes' own
-        # tables, which their reports read anyway, never the whole report's
-        with ThreadPoolExecutor(min(len(pids), 4)) as pool:
-            views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p), pids)))
+        # each process's own view of the export; the table, the sharing and the stretch read
+        # the processes' own tables, which their reports read anyway, never the whole report's
+        views = {p: split.of_process(r, p) for p in pids}
         procs = processes.table(r, views)
         if len(procs) > 1:
             views = [views[int(p)] for p in procs["pid"]]
@@ -647,7 +645,8 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
                 out.append(f"{gpu}what to do: " + remedies.in_terms(
                     b["advice"], p.runtime if p else "unknown", rr.ort_record))
             if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
-                    "remove it from the loop" not in b["advice"]:
+                    "remove it from the loop" not in b["advice"] and \
+                    "the GPU idled after" not in b["advice"]:  # said there already
                 top = rr.sync_idle.iloc[0]
                 out.append(f"{gpu}host syncs: {top['stretches'] / b['iterations']:.0f} per iteration "
                            f"({top['api_name']}) leave the GPU idle "
