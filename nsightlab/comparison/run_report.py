@@ -200,9 +200,11 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
         return _one(split.of_process(r, pid), f"{label} (pid {pid})")
     pids = processes.cuda_pids(r)
     if len(pids) > 1:
-        # each process's own view of the export; the table, the sharing and the stretch read
-        # the processes' own tables, which their reports read anyway, never the whole report's
-        views = {p: split.of_process(r, p) for p in pids}
+        # each process's own export first (the splits on threads: SQLite writes them without
+        # the GIL); the table, the sharing and the stretch then read the processes' own
+        # tables, which their reports read anyway, never the whole report's
+        with ThreadPoolExecutor(min(len(pids), 4)) as pool:
+            views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p), pids)))
         procs = processes.table(r, views)
         if len(procs) > 1:
             views = [views[int(p)] for p in procs["pid"]]

@@ -79,13 +79,8 @@ class ExportDB:
     readable SQLite database; deciding whether it is an *nsys* export is the Report's job.
     """
 
-    def __init__(self, path: str | os.PathLike, shown: str | os.PathLike | None = None,
-                 process: int | None = None):
+    def __init__(self, path: str | os.PathLike, shown: str | os.PathLike | None = None):
         self.path = Path(path)
-        #: a process's view of the export (``read.split``): every connection sees only the
-        #: rows of that process (and of no process) through TEMP views that shadow the tables
-        self.process = process
-        self._filters: list[str] = []
         #: the report as the user gave it (a .sqlite.xz, .nsys-rep or capture whose export is
         #: this file in the cache): what every message names
         self.name = str(shown) if shown is not None else str(self.path)
@@ -119,11 +114,6 @@ class ExportDB:
             raise self._damaged(e) from None
         self.tables: set[str] = {r[0] for r in rows}
         self.views: set[str] = {r[0] for r in rows if r[1] == "view"}
-        #: tables a process view filters (their rowids are the whole table's)
-        self.filtered: set[str] = set()
-        if process is not None:
-            self._filters = self._process_views(int(process))
-            self._prepare(self.conn)
         self._once: dict[str, object] = {}
         self._ahead: dict[str, threading.Thread] = {}  # once() keys started by ahead()
         #: once() keys a command will ask for, which a step that runs anyway may answer on
@@ -133,31 +123,6 @@ class ExportDB:
         self._enums: dict[str, dict[int, str]] = {}
         self._strings: StringTable | None = None
         self._lock = threading.Lock()  # converters in reader threads share the caches
-
-    def _process_views(self, pid: int) -> list[str]:
-        """CREATE TEMP VIEW statements that shadow each table keyed by process (globalPid or
-        globalTid, or processId) with its rows of ``pid`` and of no process; the view keeps
-        the table's rowid as a column, so rowid ranges read it in parallel as before."""
-        out = []
-        for t in sorted(self.tables - self.views):
-            cols = {r[1] for r in self.conn.execute(f'PRAGMA main.table_info("{t}")')}
-            col = next((c for c in ("globalPid", "globalTid") if c in cols), None)
-            if col is not None:
-                p = f"(({col} >> 24) & 16777215)"
-                where = f"{col} IS NULL OR {p} = 0 OR {p} = {pid}"
-            elif "processId" in cols:
-                where = f"processId = {pid}"
-            else:
-                continue
-            self.filtered.add(t)
-            out.append(f'CREATE TEMP VIEW "{t}" AS SELECT rowid AS rowid, * FROM main."{t}" '
-                       f"WHERE {where}")
-        return out
-
-    def _prepare(self, con) -> None:
-        """Give a new sqlite3 connection the process view's TEMP views (none otherwise)."""
-        for sql in self._filters:
-            con.execute(sql)
 
     # ---- schema -------------------------------------------------------------------------
     def has(self, table: str) -> bool:
@@ -265,10 +230,8 @@ class ExportDB:
         return 0 if lo is None else int(hi - lo + 1)
 
     def rowid_bounds(self, table: str) -> tuple[int | None, int | None]:
-        """(min(rowid), max(rowid)) of ``table`` (``parallel.rowid_ends_sql``); of a process
-        view's filtered table, the whole table's (two lookups, not a filtered scan)."""
-        return tuple(self.query(rowid_ends_sql(table, "main" if table in self.filtered
-                                               else ""))[0])
+        """(min(rowid), max(rowid)) of ``table`` (``parallel.rowid_ends_sql``)."""
+        return tuple(self.query(rowid_ends_sql(table))[0])
 
     def rowid_ranges(self, table: str, parts: int) -> list[tuple[int, int] | None]:
         """Split ``table`` into ``parts`` contiguous rowid ranges [lo, hi) of similar size;
@@ -292,7 +255,6 @@ class ExportDB:
             def run() -> None:
                 con = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
                 try:
-                    self._prepare(con)
                     rows = f"rowid >= {lo} AND rowid < {hi}"
                     query = sql.replace("{rows}", rows) if "{rows}" in sql else f"{sql} AND {rows}"
                     out[i] = con.execute(query).fetchone()
@@ -317,10 +279,6 @@ class ExportDB:
         try:
             handles.append(adbc_driver_sqlite.connect(self.uri))
             handles.append(adbc.AdbcConnection(handles[0]))
-            for view in self._filters:  # a process view: its TEMP views on this connection
-                with adbc.AdbcStatement(handles[1]) as ddl:
-                    ddl.set_sql_query(view)
-                    ddl.execute_update()
             handles.append(adbc.AdbcStatement(handles[1]))
             stmt = handles[2]
             stmt.set_sql_query(sql)

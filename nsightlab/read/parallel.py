@@ -98,9 +98,8 @@ def split_rowids(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
     return [(a, min(a + step, hi + 1)) for a in range(lo, hi + 1, step)]
 
 
-def rowid_ends_sql(table: str, schema: str = "") -> str:
-    """SQL for (min(rowid), max(rowid)) of ``table`` (in ``schema``, e.g. "main") from its
-    b-tree: two lookups. (Asked in one ``SELECT min(rowid), max(rowid)`` SQLite scans the
-    whole table: 2 s at 16M rows.)"""
-    t = f'{schema}."{table}"' if schema else f'"{table}"'
+def rowid_ends_sql(table: str) -> str:
+    """SQL for (min(rowid), max(rowid)) of ``table`` from its b-tree: two lookups. (Asked in
+    one ``SELECT min(rowid), max(rowid)`` SQLite scans the whole table: 2 s at 16M rows.)"""
+    t = f'"{table}"'
     return f"SELECT (SELECT min(rowid) FROM {t}), (SELECT max(rowid) FROM {t})"

@@ -117,21 +117,13 @@ def part_rows(path: Path) -> int:
     return _PART_ROWS[key]
 
 
-class _Unaligned(Exception):
-    """A later-columns entry's parts do not hold the rows of its first read's parts."""
-
-
 class TableReader:
     """Reads tables of one export (``db``), through ``cache`` when there is one."""
 
     def __init__(self, db: ExportDB, cache: TableCache | None,
-                 progress: Callable[[str], None] | None = None,
-                 parent: "TableReader | None" = None):
+                 progress: Callable[[str], None] | None = None):
         self.db = db
         self.cache = cache
-        #: of a process's reader (``read.split``): the whole report's reader, whose cache
-        #: entries this one's are cut from (that process's rows), never read from SQLite again
-        self.parent = parent
         self.progress = progress
         #: activity rows left out of the last SQLite read of each table (``drop_invalid``)
         self.dropped: dict[str, int] = {}
@@ -291,8 +283,6 @@ class TableReader:
                        picked: bool) -> T:
         if self.cache is not None:
             files = self.cache.files(spec.name)
-            if files is None and self._from_parent(spec):
-                files = self.cache.files(spec.name)
             # entries built in worker processes, and tables with a whole-table pass (NVTX
             # depth: done over the finished parts), are built first and then read
             if files is None and (self._in_processes(spec) or spec.finish is not None):
@@ -323,70 +313,6 @@ class TableReader:
                 self._cache_unusable(e)
         value = self._from_sqlite(spec, lambda: from_sqlite(None)[1])
         return value if picked else _without(value, self._uncached_duplicates(spec))
-
-    def _from_parent(self, spec: TableSpec) -> bool:
-        """Build ``spec``'s entry from the whole report's entry (the parent reader's, built
-        first: its reader processes read the export once for every process): its parts with
-        this process's rows only (and those of no process). A table without a pid column
-        takes the rows its first read kept (the later columns' entry, ``<name>+``), part by
-        part; one with neither is read as before. False when not done here."""
-        parent = self.parent
-        if parent is None or parent.cache is None:
-            return False
-        base = spec.base.first if spec.base is not None and spec.base.later else None
-        if "pid" not in spec.schema.names and base is None:
-            return False
-        try:
-            parent.ensure_cached(spec if base is None else spec.base)
-            if base is not None:  # the whole report's later columns too
-                parent._cached(spec, lambda files: None,
-                               lambda open_part: (parent._fill(spec, open_part), None))
-            files = parent.cache.files(spec.name)
-            masks = parent.cache.files(base.name) if base is not None else files
-            meta = parent.cache.meta(spec.name) or {}
-        except OSError:
-            return False
-        if files is None or masks is None or len(files) != len(masks):
-            return False
-        pid = self.db.process
-
-        def fill(parts) -> tuple[int, None]:
-            def one(i: int) -> int:
-                import pyarrow.compute as pc
-                import pyarrow.parquet as pq
-
-                t = pq.read_table(files[i])
-                who = pq.read_table(masks[i], columns=["pid"])["pid"]
-                if len(who) != len(t):
-                    raise _Unaligned(spec.name)
-                keep = pc.fill_null(pc.or_(pc.equal(who, pid), pc.equal(who, 0)), True)
-                kept = t.filter(keep)
-                w = parts(i)
-                w.write_table(kept)
-                return kept.num_rows
-
-            counts = [0] * len(files)
-
-            def job(i: int) -> Callable[[], None]:
-                def run() -> None:
-                    counts[i] = one(i)
-                return run
-
-            self.db.parallel([job(i) for i in range(len(files))])
-            return sum(counts), None
-
-        facts = {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
-                 "duplicate_rows": [],
-                 **({"in_start_order": meta["in_start_order"]} if "in_start_order" in meta
-                    else {})}
-        try:
-            self.cache.build(spec.name, fill, spec.schema, lambda: facts)
-        except _Unaligned:  # read from the export instead
-            return False
-        except OSError as e:
-            self._cache_unusable(e)
-            return False
-        return True
 
     def _facts(self, spec: TableSpec) -> dict:
         """What an entry's meta.json records of its read: rows left out as impossible, the
@@ -470,8 +396,8 @@ class TableReader:
     def _in_processes(self, spec: TableSpec) -> bool:
         """Whether ``spec``'s entry is built by worker processes (``part_workers``): a big
         table split by rowid, read with more than one reader."""
-        if not spec.split or spec.source in self.db.views or self.db.process is not None:
-            return False  # a process view's filter lives in its connections: read here
+        if not spec.split or spec.source in self.db.views:
+            return False
         span = self.db.rowid_span(spec.source) or 0
         return span >= PROCESS_MIN_ROWS and readers(span) >= PROCESS_MIN_WORKERS
 

@@ -45,20 +45,16 @@ class Report:
     """One nsys SQLite export, read-only. Tables come back as DataFrames (see ``TABLES``)."""
 
     def __init__(self, sqlite_path: str | os.PathLike, *, cache_root: Path | None = None,
-                 source: Path | None = None, progress: Callable[[str], None] | None = None,
-                 process: int | None = None, parent: "Report | None" = None):
+                 source: Path | None = None, progress: Callable[[str], None] | None = None):
         self.path = Path(sqlite_path)
         self.source = Path(source) if source is not None else self.path
-        #: the process this Report is of (``read.split.of_process``): None for the whole report
-        self.process = process
-        self.db = ExportDB(self.path, self.source, process=process)
+        self.db = ExportDB(self.path, self.source)
         self._meta = metadata.export_meta(self.db)
         cache = TableCache(cache_root, self.path) if cache_root is not None else None
         if cache_root is not None:  # what killed runs left behind
             remove_stale(cache_root)
             remove_stale(cache_root / "results")
-        self._reader = TableReader(self.db, cache, progress,
-                                   parent._reader if parent is not None else None)
+        self._reader = TableReader(self.db, cache, progress)
         #: derived results (recipes, run profiles) of this report; None without a cache
         self.results = ResultStore(cache_root / "results") if cache_root is not None else None
 
