@@ -84,7 +84,10 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     ops = ops[ops["correlation_id"].isin(api["correlation_id"])].reset_index(drop=True)
     if api.empty or ops.empty:
         return pd.DataFrame(columns=COLUMNS)
-    tid = ops.merge(api[["correlation_id", "tid"]], on="correlation_id")["tid"].mode().iloc[0]
+    tids = ops.merge(api[["correlation_id", "tid"]], on="correlation_id")["tid"].mode()
+    if tids.empty:  # no operation of these calls: nothing to replay
+        return pd.DataFrame(columns=COLUMNS)
+    tid = tids.iloc[0]
     api = api[api["tid"] == tid].sort_values("start_ns").reset_index(drop=True)
     busy = _Busy(others["start_ns"].to_numpy(np.int64), others["end_ns"].to_numpy(np.int64))
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
