@@ -52,6 +52,9 @@ SYNC_FLOOR_NS = 5_000
 BLOCKING_COPY_NS = 20_000
 COLUMNS = ["iteration", "kind", "start_ns", "wall_ns", "alone_ns", "stretch_ns", "shared",
            "held_ns", "guessed_ns"]
+#: ``summary``'s keys
+SUMMARY = ["iterations", "replayed", "wall_ns", "alone_ns", "stretch_ns", "held_ns",
+           "guessed_ns"]
 _ASYNC_COPY = re.compile(r"^(cudaMemcpy|cuMemcpy).*Async")
 
 
@@ -62,9 +65,9 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     another process's kernels ran during it, and ``held_ns``: the other processes' kernel time
     inside its own kernels' spans (preempted by time-slicing, its kernel time counts it);
     ``guessed_ns``: the length of its kernels that shared the GPU and never ran clean at their
-    place (their length alone is a guess: the stretch is then a lower bound). ``others``: start_ns, end_ns of the other
-    processes' kernels on the same GPU; ``iterations``: the process's iterations (the budget's
-    table: start_ns, end_ns, phase, kind) of one GPU."""
+    place (their length alone is a guess: the stretch is then a lower bound). ``others``:
+    start_ns, end_ns of the other processes' kernels on the same GPU; ``iterations``: the
+    process's iterations (the budget's table: start_ns, end_ns, phase, kind) of one GPU."""
     it = iterations[iterations["phase"] != "warm-up"] if "phase" in iterations else iterations
     it = it.sort_values("start_ns").reset_index(drop=True)
     if len(it) < 3 or not view.has_rows("cuda_api") or not view.has_rows("kernels"):
@@ -84,10 +87,8 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     ops = ops[ops["correlation_id"].isin(api["correlation_id"])].reset_index(drop=True)
     if api.empty or ops.empty:
         return pd.DataFrame(columns=COLUMNS)
-    tids = ops.merge(api[["correlation_id", "tid"]], on="correlation_id")["tid"].mode()
-    if tids.empty:  # no operation of these calls: nothing to replay
-        return pd.DataFrame(columns=COLUMNS)
-    tid = tids.iloc[0]
+    # the thread that launched most of them (ops are of these calls: never empty here)
+    tid = ops.merge(api[["correlation_id", "tid"]], on="correlation_id")["tid"].mode().iloc[0]
     api = api[api["tid"] == tid].sort_values("start_ns").reset_index(drop=True)
     busy = _Busy(others["start_ns"].to_numpy(np.int64), others["end_ns"].to_numpy(np.int64))
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
@@ -126,16 +127,13 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
 
 
 def summary(per: pd.DataFrame) -> dict | None:
-    """Medians over the replayed iterations that shared the GPU: iterations, wall_ns,
-    alone_ns, stretch_ns; None when none did."""
+    """``SUMMARY``: how many replayed iterations shared the GPU, of how many replayed, and the
+    medians over those that shared it; None when none did."""
     sh = per[per["shared"]] if len(per) else per
     if sh.empty:
         return None
-    return {"iterations": int(len(sh)), "replayed": int(len(per)),
-            "wall_ns": float(sh["wall_ns"].median()), "alone_ns": float(sh["alone_ns"].median()),
-            "stretch_ns": float(sh["stretch_ns"].median()),
-            "held_ns": float(sh["held_ns"].median()),
-            "guessed_ns": float(sh["guessed_ns"].median())}
+    medians = {c: float(sh[c].median()) for c in SUMMARY[2:]}
+    return {"iterations": int(len(sh)), "replayed": int(len(per)), **medians}
 
 
 class _Busy:

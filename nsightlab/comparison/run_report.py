@@ -215,10 +215,11 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
                                      zip(views, procs["pid"])))
             k = pd.concat([v.kernels(["pid", "device_id", "start_ns", "end_ns"]) for v in views],
                           ignore_index=True)
+            iters = _iterations(views, procs["pid"])  # each process's budget: read once
             out = ProcessesReport(label, procs, processes.sharing(r, procs, k), runs)
-            out.stretch, out.stretch_iterations = _stretch(k, views, procs, out.sharing)
+            out.stretch, out.stretch_iterations = _stretch(k, iters, views, procs, out.sharing)
             _say_shared(out)
-            out.collectives = processes.collectives(r, procs, _steady_windows(views, procs))
+            out.collectives = processes.collectives(r, procs, _steady_windows(iters))
             out.straggler = _straggler(out)
             return out
     return _one(r, label)
@@ -228,22 +229,20 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
 RUNS_AT_ONCE = 2
 
 
-def _stretch(k: pd.DataFrame, views: list[Report], procs: pd.DataFrame,
+def _stretch(k: pd.DataFrame, iters: dict, views: list[Report], procs: pd.DataFrame,
              shared: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """How much sharing each GPU stretched each of its processes' iterations
-    (``analysis.stretch``)."""
-    cols = ["pid", "device_id", "iterations", "replayed", "wall_ns", "alone_ns", "stretch_ns",
-            "held_ns", "guessed_ns"]
+    (``analysis.stretch``); ``iters``: pid -> its budget's iterations (``_iterations``)."""
+    cols = ["pid", "device_id", *stretch.SUMMARY]
     rows, per = [], {}
     if shared.empty:
         return pd.DataFrame(columns=cols), per
     view = dict(zip(procs["pid"].astype(int), views))
     for g in shared.itertuples():
         for pid in g.pids:
-            b = _run(view[pid], "budget")
-            if b is None or not len(b["iterations"]):
+            if pid not in iters:
                 continue
-            it = b["iterations"]
+            it = iters[pid]
             it = it[it["device_id"] == g.device_id]
             others = k[(k["device_id"] == g.device_id) & (k["pid"] != pid)]
             t = stretch.replay(view[pid], others, it, g.mode == "concurrent")
@@ -320,7 +319,7 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
             k = kernels[kernels["pid"] == p.pid].assign(start_ns=lambda d: d["start_ns"] + (z - zero[0]),
                                              end_ns=lambda d: d["end_ns"] + (z - zero[0]))
             nccl[int(p.pid)], compute[int(p.pid)] = processes.nccl_split(k)
-            w = _steady_windows([view], pd.DataFrame({"pid": [p.pid]}))
+            w = _steady_windows(_iterations([view], [p.pid]))
             if int(p.pid) in w:
                 windows[int(p.pid)] = tuple(x + (z - zero[0]) for x in w[int(p.pid)])
     table = pd.DataFrame(rows, columns=processes.COLUMNS)
@@ -344,15 +343,22 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
     return out
 
 
-def _steady_windows(views: list[Report], procs: pd.DataFrame) -> dict:
-    """pid -> (starts, ends) of its run's steady iterations (the budget, already computed)."""
+def _iterations(views: list[Report], pids) -> dict:
+    """pid -> its run's iterations (the budget's table, already computed), where it has any."""
     out = {}
-    for v, pid in zip(views, procs["pid"]):
+    for v, pid in zip(views, pids):
         b = _run(v, "budget")
         if b is not None and len(b["iterations"]):
-            it = b["iterations"]
-            it = it[it["phase"] != "warm-up"] if "phase" in it else it
-            out[int(pid)] = (it["start_ns"].to_numpy(), it["end_ns"].to_numpy())
+            out[int(pid)] = b["iterations"]
+    return out
+
+
+def _steady_windows(iters: dict) -> dict:
+    """pid -> (starts, ends) of its run's steady iterations (``iters``: ``_iterations``)."""
+    out = {}
+    for pid, it in iters.items():
+        it = it[it["phase"] != "warm-up"] if "phase" in it else it
+        out[pid] = (it["start_ns"].to_numpy(), it["end_ns"].to_numpy())
     return out
 
 
