@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("module_cache")  # every cache under a temp
 def reports(module_cache, tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("procs")
     out = {}
-    for name in (*SHARED, "ddp-straggler", "ddp-tp"):
+    for name in (*SHARED, "ddp-straggler", "ddp-tpdp"):
         shutil.copy(DATA / "nsys" / f"{name}.sqlite.xz", d)
         out[name] = run_report.build(d / f"{name}.sqlite.xz")
     return out
@@ -39,7 +39,10 @@ def reports(module_cache, tmp_path_factory) -> dict:
 #: processes sharing GPU 0 (workloads.py shared, trimmed after round 0): each ran 10 passes
 #: alone while the others waited, then all ran passes together
 SHARED = {"st-vit2": "time-sliced", "st-mix3": "time-sliced", "st-big-small": "time-sliced",
-          "st-big2": "time-sliced", "st-mps2": "concurrent"}
+          "st-big2": "time-sliced", "st-mps2": "concurrent",
+          # CUDA graphs under nsys's default graph-level trace: beside an eager process, and
+          # two processes whose trace starts at cudaProfilerStart (graph replays only)
+          "st-graph-mix": "time-sliced", "st-graph2-range": "time-sliced"}
 
 
 def passes(name: str) -> dict[int, list[dict]]:
@@ -79,7 +82,8 @@ def test_processes_sharing_a_gpu_are_each_their_own_run(reports, name):
 #: (capture, model) whose stretch the truth measures: together less alone, the host's own
 #: work at the same pace in both (see tests/data/procs/README.md for the others)
 MEASURED = [("st-big-small", "resnet50:128"), ("st-mix3", "resnet50"), ("st-mix3", "resnet18"),
-            ("st-big2", "resnet50:128")]
+            ("st-big2", "resnet50:128"), ("st-graph-mix", "resnet50:32@graph"),
+            ("st-graph2-range", "resnet18:8@graph"), ("st-graph2-range", "vit_s:8@graph")]
 
 
 @pytest.mark.parametrize("name,model", MEASURED)
@@ -101,6 +105,24 @@ def test_the_stretch_of_sharing_is_the_measured_one(reports, name, model):
         out = render(pr)
         assert f"pid {pid}: the sharing stretched its iterations by" in out
         assert "a lower bound" not in out  # every kernel that shared the GPU also ran alone
+
+
+def test_processes_that_replay_cuda_graphs_are_runs(reports):
+    """Under nsys's default graph-level trace a replay is one whole-graph execution, its
+    kernels not rows. A trace from cudaProfilerStart on (the warm-up's eager kernels before
+    it) holds graph executions only: each process is still a run with its iterations, not "no
+    GPU activity"; the spans of whole graphs cannot show time-slicing, which the evidence
+    says where they overlap (beside an eager process: no MPS server in the trace)."""
+    pr = reports["st-graph2-range"]
+    assert (pr.processes["kernels"] == 0).all() and (pr.processes["graph_execs"] > 20).all()
+    assert all(rr.run_row()["iterations"] >= 20 for rr in pr.runs)
+    assert "never overlaps" in pr.sharing["evidence"].iloc[0]
+    text = render(pr)
+    assert "no GPU activity" not in text
+    mix = reports["st-graph-mix"]
+    assert sorted(mix.processes["graph_execs"] > 0) == [False, True]
+    ev = mix.sharing["evidence"].iloc[0]
+    assert ev.startswith("no MPS server in the trace") and "--cuda-graph-trace=node" in ev
 
 
 def test_a_shared_process_says_its_kernel_time_holds_the_others(reports, tmp_path):
@@ -162,11 +184,24 @@ def test_ddp_ranks_the_straggler_and_its_cause(reports):
     assert "communication-bound" in text.splitlines()[1]  # rank 0: waiting, not math
 
 
-def test_tensor_parallel_collectives_are_matched(reports):
-    c = reports["ddp-tp"].collectives
+def test_tensor_and_data_parallel_ranks_and_their_straggler(reports):
+    """Four ranks, each in a TP pair (0-1, 2-3: an all-reduce per layer) and a DP pair (0-2,
+    1-3: a gradient all-reduce per step); rank 3 does 10 ms of host work before each step.
+    Every rank's collectives are matched, rank 3 is the straggler and its host the cause, and
+    no rank's own section says the report holds one rank or asks for every rank's trace."""
+    pr = reports["ddp-tpdp"]
+    c = pr.collectives
     t = c["ranks"]
-    assert len(t) == 2 and t["collectives"].nunique() == 1 and t["collectives"].iloc[0] > 50
+    assert len(t) == 4 and t["collectives"].nunique() == 1 and t["collectives"].iloc[0] >= 10
     assert (t["exposed_transfer_ns"] > 0).all()
+    slow = [json.loads(line) for line in (DATA / "truth" / "ddp-tpdp.rank3.jsonl").open()]
+    assert slow[0]["host_work_ms"] == 10.0 and c["straggler"] == slow[0]["pid"]
+    assert "rank 3" in pr.straggler and "its host holds it back" in pr.straggler
+    waiting = t.set_index("rank")["exposed_wait_ns"]
+    assert (waiting[[0, 1, 2]] > 5e6).all() and waiting[3] < 1e6
+    for run in pr.runs:
+        assert not any("holds one rank" in f or "read every rank together" in f
+                       for f in run.findings), run.findings
 
 
 def test_overlap_pct_is_nsys_nccl_gpu_overlap_trace_s(reports, tmp_path):
@@ -174,9 +209,9 @@ def test_overlap_pct_is_nsys_nccl_gpu_overlap_trace_s(reports, tmp_path):
     same GPU overlap, as a share of the NCCL kernel time; here over every collective of each
     rank, counted kernel by kernel against the compute kernels (a plain loop, not nsightlab's
     interval code)."""
-    shutil.copy(DATA / "nsys" / "ddp-tp.sqlite.xz", tmp_path)
-    r = nsightlab.open(tmp_path / "ddp-tp.sqlite.xz")
-    procs = reports["ddp-tp"].processes
+    shutil.copy(DATA / "nsys" / "ddp-tpdp.sqlite.xz", tmp_path)
+    r = nsightlab.open(tmp_path / "ddp-tpdp.sqlite.xz")
+    procs = reports["ddp-tpdp"].processes
     k = r.kernels(["pid", "device_id", "start_ns", "end_ns", "name"])
     nccl, compute = processes.nccl_split(k)
     c = processes.matched({int(p): nccl[nccl["pid"] == p] for p in procs["pid"]},
@@ -199,7 +234,7 @@ def test_overlap_pct_is_nsys_nccl_gpu_overlap_trace_s(reports, tmp_path):
                     over += y - max(x, reach)
                     reach = y
         assert row.overlap_pct == pytest.approx(100 * over / total, abs=0.01)
-    assert "overlap with compute" in render(reports["ddp-tp"])
+    assert "overlap with compute" in render(reports["ddp-tpdp"])
 
 
 def test_one_rank_alone_says_straggler_analysis_needs_all_ranks(tmp_path):
@@ -284,19 +319,19 @@ def test_open_and_recipe_run_take_one_process(tmp_path):
 def test_diff_of_several_processes_says_which_it_compared(tmp_path):
     from nsightlab.comparison.diff import diff
 
-    for n in ("ddp-straggler", "ddp-tp", "rank-straggler-1"):
+    for n in ("ddp-straggler", "ddp-tpdp", "rank-straggler-1"):
         shutil.copy(DATA / "nsys" / f"{n}.sqlite.xz", tmp_path)
-    h = diff(tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tp.sqlite.xz").headline
+    h = diff(tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tpdp.sqlite.xz").headline
     said = h["workload_warnings"]
     assert said[0].startswith("A holds 2 CUDA processes") and "the busiest" in said[0]
-    assert said[1].startswith("B holds 2 CUDA processes") and "rank 0, as on A" in said[1]
+    assert said[1].startswith("B holds 4 CUDA processes") and "rank 0, as on A" in said[1]
     # one rank's own report against the job's: the same rank, from the report's name
     h = diff(tmp_path / "rank-straggler-1.sqlite.xz", tmp_path / "ddp-straggler.sqlite.xz").headline
     assert "compared pid 1966 (python3, rank 1; rank 1, as on A)" in h["workload_warnings"][0]
-    h = diff(tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tp.sqlite.xz",
-             a_process=1966, b_process=2307).headline
+    h = diff(tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tpdp.sqlite.xz",
+             a_process=1966, b_process=2205).headline
     assert not any("CUDA processes" in w for w in h["workload_warnings"])
-    assert h["a"].endswith("(pid 1966)") and h["b"].endswith("(pid 2307)")
+    assert h["a"].endswith("(pid 1966)") and h["b"].endswith("(pid 2205)")
 
 
 def test_diff_without_ranks_lines_processes_up_by_name_and_order(tmp_path):
@@ -333,10 +368,10 @@ def test_nsys_ai_public_two_gpu_export(tmp_path):
 def test_compare_takes_the_baselines_rank_and_says_so(tmp_path):
     from nsightlab.comparison.lineup import compare
 
-    for n in ("ddp-straggler", "ddp-tp"):
+    for n in ("ddp-straggler", "ddp-tpdp"):
         shutil.copy(DATA / "nsys" / f"{n}.sqlite.xz", tmp_path)
-    l = compare([tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tp.sqlite.xz"])
-    assert l.runs == ["ddp-straggler (pid 1965)", "ddp-tp (pid 2306)"]
+    l = compare([tmp_path / "ddp-straggler.sqlite.xz", tmp_path / "ddp-tpdp.sqlite.xz"])
+    assert l.runs == ["ddp-straggler (pid 1965)", "ddp-tpdp (pid 2204)"]
     assert "the busiest" in l.notes[0] and "rank 0, as on the baseline" in l.notes[1]
 
 

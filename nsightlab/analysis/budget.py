@@ -725,6 +725,12 @@ ASYNC_HOW = "(pinned memory, non_blocking=True)"
 SYNC_HOW = "(.item(), .cpu(), torch.cuda.synchronize())"
 
 
+#: the communication advice's pointer to every rank's trace, which a report of the whole job
+#: (``run_report``) replaces with its own straggler line
+READ_EVERY_RANK = (", so read every rank together (nsightlab report of the whole job, or of each "
+                   "rank's report at once) for the one the others wait for; then ")
+
+
 def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
     """Advice that the numbers support, most important first."""
     out = []
@@ -773,10 +779,8 @@ def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
     if share["communication"] >= notable:
         out.append(f"NCCL collectives run {row['communication_ns'] / 1e6:.2f} ms per iteration "
                    "with no compute beside them: a rank that starts a collective early spins "
-                   "until the last arrives, so read every rank together (nsightlab report of "
-                   "the whole job, or of each rank's report at once) for the one the others "
-                   "wait for; then overlap communication with compute (DDP: bucket_cap_mb; "
-                   "no_sync for gradient accumulation).")
+                   f"until the last arrives{READ_EVERY_RANK}overlap communication with "
+                   "compute (DDP: bucket_cap_mb; no_sync for gradient accumulation).")
     if share["host"] >= notable:
         out.append(f"the host spends {row['idle_host_ns'] / 1e6:.2f} ms per iteration on work that "
                    "launches nothing while the GPU idles: move it out of the loop, overlap it "

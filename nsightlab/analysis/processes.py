@@ -28,8 +28,8 @@ from nsightlab.analysis import engine, runtime
 from nsightlab.analysis.timeline import covered, union
 from nsightlab.read.report import Report
 
-COLUMNS = ["pid", "name", "gpus", "kernels", "kernel_ns", "nccl_kernels", "nccl_ns", "rank",
-           "rank_evidence", "runtime"]
+COLUMNS = ["pid", "name", "gpus", "kernels", "graph_execs", "kernel_ns", "nccl_kernels", "nccl_ns",
+           "rank", "rank_evidence", "runtime"]
 #: a rank's number in its report's name (nsys profile -o rank_%q{RANK}: rank_3, rank-ddp-3, ...)
 RANK_IN_NAME = re.compile(r"rank\D{0,20}?(\d+)", re.IGNORECASE)
 #: NCCL kernel counts that differ by up to this share (%) are one job's collectives with the
@@ -55,18 +55,26 @@ def cuda_pids(report: Report) -> list[int]:
     return sorted(int(x) for x in p.loc[p["uses_cuda"], "pid"]) if len(p) else []
 
 
+def gpu_work(report: Report) -> bool:
+    """Whether the report holds kernels or, under nsys's default graph-level trace, whole-graph
+    executions (a process that only replays CUDA graphs has no kernel rows)."""
+    return report.has_rows("kernels") or report.has_rows("graph_execs")
+
+
 def table(report: Report, views: dict | None = None) -> pd.DataFrame:
-    """One row per process that ran kernels (``COLUMNS``), in pid order. ``views``: pid ->
-    that process's own Report (``read.split.of_process``), when the caller has them: each is
-    read instead of the whole report (the reads the process's own analyses make anyway)."""
+    """One row per process that ran kernels or replayed CUDA graphs (``COLUMNS``; under a
+    graph-level trace a replay is one ``graph_execs`` row, its kernels not rows, and
+    ``kernel_ns`` counts the replays' time), in pid order. ``views``: pid -> that process's
+    own Report (``read.split.of_process``), when the caller has them: each is read instead of
+    the whole report (the reads the process's own analyses make anyway)."""
     if views:
         parts = [(_per_process_gpu(v), runtime.identify(v)) for v in views.values()
-                 if v.has_rows("kernels")]
+                 if gpu_work(v)]
         per = pd.concat([p for p, _ in parts], ignore_index=True) if parts else pd.DataFrame()
         ids = pd.concat([i for _, i in parts], ignore_index=True) if parts else pd.DataFrame()
     else:
         per = _per_process_gpu(report)
-        ids = runtime.identify(report) if report.has_rows("kernels") else pd.DataFrame()
+        ids = runtime.identify(report) if gpu_work(report) else pd.DataFrame()
     if per.empty:
         return pd.DataFrame(columns=COLUMNS)
     names = dict(zip(report.processes["pid"], report.processes["name"])) \
@@ -76,7 +84,9 @@ def table(report: Report, views: dict | None = None) -> pd.DataFrame:
     for pid, g in per.groupby("pid", sort=True):
         rows.append({"pid": int(pid), "name": str(names.get(pid, "")),
                      "gpus": [int(d) for d in sorted(g["device_id"])],
-                     "kernels": int(g["kernels"].sum()), "kernel_ns": float(g["kernel_ns"].sum()),
+                     "kernels": int(g["kernels"].sum()),
+                     "graph_execs": int(g["graph_execs"].sum()),
+                     "kernel_ns": float(g["kernel_ns"].sum()),
                      "nccl_kernels": int(g["nccl_kernels"].sum()),
                      "nccl_ns": float(g["nccl_ns"].sum()), "rank": None, "rank_evidence": "",
                      "runtime": str(rt.get(pid, "unknown"))})
@@ -98,8 +108,29 @@ def rank_by_gpu(t: pd.DataFrame) -> None:
 
 
 def _per_process_gpu(report: Report) -> pd.DataFrame:
-    """pid, device_id, kernels, kernel_ns, nccl_kernels, nccl_ns."""
+    """pid, device_id, kernels, graph_execs, kernel_ns (of both), nccl_kernels, nccl_ns."""
     cols = ["pid", "device_id", "kernels", "kernel_ns", "nccl_kernels", "nccl_ns"]
+    out = _per_process_kernels(report, cols)
+    graphs = _per_process_graphs(report)
+    if graphs.empty:
+        return out.assign(graph_execs=0)
+    both = out.merge(graphs, on=["pid", "device_id"], how="outer").fillna(0)
+    both["kernel_ns"] = both["kernel_ns"] + both.pop("graph_ns")
+    for c in ("kernels", "graph_execs", "nccl_kernels"):
+        both[c] = both[c].astype(np.int64)
+    return both
+
+
+def _per_process_graphs(report: Report) -> pd.DataFrame:
+    """pid, device_id, graph_execs, graph_ns of a graph-level trace's whole-graph executions."""
+    if not report.has_rows("graph_execs"):
+        return pd.DataFrame()
+    g = report.graph_execs(["pid", "device_id", "start_ns", "end_ns"])
+    g = g.assign(d=(g["end_ns"] - g["start_ns"]).astype(float)).groupby(["pid", "device_id"])
+    return pd.DataFrame({"graph_execs": g.size(), "graph_ns": g["d"].sum()}).reset_index()
+
+
+def _per_process_kernels(report: Report, cols: list[str]) -> pd.DataFrame:
     if not report.has_rows("kernels"):
         return pd.DataFrame(columns=cols)
 
@@ -125,13 +156,31 @@ def _per_process_gpu(report: Report) -> pd.DataFrame:
     return engine.analyse(report, in_duckdb, in_numpy)
 
 
+def gpu_spans(report: Report) -> pd.DataFrame:
+    """pid, device_id, start_ns, end_ns, graph of the report's kernels and, under a
+    graph-level trace, its whole-graph executions (``graph`` True: a replay's span, which
+    holds its kernels and whatever else the GPU ran meanwhile)."""
+    cols = ["pid", "device_id", "start_ns", "end_ns"]
+    parts = [report.kernels(cols).assign(graph=False)] if report.has_rows("kernels") else []
+    if report.has_rows("graph_execs"):
+        parts.append(report.graph_execs(cols).assign(graph=True))
+    return pd.concat(parts, ignore_index=True) if parts else \
+        pd.DataFrame({c: pd.Series(dtype=np.int64) for c in cols}).assign(graph=False)
+
+
 def sharing(report: Report, procs: pd.DataFrame, kernels: pd.DataFrame | None = None
             ) -> pd.DataFrame:
     """Per GPU used by two or more of ``procs``: device_id, pids, mode ("time-sliced" or
     "concurrent"), evidence (in words), busy_ns per process (its kernels' union), overlap_ns
     (time their kernel spans overlap), contained and partial (overlapping kernel pairs where
     one span holds the other, and where they overlap in part). ``kernels``: pid, device_id,
-    start_ns, end_ns of the processes' kernels, when already read (else the report's)."""
+    start_ns, end_ns (and ``graph``: whole-graph executions, ``gpu_spans``) of the processes'
+    GPU work, when already read (else the report's).
+
+    Under a graph-level trace a replay's span holds the other processes' time slices as well
+    as its own kernels, so graph spans overlap whether or not the GPU ran both at once: the
+    mode then comes from the kernels traced one by one where they overlap, else from whether
+    an MPS server is in the trace."""
     cols = ["device_id", "pids", "mode", "evidence", "busy_ns", "overlap_ns", "contained",
             "partial"]
     gpus = procs.explode("gpus")
@@ -139,33 +188,41 @@ def sharing(report: Report, procs: pd.DataFrame, kernels: pd.DataFrame | None = 
     shared = shared[shared.map(len) > 1]
     if shared.empty:
         return pd.DataFrame(columns=cols)
-    k = kernels if kernels is not None else report.kernels(["pid", "device_id", "start_ns",
-                                                              "end_ns"])
+    k = kernels if kernels is not None else gpu_spans(report)
+    graph = k["graph"].to_numpy(bool) if "graph" in k else np.zeros(len(k), bool)
     mps = [n for n in report.processes["name"].astype(str) if n.startswith(MPS)]
     rows = []
     for dev, pids in shared.items():
-        mine = {int(p): k[(k["device_id"] == dev) & (k["pid"] == p)].sort_values("start_ns")
-                for p in pids}
+        on = (k["device_id"] == dev).to_numpy()
+        mine = {int(p): k[on & (k["pid"] == p).to_numpy()].sort_values("start_ns") for p in pids}
+        one = {p: g[~g["graph"].to_numpy(bool)] if "graph" in g else g for p, g in mine.items()}
         unions = {p: _union(g) for p, g in mine.items()}
         overlap, contained, partial = 0.0, 0, 0
         ps = list(mine)
         for i in range(len(ps)):
             for j in range(len(ps)):
-                if i != j:
-                    c, q = _covered(mine[ps[i]], mine[ps[j]])
+                if i != j:  # kernels traced one by one: their overlaps tell the mode
+                    c, q = _covered(one[ps[i]], one[ps[j]])
                     contained, partial = contained + c, partial + q
                 if i < j:
                     overlap += _intersect(unions[ps[i]], unions[ps[j]])
         busy = {p: float((u[1] - u[0]).sum()) for p, u in unions.items()}
+        graphs = sum(len(g) - len(one[p]) for p, g in mine.items())
         concurrent = partial > contained or bool(mps)
         said = (f"{partial:,} kernel spans of different processes overlap in part, {contained:,} "
                 "hold another's whole")
+        whole = (f"; {graphs:,} CUDA graph replays were traced whole (graph-level trace): a "
+                 "replay's span holds the other processes' time slices too, so spans cannot "
+                 "show it (--cuda-graph-trace=node records each kernel)") \
+            if graphs and overlap else ""
         evidence = (f"MPS is running ({mps[0]} in the trace); " if mps else "") + said \
             if concurrent else (f"{contained:,} kernel spans hold another process's kernels whole"
                                 + (f" and {partial:,} overlap one in part" if partial else "")
                                 + " (kernels preempted by time-slicing: the GPU runs one "
                                 "context at a time)" if contained
-                                else "their kernels never overlap")
+                                else "no MPS server in the trace" + whole if whole
+                                else "their GPU work (kernels, whole-graph replays) never "
+                                "overlaps" if graphs else "their kernels never overlap")
         rows.append({"device_id": int(dev), "pids": ps,
                      "mode": "concurrent" if concurrent else "time-sliced",
                      "evidence": evidence, "busy_ns": busy, "overlap_ns": overlap,

@@ -70,7 +70,8 @@ def replay(view: Report, others: pd.DataFrame, iterations: pd.DataFrame,
     process's iterations (the budget's table: start_ns, end_ns, phase, kind) of one GPU."""
     it = iterations[iterations["phase"] != "warm-up"] if "phase" in iterations else iterations
     it = it.sort_values("start_ns").reset_index(drop=True)
-    if len(it) < 3 or not view.has_rows("cuda_api") or not view.has_rows("kernels"):
+    if len(it) < 3 or not view.has_rows("cuda_api") or not (
+            view.has_rows("kernels") or view.has_rows("graph_execs")):
         return pd.DataFrame(columns=COLUMNS)
     starts = it["start_ns"].to_numpy(np.int64)
     api = view.cuda_api(["start_ns", "end_ns", "correlation_id", "name", "tid"])
@@ -160,9 +161,13 @@ def _within(t: pd.DataFrame, windows: list) -> pd.DataFrame:
 
 def _operations(view: Report, windows: list) -> pd.DataFrame:
     """The process's GPU operations that start inside ``windows``: start_ns, end_ns,
-    stream_id, correlation_id, kernel."""
+    stream_id, correlation_id, kernel (a kernel, or a whole-graph execution of a graph-level
+    trace: replayed as one kernel)."""
     cols = ["start_ns", "end_ns", "stream_id", "correlation_id"]
-    parts = [_within(view.kernels(cols), windows).assign(kernel=True)]
+    parts = []
+    for t in ("kernels", "graph_execs"):
+        if view.has_rows(t):
+            parts.append(_within(view.table(t, cols), windows).assign(kernel=True))
     for t in ("memcpy", "memset"):
         if view.has_rows(t):
             parts.append(_within(view.table(t, cols), windows).assign(kernel=False))

@@ -27,6 +27,7 @@ from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kin
 from nsightlab.analysis.launches import first_of_call, launches, want_pairs
 from nsightlab.analysis.stats import first_rows
 from nsightlab.analysis.timeline import busy_time, slice_reduce
+from nsightlab.analysis.processes import gpu_work
 from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
 from nsightlab.read.frames import pick_rows, release_memory
@@ -313,7 +314,7 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     ranges = nvtx[nvtx["kind"] != "mark"].copy()
     ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
     iters = ranges[base_name_matches(ranges["name"], ITERATION)].sort_values("start_ns")
-    if len(iters) or not report.has_rows("kernels"):
+    if len(iters) or not gpu_work(report):
         return ranges, _uncut(report, iters), ""
     found, source = budget.ranges(report)
     blocks = iterations.find(report).layers if len(found) else found
@@ -324,7 +325,7 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
 def _uncut(report: Report, iters: pd.DataFrame) -> pd.DataFrame:
     """``iters`` without the last iteration the trace's end cut (the budget's ``cut`` table,
     ``analysis.ending``): the profile counts the iterations the budget counts."""
-    if not len(iters) or not (report.has_rows("kernels") or report.has_rows("memcpy")):
+    if not len(iters) or not (gpu_work(report) or report.has_rows("memcpy")):
         return iters
     try:
         cut = recipes.run("budget", report)["cut"]

@@ -211,10 +211,9 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
             # the processes' reports side by side (each mostly SQLite reads, Arrow, DuckDB and
             # NumPy, which release the GIL): two at a time
             with ThreadPoolExecutor(min(len(views), RUNS_AT_ONCE)) as pool:
-                runs = list(pool.map(lambda vp: _one(vp[0], f"{label} (pid {vp[1]})"),
+                runs = list(pool.map(lambda vp: _one(vp[0], f"{label} (pid {vp[1]})", True),
                                      zip(views, procs["pid"])))
-            k = pd.concat([v.kernels(["pid", "device_id", "start_ns", "end_ns"]) for v in views],
-                          ignore_index=True)
+            k = pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
             iters = _iterations(views, procs["pid"])  # each process's budget: read once
             out = ProcessesReport(label, procs, processes.sharing(r, procs, k), runs)
             out.stretch, out.stretch_iterations = _stretch(k, iters, views, procs, out.sharing)
@@ -310,7 +309,8 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
                 raise UsageError(f"{r.source}: pid {p.pid} is in two of the reports given: "
                                  "give the reports of one job's ranks, each once")
             view = split.of_process(r, int(p.pid)) if len(procs) > 1 else r
-            runs.append(_one(view, f"{lab} (pid {p.pid})" if len(procs) > 1 else lab))
+            runs.append(_one(view, f"{lab} (pid {p.pid})" if len(procs) > 1 else lab,
+                             len(opened) > 1 or len(procs) > 1))
             row = p._asdict()
             row.pop("Index", None)
             if named and len(procs) == 1:
@@ -442,8 +442,10 @@ def pick(procs: pd.DataFrame, process: int | str | None, rank: int | None, sourc
     return int(hit["pid"].iloc[0])
 
 
-def _one(r: Report, label: str) -> RunReport:
-    has_kernels = r.has_rows("kernels")
+def _one(r: Report, label: str, job: bool = False) -> RunReport:
+    """The report of one process's run; ``job``: one of several processes read together (a
+    report of the whole job, or each rank's report at once), whose straggler is said apart."""
+    has_kernels = processes.gpu_work(r)  # kernels, or a graph-level trace's replays
     # launch_compute before the profile: in DuckDB it computes the time budget with the join
     # of kernels and calls it needs itself (one join of 8M kernels and 16M calls, not two:
     # 5.7 s of report on 2 cores); the profile then takes the stored budget, and the
@@ -492,6 +494,9 @@ def _one(r: Report, label: str) -> RunReport:
         rr.outside = _outside(r, it, budget_)
     rr.ort_record = remedies.ort_record(r.source)
     rr.findings = findings(rr, ks)
+    if job:  # every rank is here: the job's straggler line says who the others wait for
+        rr.findings = [f.replace(budget.READ_EVERY_RANK, " (the straggler line above says "
+                                 "which rank the others wait for); then ") for f in rr.findings]
     if b is not None and p is not None and not rr.partial and len(budget_):
         own = remedies.findings(p.runtime, budget_.iloc[0], _first_gpu(b["iterations"]), ks,
                                 rr.ort_record, remedies.trt_enqueue(r, p)
@@ -512,7 +517,7 @@ def _one(r: Report, label: str) -> RunReport:
             f"{str(top)[:80]}; the kernel tables count the iterations only")
     if len(ks) and not rr.partial and "name" in ks:
         nccl = ks[ks["name"].astype(str).str.startswith("nccl")]
-        if len(nccl) and len(processes.cuda_pids(r)) <= 1:
+        if len(nccl) and not job and len(processes.cuda_pids(r)) <= 1:
             rr.findings.append(
                 f"NCCL collectives take {nccl['time_pct'].sum():.0f}% of kernel time, but this "
                 "report holds one rank: which rank the others wait for (the straggler) needs "

@@ -15,7 +15,7 @@ from nsightlab.recipe_api import (
     trace,
 )
 
-OPS = ("kernels", "memcpy", "memset")
+OPS = ("kernels", "memcpy", "memset", "graph_execs")  # a graph-level trace: each replay
 
 
 SYNC_COLUMNS = ["pid", "tid", "name", "start_ns", "end_ns", "duration_ns", "correlation_id",
@@ -245,7 +245,8 @@ def _windows(rows, back):
 
 
 def gpu_ops(report):
-    """Kernels, memcpys and memsets: the GPU operations a gap lies between."""
+    """Kernels, memcpys, memsets and whole-graph executions: the GPU operations a gap lies
+    between."""
     frames = [report.table(t, GAP_COLUMNS) for t in OPS if report.has_rows(t)]
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 

@@ -5,7 +5,10 @@
 # and tensor-parallel style all-reduces. Each report is exported to SQLite; truth beside it.
 # The stretch set (phase "stretch", one GPU): processes sharing GPU 0 in rounds, each alone then
 # all together (workloads.py shared), so the solo truth is in the same trace as the shared one.
-#   bash capture.sh OUT share|ddp|stretch|stretch2
+# The graph set (phase "graph", one GPU): the same rounds with CUDA graphs replayed under nsys's
+# default graph-level trace, once around everything and once from cudaProfilerStart on (no
+# eager kernel in the trace: each process's GPU work is graph executions only).
+#   bash capture.sh OUT share|ddp|stretch|stretch2|graph|tpdp
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: capture.sh OUT PHASE}; phase=${2:?phase}
@@ -56,6 +59,16 @@ case $phase in
       prof st-mps-big2 $sh resnet50:128,resnet50:128 5 2 10 15 "$out/st-mps-big2"
       echo quit | nvidia-cuda-mps-control
     fi ;;
+  graph)
+    sh="$W shared"
+    prof st-graph2 $sh resnet18:8@graph,vit_s:8@graph 5 2 10 15 "$out/st-graph2"
+    prof st-graph-mix $sh resnet50:32@graph,resnet18:8 5 2 10 15 "$out/st-graph-mix"
+    export PROFILE_RANGE=1
+    prof st-graph2-range --capture-range=cudaProfilerApi $sh resnet18:8@graph,vit_s:8@graph 5 2 10 15 "$out/st-graph2-range"
+    unset PROFILE_RANGE ;;
+  tpdp)  # four GPUs: TP pairs and DP pairs, rank 3 slow
+    unset START_AT
+    prof ddp-tpdp timeout 300 python3 -m torch.distributed.run --nproc_per_node=4 $here/workloads.py ddp tpdp 5 20 "$out/ddp-tpdp" ;;
   ddp)
     unset START_AT
     for mode in balanced straggler unequal tp; do

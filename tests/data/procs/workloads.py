@@ -4,10 +4,16 @@ machine (two GPUs for the ranks).
     python workloads.py infer MODEL WARM ITERS TRUTH [DEVICE]   # one inference process (no NVTX)
     python workloads.py ddp MODE WARM STEPS TRUTH_PREFIX        # under torchrun: one DDP rank
                                                                 # MODE balanced|straggler|unequal|tp
-    python workloads.py shared MODEL[:BATCH],... WARM ROUNDS SOLO TOGETHER TRUTH_PREFIX
+                                                                # |tpdp (4 ranks: TP pairs 0-1,
+                                                                # 2-3; DP pairs 0-2, 1-3; rank 3
+                                                                # does 10 ms of host work a step)
+    python workloads.py shared MODEL[:BATCH][@graph],... WARM ROUNDS SOLO TOGETHER TRUTH_PREFIX
         # processes sharing GPU 0 (spawned here, one per model), in rounds: each runs SOLO
         # passes alone while the others wait, then all run passes together until each has run
-        # TOGETHER; the solo truth is in the same trace, interleaved with the shared passes
+        # TOGETHER; the solo truth is in the same trace, interleaved with the shared passes.
+        # @graph: the model's forward captured once as a CUDA graph after the warm-up, each
+        # pass one replay. PROFILE_RANGE=1: each process calls cudaProfilerStart after the
+        # warm-up (for nsys --capture-range=cudaProfilerApi: no eager kernel in the trace)
 
 Truth: one JSON line per timed pass or step, flushed as it goes: pid, rank, iter, gpu_ms (CUDA
 events around the pass), wall_ms, start_ns and end_ns (time.time_ns(): the wall clock, the same
@@ -42,7 +48,7 @@ def timed_pass(f, m, x, **kw):
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t, s = time.perf_counter(), time.time_ns()
     a.record()
-    m(x)
+    m(x) if x is not None else m()
     b.record()
     b.synchronize()
     line(f, pid=os.getpid(), gpu_ms=a.elapsed_time(b), wall_ms=(time.perf_counter() - t) * 1e3,
@@ -67,7 +73,8 @@ def infer(name, warm, iters, truth, device="0"):
 
 def member(i, spec, bar, done, warm, rounds, solo, together, truth):
     """One process of ``shared``: waits at the barrier while another runs alone."""
-    name, _, batch = spec.partition(":")
+    spec_, _, how = spec.partition("@")
+    name, _, batch = spec_.partition(":")
     torch.cuda.set_device(0)
     m, shape = model(name, int(batch or 32))
     m = m.cuda().half().eval()
@@ -77,10 +84,21 @@ def member(i, spec, bar, done, warm, rounds, solo, together, truth):
         bar.wait()
         for j in range(n):  # warm-up, each alone in turn
             if j == i:
-                for _ in range(warm):
-                    m(x)
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):  # as torch.cuda.graph asks: warm up on a side
+                    for _ in range(warm):      # stream before capturing
+                        m(x)
+                torch.cuda.current_stream().wait_stream(side)
+                if how == "graph":
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        m(x)
+                    m, x = g.replay, None
                 torch.cuda.synchronize()
             bar.wait()
+        if os.environ.get("PROFILE_RANGE") == "1":
+            torch.cuda.profiler.start()
         k = 0
         for r in range(rounds):
             for j in range(n):
@@ -127,7 +145,25 @@ def ddp(mode, warm, steps, prefix):
     rank = dist.get_rank()
     torch.cuda.set_device(rank)
     truth = open(f"{prefix}.rank{rank}.jsonl", "w")
-    if mode == "tp":  # tensor-parallel style: a sharded matmul and an all-reduce in each layer
+    if mode == "tpdp":  # two communicators per rank: its TP pair and its DP pair
+        pairs = {"tp": [[0, 1], [2, 3]], "dp": [[0, 2], [1, 3]]}
+        groups = {k: [dist.new_group(p) for p in v] for k, v in pairs.items()}  # every rank
+        tp = next(g for g, p in zip(groups["tp"], pairs["tp"]) if rank in p)  # makes every
+        dp = next(g for g, p in zip(groups["dp"], pairs["dp"]) if rank in p)  # group
+        h = 4096
+        w = [torch.randn(h, h // 2, device="cuda", dtype=torch.half) / 64 for _ in range(4)]
+        wo = [torch.randn(h // 2, h, device="cuda", dtype=torch.half) / 64 for _ in range(4)]
+        x0 = torch.randn(256, h, device="cuda", dtype=torch.half)
+        grad = torch.randn(16 << 20, device="cuda", dtype=torch.half)
+
+        def step():
+            x = x0
+            for a, b in zip(w, wo):
+                y = torch.relu(x @ a) @ b
+                dist.all_reduce(y, group=tp)
+                x = y
+            dist.all_reduce(grad, group=dp)
+    elif mode == "tp":  # tensor-parallel style: a sharded matmul and an all-reduce in each layer
         h = 4096
         w = [torch.randn(h, h // 2, device="cuda", dtype=torch.half) / 64 for _ in range(8)]
         wo = [torch.randn(h // 2, h, device="cuda", dtype=torch.half) / 64 for _ in range(8)]
@@ -157,11 +193,11 @@ def ddp(mode, warm, steps, prefix):
             opt.zero_grad(set_to_none=True)
     for i in range(warm + steps):
         host_ms = 0.0
-        if mode == "straggler" and rank == 1:  # a slow loader: 25 ms of host work per step
+        if (mode == "straggler" and rank == 1) or (mode == "tpdp" and rank == 3):
+            host_ms = 25.0 if mode == "straggler" else 10.0  # a slow loader: host work
             t = time.perf_counter()
-            while time.perf_counter() - t < 0.025:
+            while time.perf_counter() - t < host_ms / 1e3:
                 pass
-            host_ms = 25.0
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t, s = time.perf_counter(), time.time_ns()
         torch.cuda.nvtx.range_push(f"step{i}")
