@@ -11,6 +11,7 @@ import shutil
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -235,6 +236,38 @@ def test_overlap_pct_is_nsys_nccl_gpu_overlap_trace_s(reports, tmp_path):
                     reach = y
         assert row.overlap_pct == pytest.approx(100 * over / total, abs=0.01)
     assert "overlap with compute" in render(reports["ddp-tpdp"])
+
+
+def test_a_process_reads_its_big_tables_cut_from_the_whole_reports_cache(tmp_path):
+    """The kernels and API calls are not copied into a process's export: its Report reads
+    cache entries cut from the whole report's, which hold exactly the whole report's rows of
+    that process (in order, every column, the later columns too), with the kernel names of
+    that process only; what it asks of them in SQL goes to the whole export with its filter."""
+    from nsightlab.read import split
+
+    shutil.copy(DATA / "nsys" / "st-mix3.sqlite.xz", tmp_path)
+    r = nsightlab.open(tmp_path / "st-mix3.sqlite.xz")
+    k, api = r.kernels(), r.cuda_api()
+    cut = split.cuttable(r)
+    assert cut == ("kernels", "cuda_api")
+    for pid in sorted(k["pid"].unique()):
+        v = split.of_process(r, int(pid), cut)
+        assert v.db.count(r.spec("kernels").source) == 0  # not copied
+        mine = k[k["pid"] == pid].reset_index(drop=True)
+        got = v.kernels()
+        pd.testing.assert_frame_equal(_text(got), _text(mine))
+        assert set(got["name"].cat.categories) == set(mine["name"].astype(str))  # its own only
+        calls = api[api["pid"] == pid].reset_index(drop=True)
+        pd.testing.assert_frame_equal(_text(v.cuda_api()), _text(calls))
+        assert v.has_rows("kernels") and v.row_count("cuda_api") == len(calls)
+        lo = int(mine["start_ns"].median())
+        assert v.count_where("kernels", f"start >= {lo}") == int((mine["start_ns"] >= lo).sum())
+        assert not v.any_where("kernels", "graphNodeId IS NOT NULL")
+
+
+def _text(df: pd.DataFrame) -> pd.DataFrame:
+    """Categorical columns as text (a process's categories are its own values only)."""
+    return df.astype({c: object for c in df if isinstance(df[c].dtype, pd.CategoricalDtype)})
 
 
 def test_one_rank_alone_says_straggler_analysis_needs_all_ranks(tmp_path):

@@ -462,8 +462,7 @@ def _graph_node_kernels(report: Report) -> bool:
     if not report.has_rows("kernels") or "graphNodeId" not in report.db.columns(
             report.spec("kernels").source):
         return False
-    return bool(report.db.query(f'SELECT EXISTS (SELECT 1 FROM "{report.spec("kernels").source}" '
-                                "WHERE graphNodeId IS NOT NULL)")[0][0])
+    return report.any_where("kernels", "graphNodeId IS NOT NULL")
 
 
 def _impossible_metrics(report: Report) -> int:

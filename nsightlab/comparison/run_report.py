@@ -203,8 +203,9 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
         # each process's own export first (the splits on threads: SQLite writes them without
         # the GIL); the table, the sharing and the stretch then read the processes' own
         # tables, which their reports read anyway, never the whole report's
+        cut = split.cuttable(r)  # the big tables read once, for every process
         with ThreadPoolExecutor(min(len(pids), 4)) as pool:
-            views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p), pids)))
+            views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p, cut), pids)))
         procs = processes.table(r, views)
         if len(procs) > 1:
             views = [views[int(p)] for p in procs["pid"]]

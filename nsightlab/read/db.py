@@ -128,6 +128,17 @@ class ExportDB:
     def has(self, table: str) -> bool:
         return table in self.tables
 
+    def process_filter(self, table: str, pid: int) -> str | None:
+        """SQL that keeps the rows of ``table`` of process ``pid`` and of no process (tables
+        keyed by ``globalPid``/``globalTid``: nsys's HW:8 VM:8 PID:24 TID:24, or
+        ``processId``); None for a table of no process (the session's, GPUs', strings')."""
+        cols = set(self.columns(table))
+        col = next((c for c in ("globalPid", "globalTid") if c in cols), None)
+        if col is not None:
+            p = f"(({col} >> 24) & 16777215)"
+            return f"({col} IS NULL OR {p} = 0 OR {p} = {int(pid)})"
+        return f"processId = {int(pid)}" if "processId" in cols else None
+
     def columns(self, table: str) -> list[str]:
         """Column names of ``table`` (empty if the table is absent)."""
         if table not in self._columns:

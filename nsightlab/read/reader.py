@@ -117,14 +117,45 @@ def part_rows(path: Path) -> int:
     return _PART_ROWS[key]
 
 
+def _used_values_only(t: pa.Table) -> pa.Table:
+    """``t`` with each dictionary column's dictionary cut to the values its rows use (rows
+    filtered out of a part keep the whole part's dictionary: a process's kernel names would
+    then be every process's)."""
+    cols = []
+    for c in t.columns:
+        if pa.types.is_dictionary(c.type) and c.num_chunks:
+            chunks = []
+            for a in c.chunks:
+                idx = a.indices.to_numpy(zero_copy_only=False)
+                valid = ~np.asarray(a.is_null()) if a.null_count else None
+                used = np.unique(idx[valid] if valid is not None else idx)
+                remap = np.zeros(len(a.dictionary), dtype=idx.dtype)
+                remap[used] = np.arange(len(used), dtype=idx.dtype)
+                new = pa.array(remap[idx], type=a.indices.type,
+                               mask=None if valid is None else ~valid)
+                chunks.append(pa.DictionaryArray.from_arrays(new, a.dictionary.take(
+                    pa.array(used, pa.int64()))))
+            c = pa.chunked_array(chunks, type=c.type)
+        cols.append(c)
+    return pa.Table.from_arrays(cols, schema=t.schema)
+
+
+class _Unaligned(Exception):
+    """A later-columns entry's parts do not hold the rows of its first read's parts."""
+
+
 class TableReader:
     """Reads tables of one export (``db``), through ``cache`` when there is one."""
 
     def __init__(self, db: ExportDB, cache: TableCache | None,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None,
+                 cut: "tuple[TableReader, int, tuple[str, ...]] | None" = None):
         self.db = db
         self.cache = cache
         self.progress = progress
+        #: of one process's reader (``read.split``): the whole report's reader, the pid, and
+        #: the tables whose entries are cut from that reader's (never read from this export)
+        self.cut = cut
         #: activity rows left out of the last SQLite read of each table (``drop_invalid``)
         self.dropped: dict[str, int] = {}
         #: rows handed out so far (progress over many reports)
@@ -283,6 +314,8 @@ class TableReader:
                        picked: bool) -> T:
         if self.cache is not None:
             files = self.cache.files(spec.name)
+            if files is None and self._cut_from_whole(spec):
+                files = self.cache.files(spec.name)
             # entries built in worker processes, and tables with a whole-table pass (NVTX
             # depth: done over the finished parts), are built first and then read
             if files is None and (self._in_processes(spec) or spec.finish is not None):
@@ -313,6 +346,56 @@ class TableReader:
                 self._cache_unusable(e)
         value = self._from_sqlite(spec, lambda: from_sqlite(None)[1])
         return value if picked else _without(value, self._uncached_duplicates(spec))
+
+    def _cut_from_whole(self, spec: TableSpec) -> bool:
+        """Build ``spec``'s entry from the whole report's (``cut``; built there first, by its
+        reader processes, once for every process): its parts with this process's rows only
+        (and those of no process), part by part on every core. The later columns' entry
+        (``kernels+``) has no pid column: its parts keep the rows the first read's parts of
+        the whole report kept for this process. False when ``spec`` is not cut here."""
+        if self.cut is None or (spec.base or spec).name not in self.cut[2]:
+            return False
+        whole, pid = self.cut[0], self.cut[1]
+        base = spec.base.first if spec.base is not None else None
+        whole.ensure_cached(spec if base is None else spec.base)
+        if base is not None:  # the whole report's later columns too
+            whole._cached(spec, lambda files: None,
+                          lambda open_part: (whole._fill(spec, open_part), None))
+        files = whole.cache.files(spec.name)
+        masks = whole.cache.files(base.name) if base is not None else files
+        meta = whole.cache.meta(spec.name) or {}
+        if files is None or masks is None or len(files) != len(masks):
+            raise CorruptReportError(f"{self.db.name}: the cache of {spec.name} changed while "
+                                     "it was read: run the command again")
+
+        def fill(parts) -> tuple[int, None]:
+            counts = [0] * len(files)
+
+            def job(i: int) -> Callable[[], None]:
+                def run() -> None:
+                    t = pq.read_table(files[i], **READ)
+                    who = pq.read_table(masks[i], columns=["pid"], **READ)["pid"]
+                    if len(who) != len(t):
+                        raise _Unaligned(spec.name)
+                    keep = pc.fill_null(pc.or_(pc.equal(who, pid), pc.equal(who, 0)), True)
+                    kept = _used_values_only(t.filter(keep))
+                    parts(i).write_table(kept)
+                    counts[i] = kept.num_rows
+                return run
+
+            self.db.parallel([job(i) for i in range(len(files))])
+            return sum(counts), None
+
+        facts = {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
+                 "duplicate_rows": [], **({"in_start_order": meta["in_start_order"]}
+                                          if "in_start_order" in meta else {})}
+        try:
+            self.cache.build(spec.name, fill, spec.schema, lambda: facts)
+        except _Unaligned:
+            raise CorruptReportError(f"{self.db.name}: the cached columns of {spec.name} "
+                                     "disagree with its first read: run the command again") \
+                from None
+        return True
 
     def _facts(self, spec: TableSpec) -> dict:
         """What an entry's meta.json records of its read: rows left out as impossible, the

@@ -45,7 +45,8 @@ class Report:
     """One nsys SQLite export, read-only. Tables come back as DataFrames (see ``TABLES``)."""
 
     def __init__(self, sqlite_path: str | os.PathLike, *, cache_root: Path | None = None,
-                 source: Path | None = None, progress: Callable[[str], None] | None = None):
+                 source: Path | None = None, progress: Callable[[str], None] | None = None,
+                 cut_from: "tuple[Report, int, tuple[str, ...]] | None" = None):
         self.path = Path(sqlite_path)
         self.source = Path(source) if source is not None else self.path
         self.db = ExportDB(self.path, self.source)
@@ -54,7 +55,11 @@ class Report:
         if cache_root is not None:  # what killed runs left behind
             remove_stale(cache_root)
             remove_stale(cache_root / "results")
-        self._reader = TableReader(self.db, cache, progress)
+        #: of one process's Report (``read.split``): (the whole report, the pid, the tables
+        #: whose rows are not in this export but in cache entries cut from the whole report's)
+        self.cut_from = cut_from if cache is not None else None
+        self._reader = TableReader(self.db, cache, progress, None if self.cut_from is None else
+                                   (cut_from[0]._reader, cut_from[1], cut_from[2]))
         #: derived results (recipes, run profiles) of this report; None without a cache
         self.results = ResultStore(cache_root / "results") if cache_root is not None else None
 
@@ -172,7 +177,32 @@ class Report:
         spec = self.spec(table)
         if not spec.present(self.db):
             return False
+        if self._is_cut(table):  # its cache entry, cut from the whole report's
+            self.prefetch([table])
+            return self.row_count(table) > 0
         return bool(self.db.query(f'SELECT 1 FROM "{spec.source}"{_rows_of(table)} LIMIT 1'))
+
+    def _is_cut(self, table: str) -> bool:
+        return self.cut_from is not None and table in self.cut_from[2]
+
+    def _in_whole(self, table: str, where: str) -> tuple["Report", str]:
+        """(the Report whose export holds ``table``'s rows, ``where`` for this Report's rows
+        there): this one, or for a table cut from the whole report's cache, the whole report
+        with this process's filter."""
+        if not self._is_cut(table):
+            return self, where
+        whole, pid, _ = self.cut_from
+        keep = whole.db.process_filter(whole.spec(table).source, pid)
+        return whole, f"({where}) AND {keep}" if keep else where
+
+    def any_where(self, table: str, where: str) -> bool:
+        """Whether some row of ``table`` (as the export has it: source columns) satisfies SQL
+        ``where``."""
+        at, where = self._in_whole(table, where)
+        source = at.spec(table).source
+        if not at.spec(table).present(at.db):
+            return False
+        return bool(at.db.query(f'SELECT EXISTS (SELECT 1 FROM "{source}" WHERE {where})')[0][0])
 
     @cached_property
     def row_counts(self) -> dict[str, int]:
@@ -371,7 +401,8 @@ class Report:
         columns) holds for: one aggregate over rowid ranges in parallel."""
         if not self.timed(table):
             return 0
-        return int(sum(r[0] or 0 for r in self._over_kept_rows(table, "count(*)", where)))
+        at, where = self._in_whole(table, where)
+        return int(sum(r[0] or 0 for r in at._over_kept_rows(table, "count(*)", where)))
 
     def duplicate_rows(self, table: str) -> int | None:
         """Exact duplicate rows of an activity table left out of every read (same correlation
