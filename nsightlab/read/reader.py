@@ -39,6 +39,7 @@ from nsightlab.read.tables import (
     CHECKED,
     DEDUPED,
     DUPLICATE_KEY,
+    StartOrder,
     TableSpec,
     contract_batches,
     duplicate_positions,
@@ -368,6 +369,8 @@ class TableReader:
             raise CorruptReportError(f"{self.db.name}: the cache of {spec.name} changed while "
                                      "it was read: run the command again")
 
+        orders: list = [None] * len(files)  # each cut part's start order (``StartOrder``)
+
         def fill(parts) -> tuple[int, None]:
             counts = [0] * len(files)
 
@@ -379,18 +382,24 @@ class TableReader:
                         raise _Unaligned(spec.name)
                     keep = pc.fill_null(pc.or_(pc.equal(who, pid), pc.equal(who, 0)), True)
                     kept = _used_values_only(t.filter(keep))
-                    parts(i).write_table(kept)
+                    parts(i).write_table(kept, row_group_size=BATCH_ROWS)  # as read
                     counts[i] = kept.num_rows
+                    if "start_ns" in kept.column_names:  # a process's rows may be in start
+                        order = StartOrder()  # order where the whole table's are not
+                        for chunk in kept["start_ns"].chunks:
+                            order.add(chunk)
+                        orders[i] = order.answer()
                 return run
 
             self.db.parallel([job(i) for i in range(len(files))])
             return sum(counts), None
 
-        facts = {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
-                 "duplicate_rows": [], **({"in_start_order": meta["in_start_order"]}
-                                          if "in_start_order" in meta else {})}
+        def facts() -> dict:
+            order = parts_in_order(orders)
+            return {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
+                    "duplicate_rows": [], **({} if order is None else {"in_start_order": order})}
         try:
-            self.cache.build(spec.name, fill, spec.schema, lambda: facts)
+            self.cache.build(spec.name, fill, spec.schema, facts)
         except _Unaligned:
             raise CorruptReportError(f"{self.db.name}: the cached columns of {spec.name} "
                                      "disagree with its first read: run the command again") \
