@@ -8,10 +8,14 @@ consistent inside each copy. Everything else (StringIds, TARGET_INFO_*, ENUM_*, 
 is copied once.
 
 With ``--processes P`` the copies are shared among P processes (COPIES / P each): process p
-runs its copies at the same times as process 0 (on the same GPUs: they share them), its rows
-under pid + p * 5,000,000 (above any Linux pid; globalPid/globalTid and processId shifted; PROCESSES, ThreadNames and the CUDA
-stream and context tables get its rows too), its correlation ids apart from every other
-copy's. The issue-48 benchmark: two processes of 4M kernels against one of 8M.
+runs its copies at the same times as process 0 (on the same GPUs: they share them) but p ns
+later (two processes' records never start at the same nanosecond in a real trace; identical
+starts made every kernel a duplicate candidate for the reader's check), its rows under pid +
+p * 5,000,000 (above any Linux pid; globalPid/globalTid and processId shifted; PROCESSES,
+ThreadNames and the CUDA stream and context tables get its rows too), its correlation ids
+apart from every other copy's, and each copy's rows of all processes written in time order
+(as nsys before 2025.6 exports them). The issue-48 benchmark: two processes of 4M kernels
+against one of 8M.
 
 The result is a real report's shape at a larger scale: use it for speed and memory
 benchmarks, never as evidence of what a GPU did.
@@ -93,21 +97,30 @@ def main():
         if t not in SCALED and not (procs > 1 and t in PER_PROCESS):
             db.execute(f"INSERT INTO main.{t} SELECT * FROM src.{t}")
             continue
-        for p in range(procs):
-            for k in range(per if t in SCALED else 1):
-                exprs = []
-                for c in cols:
-                    if c in TIME_COLS and t in SCALED:
-                        exprs.append(f'"{c}" + {k * span}')
-                    elif c in CORR_COLS and t in SCALED:
-                        exprs.append(f'"{c}" + {(p * per + k) * (maxcorr + 1)}')
-                    elif c in GLOBAL_COLS and p:
-                        exprs.append(f'"{c}" + {(p * PID_STEP) << 24}')
-                    elif c in PID_COLS and p:
-                        exprs.append(f'"{c}" + {p * PID_STEP}')
-                    else:
-                        exprs.append(f'"{c}"')
-                db.execute(f"INSERT INTO main.{t} ({qcols}) SELECT {','.join(exprs)} FROM src.{t}")
+        def select(p: int, k: int) -> str:
+            exprs = []
+            for c in cols:
+                if c in TIME_COLS and t in SCALED:
+                    exprs.append(f'"{c}" + {k * span + p} AS "{c}"')
+                elif c in CORR_COLS and t in SCALED:
+                    exprs.append(f'"{c}" + {(p * per + k) * (maxcorr + 1)} AS "{c}"')
+                elif c in GLOBAL_COLS and p:
+                    exprs.append(f'"{c}" + {(p * PID_STEP) << 24} AS "{c}"')
+                elif c in PID_COLS and p:
+                    exprs.append(f'"{c}" + {p * PID_STEP} AS "{c}"')
+                else:
+                    exprs.append(f'"{c}"')
+            return f"SELECT {','.join(exprs)} FROM src.{t}"
+
+        if t in SCALED:  # copy by copy, every process's rows of it in time order
+            at = next((c for c in ("start", "timestamp") if c in cols), None)
+            for k in range(per):
+                union = " UNION ALL ".join(select(p, k) for p in range(procs))
+                order = f' ORDER BY "{at}"' if at and procs > 1 else ""
+                db.execute(f"INSERT INTO main.{t} ({qcols}) {union}{order}")
+        else:
+            for p in range(procs):
+                db.execute(f"INSERT INTO main.{t} ({qcols}) {select(p, 0)}")
         db.commit()
         if t in SCALED:
             print(f"{t}: x{copies}" + (f" ({procs} processes)" if procs > 1 else ""),
