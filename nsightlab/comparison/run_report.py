@@ -209,14 +209,19 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
         procs = processes.table(r, views)
         if len(procs) > 1:
             views = [views[int(p)] for p in procs["pid"]]
-            # the processes' reports side by side (each mostly SQLite reads, Arrow, DuckDB and
-            # NumPy, which release the GIL): two at a time
-            with ThreadPoolExecutor(min(len(views), RUNS_AT_ONCE)) as pool:
-                runs = list(pool.map(lambda vp: _one(vp[0], f"{label} (pid {vp[1]})", True),
-                                     zip(views, procs["pid"])))
+            labels = [f"{label} (pid {p})" for p in procs["pid"]]
+            pending = _runs_apart(r, views, labels)
+            if pending is None:
+                # small: the processes' reports side by side on threads (each mostly SQLite
+                # reads, Arrow, DuckDB and NumPy, which release the GIL), two at a time
+                with ThreadPoolExecutor(min(len(views), RUNS_AT_ONCE)) as pool:
+                    runs = list(pool.map(lambda v: _one(*v, True), zip(views, labels)))
             k = pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
+            shared = processes.sharing(r, procs, k)  # while the runs go on apart
+            if pending is not None:
+                runs = _results(pending)
             iters = _iterations(views, procs["pid"])  # each process's budget: read once
-            out = ProcessesReport(label, procs, processes.sharing(r, procs, k), runs)
+            out = ProcessesReport(label, procs, shared, runs)
             out.stretch, out.stretch_iterations = _stretch(k, iters, views, procs, out.sharing)
             _say_shared(out)
             out.collectives = processes.collectives(r, procs, _steady_windows(iters))
@@ -227,6 +232,69 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
 
 #: processes' reports built at once (each already reads and computes on every core)
 RUNS_AT_ONCE = 2
+#: kernels of all processes from which their reports are built in processes of their own:
+#: on threads, two 4M-kernel reports took 11.4 s (their NumPy passes and pandas steps share
+#: one GIL) where the 8M-kernel report of one process takes 10 s
+APART_KERNELS = 1_000_000
+
+
+def _runs_apart(whole: Report, views: list[Report], labels: list[str]):
+    """Start the processes' reports in interpreters of their own (``comparison.apart``; all
+    at once: each is the one-process path at a share of the rows), each reopening its
+    process's Report from the files already written: the started children; None when the
+    report is small or has no cache (then they are built here)."""
+    if whole.cache is None or any(v.cut_from is None or v.cache is None for v in views) or \
+            sum(v.row_count("kernels") for v in views) < APART_KERNELS:
+        return None
+    import pickle
+    import subprocess
+    import sys
+
+    started = []
+    try:
+        for v, lab in zip(views, labels):
+            out = v.cache.root / f".run-{os.getpid()}.pickle"
+            out.unlink(missing_ok=True)
+            child = subprocess.Popen([sys.executable, "-m", "nsightlab.comparison.apart",
+                                      str(out)], stdin=subprocess.PIPE)
+            started.append((child, out))
+            child.stdin.write(pickle.dumps((str(whole.path), str(whole.cache.root),
+                                            str(whole.source), v.cut_from[1], v.cut_from[2],
+                                            lab)))
+            child.stdin.close()
+    except BaseException:
+        _stop(started)
+        raise
+    return started
+
+
+def _results(started: list) -> list[RunReport]:
+    """The reports ``_runs_apart`` started, in order (an error in one is raised here)."""
+    import pickle
+
+    try:
+        runs = []
+        for child, out in started:
+            rc = child.wait()
+            if not out.is_file():
+                raise NsightlabError(f"building the report of one process failed (exit {rc}): "
+                                     "run it alone with --process PID to see why")
+            how, value = pickle.loads(out.read_bytes())
+            out.unlink(missing_ok=True)
+            if how == "error":
+                raise value
+            runs.append(value)
+        return runs
+    finally:
+        _stop(started)
+
+
+def _stop(started: list) -> None:
+    for child, out in started:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        out.unlink(missing_ok=True)
 
 
 def _stretch(k: pd.DataFrame, iters: dict, views: list[Report], procs: pd.DataFrame,

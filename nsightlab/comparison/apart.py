@@ -1,0 +1,40 @@
+"""One process's run report, built in an interpreter of its own (``run_report._runs_apart``).
+
+Started as ``python -m nsightlab.comparison.apart OUT`` with its arguments pickled on stdin
+(the whole report's export, cache folder and source, the pid, the tables cut from the whole
+report's cache, the label): it reopens that process's Report from the files already written
+(its export, its cache entries) and writes the pickled ``RunReport``, or the error, to OUT.
+A fresh interpreter, not multiprocessing's spawn: spawn re-runs the user's main script in the
+child (a script or notebook without an ``if __name__ == "__main__"`` guard would fail), as the
+reader processes (``read.workers``) avoid too.
+"""
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+
+def build(path: str, cache_root: str, source: str, pid: int, cut: tuple, label: str):
+    from nsightlab.comparison.run_report import _one
+    from nsightlab.read import split
+    from nsightlab.read.report import Report
+
+    whole = Report(Path(path), cache_root=Path(cache_root), source=Path(source))
+    return _one(split.of_process(whole, pid, cut), label, True)
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    args = pickle.load(sys.stdin.buffer)
+    try:
+        result = ("ok", build(*args))
+    except BaseException as e:  # handed to the parent, which raises it
+        result = ("error", e)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    tmp.replace(out)
+
+
+if __name__ == "__main__":
+    main()
