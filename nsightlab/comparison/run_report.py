@@ -206,17 +206,21 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
         cut = split.cuttable(r)  # the big tables read once, for every process
         with ThreadPoolExecutor(min(len(pids), 4)) as pool:
             views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p, cut), pids)))
-        procs = processes.table(r, views)
+        # the table and the GPU spans from the whole report when its cache holds the big
+        # tables (read once, keyed by pid), else from the processes' own exports
+        procs = processes.table(r, None if cut else views)
         if len(procs) > 1:
             views = [views[int(p)] for p in procs["pid"]]
             labels = [f"{label} (pid {p})" for p in procs["pid"]]
-            pending = _runs_apart(r, views, labels)
+            pending = _runs_apart(r, views, labels, int(procs["kernels"].sum()))
             if pending is None:
                 # small: the processes' reports side by side on threads (each mostly SQLite
                 # reads, Arrow, DuckDB and NumPy, which release the GIL), two at a time
                 with ThreadPoolExecutor(min(len(views), RUNS_AT_ONCE)) as pool:
                     runs = list(pool.map(lambda v: _one(*v, True), zip(views, labels)))
-            k = pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
+            k = processes.gpu_spans(r) if cut else \
+                pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
+            k = k[k["pid"].isin(procs["pid"])].reset_index(drop=True)
             shared = processes.sharing(r, procs, k)  # while the runs go on apart
             if pending is not None:
                 runs = _results(pending)
@@ -238,13 +242,14 @@ RUNS_AT_ONCE = 2
 APART_KERNELS = 1_000_000
 
 
-def _runs_apart(whole: Report, views: list[Report], labels: list[str]):
+def _runs_apart(whole: Report, views: list[Report], labels: list[str], kernels: int):
     """Start the processes' reports in interpreters of their own (``comparison.apart``; all
     at once: each is the one-process path at a share of the rows), each reopening its
     process's Report from the files already written: the started children; None when the
-    report is small or has no cache (then they are built here)."""
+    processes hold fewer than ``APART_KERNELS`` kernels in all, or the report has no cache
+    (then they are built here)."""
     if whole.cache is None or any(v.cut_from is None or v.cache is None for v in views) or \
-            sum(v.row_count("kernels") for v in views) < APART_KERNELS:
+            kernels < APART_KERNELS:
         return None
     import pickle
     import subprocess
