@@ -163,6 +163,14 @@ class Recipe:
             lambda: (self._compute(report, values), {}))
         return tables
 
+    def stored(self, report: Report, params: dict[str, Any] | None = None) -> bool:
+        """Whether ``run`` on ``report`` (a Report) would find its result stored (computed
+        by this or another process)."""
+        values = self.parse_params(params)
+        return report.results is not None and report.results.has(
+            f"recipe-{self.name}", values, [report.path, *self.input_files(values)],
+            self.fingerprint)
+
     def _compute(self, report: Report, values: dict[str, Any]) -> dict[str, pd.DataFrame]:
         self.check_inputs(report, values)
         trace.mark(f"computing {self.name}")

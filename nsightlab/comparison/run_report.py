@@ -222,11 +222,14 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
                 pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
             k = k[k["pid"].isin(procs["pid"])].reset_index(drop=True)
             shared = processes.sharing(r, procs, k)  # while the runs go on apart
+            if pending is not None:  # the stretch too, once each run stored its budget
+                _budgets_stored(views, pending)
+            iters = _iterations(views, procs["pid"])  # each process's budget: read once
+            stretched = _stretch(k, iters, views, procs, shared)
             if pending is not None:
                 runs = _results(pending)
-            iters = _iterations(views, procs["pid"])  # each process's budget: read once
             out = ProcessesReport(label, procs, shared, runs)
-            out.stretch, out.stretch_iterations = _stretch(k, iters, views, procs, out.sharing)
+            out.stretch, out.stretch_iterations = stretched
             _say_shared(out)
             out.collectives = processes.collectives(r, procs, _steady_windows(iters))
             out.straggler = _straggler(out)
@@ -271,6 +274,18 @@ def _runs_apart(whole: Report, views: list[Report], labels: list[str], kernels: 
         _stop(started)
         raise
     return started
+
+
+def _budgets_stored(views: list[Report], started: list) -> None:
+    """Wait until each process's report (``_runs_apart``) has stored its time budget, the
+    first thing it computes, or has ended: the stretch, which needs each process's
+    iterations, then runs beside the rest of their work."""
+    import time
+
+    budget_ = recipes.get("budget")
+    while not all(child.poll() is not None or budget_.stored(v)
+                  for v, (child, _) in zip(views, started)):
+        time.sleep(0.05)
 
 
 def _results(started: list) -> list[RunReport]:
