@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import statistics
 from pathlib import Path
@@ -263,6 +264,26 @@ def test_a_process_reads_its_big_tables_cut_from_the_whole_reports_cache(tmp_pat
         lo = int(mine["start_ns"].median())
         assert v.count_where("kernels", f"start >= {lo}") == int((mine["start_ns"] >= lo).sum())
         assert not v.any_where("kernels", "graphNodeId IS NOT NULL")
+
+
+def test_reports_built_apart_are_those_built_here(tmp_path, monkeypatch):
+    """Past ``APART_KERNELS`` the processes' reports are built in interpreters of their own
+    (``python -m nsightlab.comparison.apart``), reopening each process's export and cut
+    cache: the same report as built on threads here."""
+    said, real = [], run_report._runs_apart
+    for apart in (False, True):
+        d = tmp_path / str(apart)
+        d.mkdir()
+        shutil.copy(DATA / "nsys" / "st-mix3.sqlite.xz", d)
+        monkeypatch.setattr(run_report, "APART_KERNELS", 0 if apart else 10**12)
+        started = []
+        monkeypatch.setattr(run_report, "_runs_apart",
+                            lambda *a: started.append(real(*a)) or started[-1])
+        said.append(render(run_report.build(d / "st-mix3.sqlite.xz")))
+        assert (started[0] is not None) == apart
+        cache = Path(os.environ["NSIGHTLAB_CACHE_DIR"])
+        assert not list(cache.rglob(".run.*.tmp"))  # their answers read and removed
+    assert said[0] == said[1]
 
 
 def _text(df: pd.DataFrame) -> pd.DataFrame:

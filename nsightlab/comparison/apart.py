@@ -3,7 +3,8 @@
 Started as ``python -m nsightlab.comparison.apart OUT`` with its arguments pickled on stdin
 (the whole report's export, cache folder and source, the pid, the tables cut from the whole
 report's cache, the label): it reopens that process's Report from the files already written
-(its export, its cache entries) and writes the pickled ``RunReport``, or the error, to OUT.
+(its export, its cache entries) and writes the pickled ``RunReport``, or the error, to OUT,
+which the parent reads once this interpreter has ended.
 A fresh interpreter, not multiprocessing's spawn: spawn re-runs the user's main script in the
 child (a script or notebook without an ``if __name__ == "__main__"`` guard would fail), as the
 reader processes (``read.workers``) avoid too.
@@ -31,9 +32,8 @@ def main() -> None:
         result = ("ok", build(*args))
     except BaseException as e:  # handed to the parent, which raises it
         result = ("error", e)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-    tmp.replace(out)
+    out.write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))  # read once
+    # this interpreter has ended
 
 
 if __name__ == "__main__":

@@ -218,16 +218,20 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
                 # reads, Arrow, DuckDB and NumPy, which release the GIL), two at a time
                 with ThreadPoolExecutor(min(len(views), RUNS_AT_ONCE)) as pool:
                     runs = list(pool.map(lambda v: _one(*v, True), zip(views, labels)))
-            k = processes.gpu_spans(r) if cut else \
-                pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
-            k = k[k["pid"].isin(procs["pid"])].reset_index(drop=True)
-            shared = processes.sharing(r, procs, k)  # while the runs go on apart
-            if pending is not None:  # the stretch too, once each run stored its budget
-                _budgets_stored(views, pending)
-            iters = _iterations(views, procs["pid"])  # each process's budget: read once
-            stretched = _stretch(k, iters, views, procs, shared)
-            if pending is not None:
-                runs = _results(pending)
+            try:
+                k = processes.gpu_spans(r) if cut else \
+                    pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
+                k = k[k["pid"].isin(procs["pid"])].reset_index(drop=True)
+                shared = processes.sharing(r, procs, k)  # while the runs go on apart
+                if pending is not None:  # the stretch too, once each run stored its budget
+                    _budgets_stored(views, pending)
+                iters = _iterations(views, procs["pid"])  # each process's budget: read once
+                stretched = _stretch(k, iters, views, procs, shared)
+                if pending is not None:
+                    runs = _results(pending, views, labels)
+            finally:
+                if pending is not None:
+                    _stop(pending)
             out = ProcessesReport(label, procs, shared, runs)
             out.stretch, out.stretch_iterations = stretched
             _say_shared(out)
@@ -261,7 +265,8 @@ def _runs_apart(whole: Report, views: list[Report], labels: list[str], kernels: 
     started = []
     try:
         for v, lab in zip(views, labels):
-            out = v.cache.root / f".run-{os.getpid()}.pickle"
+            # a name later runs remove if this process is killed (``remove_stale``)
+            out = v.cache.root / f".run.{os.getpid()}.tmp"
             out.unlink(missing_ok=True)
             child = subprocess.Popen([sys.executable, "-m", "nsightlab.comparison.apart",
                                       str(out)], stdin=subprocess.PIPE)
@@ -288,25 +293,24 @@ def _budgets_stored(views: list[Report], started: list) -> None:
         time.sleep(0.05)
 
 
-def _results(started: list) -> list[RunReport]:
-    """The reports ``_runs_apart`` started, in order (an error in one is raised here)."""
+def _results(started: list, views: list[Report], labels: list[str]) -> list[RunReport]:
+    """The reports ``_runs_apart`` started, in order (an error in one is raised here); one
+    whose interpreter could not build it (nsightlab not importable there: a path the caller
+    added to ``sys.path`` only) is built here."""
     import pickle
 
-    try:
-        runs = []
-        for child, out in started:
-            rc = child.wait()
-            if not out.is_file():
-                raise NsightlabError(f"building the report of one process failed (exit {rc}): "
-                                     "run it alone with --process PID to see why")
-            how, value = pickle.loads(out.read_bytes())
-            out.unlink(missing_ok=True)
-            if how == "error":
-                raise value
-            runs.append(value)
-        return runs
-    finally:
-        _stop(started)
+    runs = []
+    for (child, out), v, lab in zip(started, views, labels):
+        child.wait()
+        if not out.is_file():
+            runs.append(_one(v, lab, True))
+            continue
+        how, value = pickle.loads(out.read_bytes())
+        out.unlink(missing_ok=True)
+        if how == "error":
+            raise value
+        runs.append(value)
+    return runs
 
 
 def _stop(started: list) -> None:
