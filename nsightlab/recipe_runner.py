@@ -155,12 +155,11 @@ class Recipe:
 
         report = as_report(report, **{"prefetch": self.prefetch(), **open_options})
         values = self.parse_params(params)
-        files = self.input_files(values)
         if report.results is None:
+            self.input_files(values)  # a path parameter naming no file is an error here too
             return self._compute(report, values)
         tables, _ = report.results.get_or_compute(
-            f"recipe-{self.name}", values, [report.path, *files], self.fingerprint,
-            lambda: (self._compute(report, values), {}))
+            *self._stored_as(report, values), lambda: (self._compute(report, values), {}))
         return tables
 
     def stored(self, report: Report, params: dict[str, Any] | None = None) -> bool:
@@ -168,8 +167,13 @@ class Recipe:
         by this or another process)."""
         values = self.parse_params(params)
         return report.results is not None and report.results.has(
-            f"recipe-{self.name}", values, [report.path, *self.input_files(values)],
-            self.fingerprint)
+            *self._stored_as(report, values))
+
+    def _stored_as(self, report: Report, values: dict[str, Any]) -> tuple:
+        """The result store's key of this recipe on ``report`` with ``values``: name,
+        params, inputs, code."""
+        return (f"recipe-{self.name}", values, [report.path, *self.input_files(values)],
+                self.fingerprint)
 
     def _compute(self, report: Report, values: dict[str, Any]) -> dict[str, pd.DataFrame]:
         self.check_inputs(report, values)

@@ -201,8 +201,7 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
     pids = processes.cuda_pids(r)
     if len(pids) > 1:
         # each process's own export first (the splits on threads: SQLite writes them without
-        # the GIL); the table, the sharing and the stretch then read the processes' own
-        # tables, which their reports read anyway, never the whole report's
+        # the GIL), its big tables cut from the whole report's cache where it can
         cut = split.cuttable(r)  # the big tables read once, for every process
         with ThreadPoolExecutor(min(len(pids), 4)) as pool:
             views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p, cut), pids)))

@@ -141,10 +141,6 @@ def _used_values_only(t: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=t.schema)
 
 
-class _Unaligned(Exception):
-    """A later-columns entry's parts do not hold the rows of its first read's parts."""
-
-
 class TableReader:
     """Reads tables of one export (``db``), through ``cache`` when there is one."""
 
@@ -358,10 +354,9 @@ class TableReader:
             return False
         whole, pid = self.cut[0], self.cut[1]
         base = spec.base.first if spec.base is not None else None
-        whole.ensure_cached(spec if base is None else spec.base)
-        if base is not None:  # the whole report's later columns too
-            whole._cached(spec, lambda files: None,
-                          lambda open_part: (whole._fill(spec, open_part), None))
+        if base is not None:  # the first read (its pid column), then the later columns
+            whole.ensure_cached(spec.base)
+        whole.ensure_cached(spec)
         files = whole.cache.files(spec.name)
         masks = whole.cache.files(base.name) if base is not None else files
         meta = whole.cache.meta(spec.name) or {}
@@ -379,7 +374,9 @@ class TableReader:
                     t = pq.read_table(files[i], **READ)
                     who = pq.read_table(masks[i], columns=["pid"], **READ)["pid"]
                     if len(who) != len(t):
-                        raise _Unaligned(spec.name)
+                        raise CorruptReportError(
+                            f"{self.db.name}: the cached columns of {spec.name} disagree with "
+                            "its first read: run the command again")
                     keep = pc.fill_null(pc.or_(pc.equal(who, pid), pc.equal(who, 0)), True)
                     kept = _used_values_only(t.filter(keep))
                     parts(i).write_table(kept, row_group_size=BATCH_ROWS)  # as read
@@ -398,12 +395,7 @@ class TableReader:
             order = parts_in_order(orders)
             return {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
                     "duplicate_rows": [], **({} if order is None else {"in_start_order": order})}
-        try:
-            self.cache.build(spec.name, fill, spec.schema, facts)
-        except _Unaligned:
-            raise CorruptReportError(f"{self.db.name}: the cached columns of {spec.name} "
-                                     "disagree with its first read: run the command again") \
-                from None
+        self.cache.build(spec.name, fill, spec.schema, facts)
         return True
 
     def _facts(self, spec: TableSpec) -> dict:

@@ -180,7 +180,6 @@ class Report:
         if not spec.present(self.db):
             return False
         if self._is_cut(table):  # its cache entry, cut from the whole report's
-            self.prefetch([table])
             return self.row_count(table) > 0
         return bool(self.db.query(f'SELECT 1 FROM "{spec.source}"{_rows_of(table)} LIMIT 1'))
 

@@ -57,10 +57,9 @@ def cuttable(report: Report) -> tuple[str, ...]:
         return ()
     have = tuple(t for t in CUT if report.has_rows(t))
     report.prefetch(list(have))
-    for t in have:
-        meta = report.cache.meta(report.spec(t).first.name if report.spec(t).later else t)
-        if meta is None or meta.get("dropped", 0) or meta.get("duplicates", 0):
-            return ()
+    if any(not report.is_cached(t) or report.cache_fact(t, "dropped")
+           or report.cache_fact(t, "duplicates") for t in have):
+        return ()
     return have
 
 
