@@ -127,6 +127,27 @@ def test_processes_that_replay_cuda_graphs_are_runs(reports):
     assert ev.startswith("no MPS server in the trace") and "--cuda-graph-trace=node" in ev
 
 
+def test_graph_replays_without_their_api_calls_are_still_gpu_work(tmp_path):
+    """The graph-only capture with its CUDA API table dropped: each process still has its
+    replays as iterations, and the completeness check says the calls are missing (as for
+    kernels), not that the report holds no GPU work at all."""
+    import lzma
+    import sqlite3
+
+    src = tmp_path / "st-graph2-range.sqlite"
+    src.write_bytes(lzma.open(DATA / "nsys" / "st-graph2-range.sqlite.xz").read())
+    db = sqlite3.connect(src)
+    db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    db.commit()
+    db.close()
+    pr = run_report.build(src)
+    for rr in pr.runs:
+        assert rr.run_row()["iterations"] >= 20
+        said = [w["message"] for w in rr.warnings]
+        assert any("CUDA graph executions but no CUDA API call" in m for m in said), said
+        assert not any("neither a kernel nor a launch" in m for m in said), said
+
+
 def test_a_shared_process_says_its_kernel_time_holds_the_others(reports, tmp_path):
     """ResNet-50 batch 128 (GPU-bound) beside ResNet-18: time-slicing preempts its kernels,
     whose spans then hold the other's kernels. Its own report says how much of its kernel

@@ -100,15 +100,16 @@ def _check(report: Report) -> list[dict]:
         out.append(_f("kernels_partial", "partial",
                       f"{kernels:,} kernels for {launches - graph_launches:,} launch calls: part "
                       "of the kernel trace is missing; GPU time is undercounted"))
-    if kernels and not report.has_rows("cuda_api"):
+    if (kernels or graph_runs) and not report.has_rows("cuda_api"):
+        work = f"{kernels:,} kernels" if kernels else f"{graph_runs:,} CUDA graph executions"
         out.append(_f("api_trace_missing", "warning",
-                      f"{kernels:,} kernels but no CUDA API call is recorded: kernels cannot be "
+                      f"{work} but no CUDA API call is recorded: kernels cannot be "
                       "tied to the calls that launched them, so iteration windows are the NVTX "
                       "ranges alone and launch overhead is unknown "
                       f"({report.missing_hint('cuda_api') or 'the API trace was lost'})"))
     diagnostics = _diagnostics(report)
     lost = [t for t in diagnostics if LOST.search(t)]
-    if kernels == 0:
+    if kernels == 0 and not graph_runs:  # (a graph-level trace's replays are GPU work)
         active = _sm_active(report)
         streams = report.db.count("TARGET_INFO_CUDA_STREAM")
         if active is not None and active > SM_ACTIVE_PCT:
