@@ -291,20 +291,80 @@ def test_reports_built_apart_are_those_built_here(tmp_path, monkeypatch):
     """Past ``APART_KERNELS`` the processes' reports are built in interpreters of their own
     (``python -m nsightlab.comparison.apart``), reopening each process's export and cut
     cache: the same report as built on threads here."""
-    said, real = [], run_report._runs_apart
+    said, real = [], run_report._start_apart
     for apart in (False, True):
         d = tmp_path / str(apart)
         d.mkdir()
         shutil.copy(DATA / "nsys" / "st-mix3.sqlite.xz", d)
         monkeypatch.setattr(run_report, "APART_KERNELS", 0 if apart else 10**12)
         started = []
-        monkeypatch.setattr(run_report, "_runs_apart",
+        monkeypatch.setattr(run_report, "_start_apart",
                             lambda *a: started.append(real(*a)) or started[-1])
         said.append(render(run_report.build(d / "st-mix3.sqlite.xz")))
         assert (started[0] is not None) == apart
         cache = Path(os.environ["NSIGHTLAB_CACHE_DIR"])
         assert not list(cache.rglob(".run.*.tmp"))  # their answers read and removed
     assert said[0] == said[1]
+
+
+def test_an_interpreter_started_for_a_process_that_is_not_wanted_ends(tmp_path, monkeypatch):
+    """The processes' interpreters start while the big tables are read, before the report
+    knows which processes did GPU work; one not told to go ends at once, writing nothing."""
+    shutil.copy(DATA / "nsys" / "st-mix3.sqlite.xz", tmp_path)
+    monkeypatch.setattr(run_report, "APART_KERNELS", 0)
+    r = nsightlab.open(tmp_path / "st-mix3.sqlite.xz")
+    pids = processes.cuda_pids(r)
+    started = run_report._start_apart(r, pids, "st-mix3")
+    try:
+        assert sorted(started) == pids
+        assert run_report._go(started, [], ()) == []
+        for child, out in started.values():
+            assert child.wait(timeout=120) == 0 and not out.exists()
+    finally:
+        run_report._stop(list(started.values()))
+
+
+def test_the_first_read_writes_each_process_share_of_the_big_tables(tmp_path, monkeypatch):
+    """``nsightlab report`` of several processes: the reader processes that read the big
+    tables into the whole report's cache write each process's share beside it, and each
+    process's cache takes that share (no cut); its entries name the whole export as their
+    source. The report is the one built from shares cut afterwards."""
+    import nsightlab.read.parallel
+    from nsightlab.read import reader, table_cache, workers
+
+    monkeypatch.setattr(nsightlab.read.parallel, "ROWS_PER_READER", 1000)  # reader processes
+    monkeypatch.setattr(workers, "PROCESS_MIN_ROWS", 1)  # for a small capture
+    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
+    monkeypatch.setenv("NSIGHTLAB_READERS", "2")
+    monkeypatch.setattr(run_report, "APART_KERNELS", 0)
+    real, took, said = reader.take_split, [], []
+    monkeypatch.setattr(reader, "take_split", lambda *a: _took(real, took, *a))
+    for split in (True, False):
+        d = tmp_path / str(split)
+        d.mkdir()
+        shutil.copy(DATA / "nsys" / "st-mix3.sqlite.xz", d)
+        if not split:
+            monkeypatch.setattr(workers, "_cuda_pids", lambda con: [])
+        took.clear()
+        rr = run_report.build(d / "st-mix3.sqlite.xz")
+        said.append(render(rr))
+        pids = [int(p) for p in rr.processes["pid"]]
+        assert {(t, p) for t, p, got in took if got} == \
+            ({(t, p) for t in ("kernels", "cuda_api") for p in pids} if split else set())
+        whole = nsightlab.open(d / "st-mix3.sqlite.xz")
+        for p in pids:
+            meta = json.loads((table_cache.process_root(whole.cache.root, p) / "kernels" /
+                               "meta.json").read_text())
+            assert meta["source"] == whole.cache.ident  # rows read from the whole export
+        cache = whole.cache.root
+        assert not [f for f in cache.rglob(".*") if f.is_dir()]  # no share left behind
+    assert said[0] == said[1]
+
+
+def _took(real, took: list, sqlite, folder, pid):
+    got = real(sqlite, folder, pid)
+    took.append((Path(folder).name, pid, got is not None))
+    return got
 
 
 def _text(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,8 +1,10 @@
-"""One process's run report, built in an interpreter of its own (``run_report._runs_apart``).
+"""One process's run report, built in an interpreter of its own (``run_report._start_apart``).
 
-Started as ``python -m nsightlab.comparison.apart OUT`` with its arguments pickled on stdin
-(the whole report's export, cache folder and source, the pid, the tables cut from the whole
-report's cache, the label): it reopens that process's Report from the files already written
+Started as ``python -m nsightlab.comparison.apart OUT`` while the whole report's big tables
+are read, with its arguments pickled on stdin (the whole report's export, cache folder and
+source, the pid, the label): it imports what the report needs, then waits for a second
+message, the tables cut from the whole report's cache (``run_report._go``; stdin closed
+instead: it ends). It then reopens that process's Report from the files the parent wrote
 (its export, its cache entries) and writes the pickled ``RunReport``, or the error, to OUT,
 which the parent reads once this interpreter has ended.
 A fresh interpreter, not multiprocessing's spawn: spawn re-runs the user's main script in the
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 
 
-def build(path: str, cache_root: str, source: str, pid: int, cut: tuple, label: str):
+def build(path: str, cache_root: str, source: str, pid: int, label: str, cut: tuple):
     from nsightlab.comparison.run_report import _one
     from nsightlab.read import split
     from nsightlab.read.report import Report
@@ -28,8 +30,17 @@ def build(path: str, cache_root: str, source: str, pid: int, cut: tuple, label: 
 def main() -> None:
     out = Path(sys.argv[1])
     args = pickle.load(sys.stdin.buffer)
+    import nsightlab.comparison.run_report  # noqa: F401  (while the parent reads)
+
     try:
-        result = ("ok", build(*args))
+        cut = pickle.load(sys.stdin.buffer)
+    except EOFError:  # not wanted: the process did no GPU work, or the parent stopped
+        return
+    from nsightlab.read import trace
+
+    trace.mark(f"apart: the report of pid {args[3]}")
+    try:
+        result = ("ok", build(*args, cut))
     except BaseException as e:  # handed to the parent, which raises it
         result = ("error", e)
     out.write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))  # read once

@@ -29,6 +29,7 @@ from nsightlab.errors import NsightlabError, UsageError
 from nsightlab.read import metadata, split
 from nsightlab.read.opener import as_report
 from nsightlab.read.report import Report
+from nsightlab.read.table_cache import process_root
 
 #: GPU idle after host syncs worth a finding (advice starts at the budget's notable_pct)
 SYNC_NOTE_PCT = 5.0
@@ -192,52 +193,68 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
 
     A report of several CUDA processes is one run per process (``ProcessesReport``), unless
     ``process`` (a pid, or a name that one process has) or ``rank`` picks one."""
-    open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
+    open_options = {"prefetch": ("kernels", "cuda_api"), "by_process": True, **open_options}
     r = as_report(report, **open_options)
     label = run_labels([str(r.source if isinstance(report, Report) else report)])[0]
     if process is not None or rank is not None:
         pid = pick(processes.table(r), process, rank, r.source)
         return _one(split.of_process(r, pid), f"{label} (pid {pid})")
     pids = processes.cuda_pids(r)
-    if len(pids) > 1:
-        # each process's own export first (the splits on threads: SQLite writes them without
-        # the GIL), its big tables cut from the whole report's cache where it can
-        cut = split.cuttable(r)  # the big tables read once, for every process
+    out = _several(r, label, pids) if len(pids) > 1 else None
+    return _one(r, label) if out is None else out
+
+
+def _several(r: Report, label: str, pids: list[int]) -> "ProcessesReport | None":
+    """The report of each CUDA process of ``r`` (``pids``), and how they shared their GPUs;
+    None when fewer than two of them did GPU work (then ``r`` is one run)."""
+    started = _start_apart(r, pids, label)  # their imports beside the read below
+    try:
+        # each process's own export (on threads: SQLite writes them without the GIL) while
+        # the big tables are read, once for every process; each process's share of those is
+        # its cache (cut from the whole report's, where the read did not write it)
+        planned = split.cut_tables(r)
         with ThreadPoolExecutor(min(len(pids), 4)) as pool:
-            views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p, cut), pids)))
+            made = pool.map(lambda p: split.of_process(r, p, planned), pids)
+            cut = split.cuttable(r)
+            views = dict(zip(pids, made))
+        if cut != planned:  # rows left out or duplicate: every table copied instead
+            with ThreadPoolExecutor(min(len(pids), 4)) as pool:
+                views = dict(zip(pids, pool.map(lambda p: split.of_process(r, p, cut), pids)))
         # the table and the GPU spans from the whole report when its cache holds the big
         # tables (read once, keyed by pid), else from the processes' own exports
         procs = processes.table(r, None if cut else views)
-        if len(procs) > 1:
-            views = [views[int(p)] for p in procs["pid"]]
-            labels = [f"{label} (pid {p})" for p in procs["pid"]]
-            pending = _runs_apart(r, views, labels, int(procs["kernels"].sum()))
-            if pending is None:
-                # small: the processes' reports side by side on threads (each mostly SQLite
-                # reads, Arrow, DuckDB and NumPy, which release the GIL), two at a time
-                with ThreadPoolExecutor(min(len(views), RUNS_AT_ONCE)) as pool:
-                    runs = list(pool.map(lambda v: _one(*v, True), zip(views, labels)))
-            try:
-                k = processes.gpu_spans(r) if cut else \
-                    pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
-                k = k[k["pid"].isin(procs["pid"])].reset_index(drop=True)
-                shared = processes.sharing(r, procs, k)  # while the runs go on apart
-                if pending is not None:  # the stretch too, once each run stored its budget
-                    _budgets_stored(views, pending)
-                iters = _iterations(views, procs["pid"])  # each process's budget: read once
-                stretched = _stretch(k, iters, views, procs, shared)
-                if pending is not None:
-                    runs = _results(pending, views, labels)
-            finally:
-                if pending is not None:
-                    _stop(pending)
-            out = ProcessesReport(label, procs, shared, runs)
-            out.stretch, out.stretch_iterations = stretched
-            _say_shared(out)
-            out.collectives = processes.collectives(r, procs, _steady_windows(iters))
-            out.straggler = _straggler(out)
-            return out
-    return _one(r, label)
+        if len(procs) < 2:
+            return None
+        views = [views[int(p)] for p in procs["pid"]]
+        labels = [f"{label} (pid {p})" for p in procs["pid"]]
+        with ThreadPoolExecutor(min(len(views), 4)) as pool:
+            list(pool.map(lambda v: v.prefetch(list(cut)), views))
+        pending = _go(started, procs["pid"], cut) \
+            if started is not None and all(v.cut_from is not None for v in views) else None
+        if pending is None:
+            # small: the processes' reports side by side on threads (each mostly SQLite
+            # reads, Arrow, DuckDB and NumPy, which release the GIL), two at a time
+            with ThreadPoolExecutor(min(len(views), RUNS_AT_ONCE)) as pool:
+                runs = list(pool.map(lambda v: _one(*v, True), zip(views, labels)))
+        k = processes.gpu_spans(r) if cut else \
+            pd.concat([processes.gpu_spans(v) for v in views], ignore_index=True)
+        k = k[k["pid"].isin(procs["pid"])].reset_index(drop=True)
+        shared = processes.sharing(r, procs, k)  # while the runs go on apart
+        if pending is not None:  # the stretch too, once each run stored its budget
+            _budgets_stored(views, pending)
+        iters = _iterations(views, procs["pid"])  # each process's budget: read once
+        stretched = _stretch(k, iters, views, procs, shared)
+        if pending is not None:
+            runs = _results(pending, views, labels)
+    finally:
+        if started is not None:
+            _stop(list(started.values()))
+    out = ProcessesReport(label, procs, shared, runs)
+    out.stretch, out.stretch_iterations = stretched
+    _say_shared(out)
+    out.collectives = processes.collectives(r, procs, _steady_windows(iters))
+    out.straggler = _straggler(out)
+    return out
 
 
 #: processes' reports built at once (each already reads and computes on every core)
@@ -248,40 +265,55 @@ RUNS_AT_ONCE = 2
 APART_KERNELS = 1_000_000
 
 
-def _runs_apart(whole: Report, views: list[Report], labels: list[str], kernels: int):
-    """Start the processes' reports in interpreters of their own (``comparison.apart``; all
-    at once: each is the one-process path at a share of the rows), each reopening its
-    process's Report from the files already written: the started children; None when the
-    processes hold fewer than ``APART_KERNELS`` kernels in all, or the report has no cache
-    (then they are built here)."""
-    if whole.cache is None or any(v.cut_from is None or v.cache is None for v in views) or \
-            kernels < APART_KERNELS:
+def _start_apart(whole: Report, pids: list[int], label: str) -> dict | None:
+    """Start an interpreter for each process's report (``comparison.apart``): each imports
+    what it needs while the big tables are read, then waits for ``_go``. The started
+    children by pid: (process, its answer's file); None when the report holds fewer than
+    ``APART_KERNELS`` kernels or has no cache (then the reports are built here, on
+    threads)."""
+    if whole.cache is None or not whole.has("kernels") or \
+            (whole.db.rowid_span(whole.spec("kernels").source) or 0) < APART_KERNELS:
         return None
     import pickle
     import subprocess
     import sys
 
-    started = []
+    started = {}
     try:
-        for v, lab in zip(views, labels):
+        for pid in pids:
+            folder = process_root(whole.cache.root, pid)
+            folder.mkdir(parents=True, exist_ok=True)
             # a name later runs remove if this process is killed (``remove_stale``)
-            out = v.cache.root / f".run.{os.getpid()}.tmp"
+            out = folder / f".run.{os.getpid()}.tmp"
             out.unlink(missing_ok=True)
             child = subprocess.Popen([sys.executable, "-m", "nsightlab.comparison.apart",
                                       str(out)], stdin=subprocess.PIPE)
-            started.append((child, out))
+            started[pid] = (child, out)
             child.stdin.write(pickle.dumps((str(whole.path), str(whole.cache.root),
-                                            str(whole.source), v.cut_from[1], v.cut_from[2],
-                                            lab)))
-            child.stdin.close()
+                                            str(whole.source), pid, f"{label} (pid {pid})")))
+            child.stdin.flush()
     except BaseException:
-        _stop(started)
+        _stop(list(started.values()))
         raise
     return started
 
 
+def _go(started: dict, pids, cut: tuple[str, ...]) -> list:
+    """Tell the interpreters ``_start_apart`` started for ``pids`` to build their reports
+    (each process's export and cache are ready; ``cut``: the tables its cache took from the
+    whole report's), and the others to stop: the children of ``pids``, in order."""
+    import pickle
+
+    wanted = [int(p) for p in pids]
+    for pid, (child, _) in started.items():
+        if pid in wanted:
+            child.stdin.write(pickle.dumps(tuple(cut)))
+        child.stdin.close()  # the others end at once
+    return [started[p] for p in wanted]
+
+
 def _budgets_stored(views: list[Report], started: list) -> None:
-    """Wait until each process's report (``_runs_apart``) has stored its time budget, the
+    """Wait until each process's report (``_go``) has stored its time budget, the
     first thing it computes, or has ended: the stretch, which needs each process's
     iterations, then runs beside the rest of their work."""
     import time
@@ -293,7 +325,7 @@ def _budgets_stored(views: list[Report], started: list) -> None:
 
 
 def _results(started: list, views: list[Report], labels: list[str]) -> list[RunReport]:
-    """The reports ``_runs_apart`` started, in order (an error in one is raised here); one
+    """The reports ``_go`` started, in order (an error in one is raised here); one
     whose interpreter could not build it (nsightlab not importable there: a path the caller
     added to ``sys.path`` only) is built here."""
     import pickle

@@ -16,7 +16,8 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
          cache_dir: str | os.PathLike | None = None,
          nsys: str | os.PathLike | None = None,
          progress: Callable[[str], None] | None = None,
-         prefetch: tuple[str, ...] = ("kernels",), process: int | None = None) -> "Report":
+         prefetch: tuple[str, ...] = ("kernels",), process: int | None = None,
+         by_process: bool = False) -> "Report":
     """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
     directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
 
@@ -35,6 +36,9 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
         process: the pid of one CUDA process of a report of several: that process alone, as
             a report of its own (``nsightlab.read.split``; by name or rank:
             ``nsightlab report --process/--rank``).
+        by_process: the caller reads each CUDA process of the report on its own (``nsightlab
+            report`` of several): the reader processes that start at once also write each
+            process's share of what they read, for that process's own cache.
 
     Raises:
         NsightlabError: the input cannot be read; the message names the file and the fix.
@@ -48,7 +52,8 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
     # reader processes start while pandas and pyarrow are imported below (big, uncached)
     trace.mark("open")
-    part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch))
+    part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch),
+                          by_process or process is not None)
     trace.mark("readers started")
     from nsightlab.errors import NsightlabError
     from nsightlab.read.report import Report
@@ -76,7 +81,8 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
 def start_reading(path: str | os.PathLike, prefetch: tuple[str, ...] = ("kernels", "cuda_api"),
                   *, cache: bool | None = None, cache_dir: str | os.PathLike | None = None,
                   nsys: str | os.PathLike | None = None,
-                  progress: Callable[[str], None] | None = None) -> None:
+                  progress: Callable[[str], None] | None = None,
+                  by_process: bool = False) -> None:
     """``open``'s first step alone: start the reader processes on ``path``'s big tables now,
     for a command that imports pyarrow or pandas before it opens the report (``recipe run``,
     ``report``, ``diff``): the open then takes the reads over. Nothing without a cache; a path that cannot be opened is
@@ -92,7 +98,7 @@ def start_reading(path: str | os.PathLike, prefetch: tuple[str, ...] = ("kernels
         loc = locate(path, cache=True, cache_dir=cache_dir, nsys=nsys, progress=progress)
     except NsightlabError:
         return
-    if part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch)):
+    if part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch), by_process):
         trace.mark("readers started, before the imports")
 
 

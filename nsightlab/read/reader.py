@@ -44,10 +44,17 @@ from nsightlab.read.tables import (
     contract_batches,
     duplicate_positions,
     duration_limit,
+    of_process,
     parts_in_order,
     to_pandas,
 )
-from nsightlab.read.workers import PROCESS_MIN_ROWS, PROCESS_MIN_WORKERS, WorkerDied
+from nsightlab.read.workers import (
+    PROCESS_MIN_ROWS,
+    PROCESS_MIN_WORKERS,
+    WorkerDied,
+    drop_split,
+    take_split,
+)
 
 T = TypeVar("T")
 OpenPart = Callable[[int], pq.ParquetWriter]
@@ -116,29 +123,6 @@ def part_rows(path: Path) -> int:
     if key not in _PART_ROWS:
         _PART_ROWS[key] = pq.ParquetFile(path, **READ).metadata.num_rows
     return _PART_ROWS[key]
-
-
-def _used_values_only(t: pa.Table) -> pa.Table:
-    """``t`` with each dictionary column's dictionary cut to the values its rows use (rows
-    filtered out of a part keep the whole part's dictionary: a process's kernel names would
-    then be every process's)."""
-    cols = []
-    for c in t.columns:
-        if pa.types.is_dictionary(c.type) and c.num_chunks:
-            chunks = []
-            for a in c.chunks:
-                idx = a.indices.to_numpy(zero_copy_only=False)
-                valid = ~np.asarray(a.is_null()) if a.null_count else None
-                used = np.unique(idx[valid] if valid is not None else idx)
-                remap = np.zeros(len(a.dictionary), dtype=idx.dtype)
-                remap[used] = np.arange(len(used), dtype=idx.dtype)
-                new = pa.array(remap[idx], type=a.indices.type,
-                               mask=None if valid is None else ~valid)
-                chunks.append(pa.DictionaryArray.from_arrays(new, a.dictionary.take(
-                    pa.array(used, pa.int64()))))
-            c = pa.chunked_array(chunks, type=c.type)
-        cols.append(c)
-    return pa.Table.from_arrays(cols, schema=t.schema)
 
 
 class TableReader:
@@ -357,9 +341,11 @@ class TableReader:
         if base is not None:  # the first read (its pid column), then the later columns
             whole.ensure_cached(spec.base)
         whole.ensure_cached(spec)
+        meta = whole.cache.meta(spec.name) or {}
+        if base is None and self._adopt_share(spec, whole, pid, meta):
+            return True
         files = whole.cache.files(spec.name)
         masks = whole.cache.files(base.name) if base is not None else files
-        meta = whole.cache.meta(spec.name) or {}
         if files is None or masks is None or len(files) != len(masks):
             raise CorruptReportError(f"{self.db.name}: the cache of {spec.name} changed while "
                                      "it was read: run the command again")
@@ -377,8 +363,7 @@ class TableReader:
                         raise CorruptReportError(
                             f"{self.db.name}: the cached columns of {spec.name} disagree with "
                             "its first read: run the command again")
-                    keep = pc.fill_null(pc.or_(pc.equal(who, pid), pc.equal(who, 0)), True)
-                    kept = _used_values_only(t.filter(keep))
+                    kept = of_process(t, pid, who)
                     parts(i).write_table(kept, row_group_size=BATCH_ROWS)  # as read
                     counts[i] = kept.num_rows
                     if "start_ns" in kept.column_names:  # a process's rows may be in start
@@ -389,6 +374,7 @@ class TableReader:
                 return run
 
             self.db.parallel([job(i) for i in range(len(files))])
+            trace.mark(f"{spec.name}: cut from the whole report's cache ({sum(counts)} rows)")
             return sum(counts), None
 
         def facts() -> dict:
@@ -396,6 +382,23 @@ class TableReader:
             return {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
                     "duplicate_rows": [], **({} if order is None else {"in_start_order": order})}
         self.cache.build(spec.name, fill, spec.schema, facts)
+        return True
+
+    def _adopt_share(self, spec: TableSpec, whole: "TableReader", pid: int, meta: dict) -> bool:
+        """Make this process's share of the whole report's parts, which the reader processes
+        wrote as they read them (``workers.take_split``), ``spec``'s entry: no cut."""
+        got = take_split(whole.db.path, whole.cache.root / spec.name, pid)
+        if got is None:
+            return False
+        folder, answers = got
+        order = parts_in_order([a.get("order") for a in answers])
+        try:
+            self.cache.commit(spec.name, folder, sum(a["rows"] for a in answers), {
+                "dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
+                "duplicate_rows": [], **({} if order is None else {"in_start_order": order})})
+        except OSError:
+            return False
+        trace.mark(f"{spec.name}: this process's share of the whole report's read")
         return True
 
     def _facts(self, spec: TableSpec) -> dict:
@@ -439,7 +442,7 @@ class TableReader:
                 at += part.num_rows
                 if len(mine):
                     _rewrite(f, _without(part, mine), spec.schema,
-                             self.cache.ident if self.cache is not None else {})
+                             self.cache.ident_of(spec.name) if self.cache is not None else {})
         self.duplicates[spec.name] = rows
         return rows
 
@@ -593,11 +596,15 @@ class TableReader:
             self.cache.commit(spec.name, started.folder,
                               sum(a["rows"] for a in started.answers) - len(duplicates),
                               self._facts(spec))
+            # the processes' shares hold every row of theirs: else they are cut again
+            started.whole = not len(duplicates) and not self.dropped[spec.name]
         except BaseException:
             shutil.rmtree(started.folder, ignore_errors=True)
             raise
         finally:
             started.finished = True
+            if not started.whole:
+                drop_split(started)
 
     # ---- Parquet parts ---------------------------------------------------------------------
     def _scan_parts(self, files: list[Path], keep: list[str],

@@ -51,7 +51,8 @@ class Report:
         self.source = Path(source) if source is not None else self.path
         self.db = ExportDB(self.path, self.source)
         self._meta = metadata.export_meta(self.db)
-        cache = TableCache(cache_root, self.path) if cache_root is not None else None
+        cache = None if cache_root is None else TableCache(
+            cache_root, self.path, *((cut_from[2], cut_from[0].path) if cut_from else ()))
         if cache_root is not None:  # what killed runs left behind
             remove_stale(cache_root)
             remove_stale(cache_root / "results")

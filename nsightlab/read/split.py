@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from nsightlab.read.report import Report
+from nsightlab.read.table_cache import process_root
 
 #: nsightlab tables whose cache entries a process's Report cuts from the whole report's
 CUT = ("kernels", "cuda_api")
@@ -35,8 +36,8 @@ def of_process(report: Report, pid: int, cut: tuple[str, ...] | None = None) -> 
     """The report of process ``pid`` alone (see the module docstring); ``cut``: the tables it
     takes from the whole report's cache (``cuttable``, asked once for several processes)."""
     if report.cache is not None:
-        base = report.cache.root / "_processes"
-        cache_root = base / f"pid-{pid}"
+        cache_root = process_root(report.cache.root, pid)
+        base = cache_root.parent
     else:  # no cache: a private folder for this session
         base = Path(tempfile.mkdtemp(prefix="nsightlab-process-"))
         cache_root = None
@@ -49,13 +50,17 @@ def of_process(report: Report, pid: int, cut: tuple[str, ...] | None = None) -> 
                   cut_from=(report, int(pid), cut) if cut else None)
 
 
+def cut_tables(report: Report) -> tuple[str, ...]:
+    """The tables of ``CUT`` that hold rows, which a process's Report would cut from
+    ``report``'s cache (``cuttable`` says whether it can); none without a cache."""
+    return () if report.cache is None else tuple(t for t in CUT if report.has_rows(t))
+
+
 def cuttable(report: Report) -> tuple[str, ...]:
     """The tables of ``CUT`` a process's Report takes from ``report``'s cache (building its
     entries now: the processes' reports read them anyway); none without a cache, or when one
     of them left rows out or held duplicates (then every table is copied)."""
-    if report.cache is None:
-        return ()
-    have = tuple(t for t in CUT if report.has_rows(t))
+    have = cut_tables(report)
     report.prefetch(list(have))
     if any(not report.is_cached(t) or report.cache_fact(t, "dropped")
            or report.cache_fact(t, "duplicates") for t in have):

@@ -126,13 +126,28 @@ def keyed_dir(root: Path, source: Path) -> Path:
     return root / f"{source.stem[:40]}-{key}"
 
 
-class TableCache:
-    """Parquet entries for one source file, under ``root``."""
+def process_root(root: Path, pid: int) -> Path:
+    """Where the report cached under ``root`` keeps process ``pid``'s own export and cache
+    (``read.split``)."""
+    return root / "_processes" / f"pid-{pid}"
 
-    def __init__(self, root: Path, source: Path):
+
+class TableCache:
+    """Parquet entries for one source file, under ``root``. ``cut``: entries whose rows were
+    read from another export, ``whole`` (a process's tables cut from its whole report's: their
+    parts and meta.json name that export, which they are checked against)."""
+
+    def __init__(self, root: Path, source: Path, cut: tuple[str, ...] = (),
+                 whole: Path | None = None):
         self.root = root
         self.source = source
         self.ident = identity(source)
+        self._cut = {t: identity(whole) for t in cut} if whole is not None else {}
+
+    def ident_of(self, table: str) -> dict:
+        """The identity of the export entry ``table``'s rows come from (a table's later
+        columns, ``<table>+``, come from the same one)."""
+        return self._cut.get(table.rstrip("+"), self.ident)
 
     def files(self, table: str) -> list[Path] | None:
         """Part files of a valid entry, or None (missing, stale or damaged: then removed)."""
@@ -143,10 +158,11 @@ class TableCache:
             meta = json.loads((d / META).read_text())
             parts = meta["parts"]
             files = [d / p["file"] for p in parts]
-            ok = (meta.get("table_version") == TABLE_VERSION and meta.get("source") == self.ident
+            ok = (meta.get("table_version") == TABLE_VERSION
+                  and meta.get("source") == self.ident_of(table)
                   and {f.name for f in d.glob("part-*.parquet")} == {f.name for f in files}
                   and all(f.stat().st_size == p["size"] for f, p in zip(files, parts))
-                  and self._footers_agree(d, files, parts))
+                  and self._footers_agree(d, files, parts, self.ident_of(table)))
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             ok = False
         if not ok:
@@ -155,7 +171,7 @@ class TableCache:
             return None
         return files
 
-    def _footers_agree(self, d: Path, files: list[Path], parts: list[dict]) -> bool:
+    def _footers_agree(self, d: Path, files: list[Path], parts: list[dict], ident: dict) -> bool:
         """Each part's footer: the rows meta.json recorded, and this report as its source
         (checked once per entry and process: footers are small, but not free)."""
         import pyarrow.parquet as pq
@@ -166,7 +182,7 @@ class TableCache:
         for f, p in zip(files, parts):
             md = pq.ParquetFile(f, **READ).metadata
             source = (md.metadata or {}).get(b"nsightlab_source")
-            if md.num_rows != p["rows"] or source is None or json.loads(source) != self.ident:
+            if md.num_rows != p["rows"] or source is None or json.loads(source) != ident:
                 return False
         _VERIFIED.add(key)
         return True
@@ -191,7 +207,7 @@ class TableCache:
         ``extra()`` adds facts learnt while filling to meta.json (rows left out)."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = build_dir(self.root, table)
-        parts_ = Parts(tmp, schema, self.ident)
+        parts_ = Parts(tmp, schema, self.ident_of(table))
         try:
             rows, payload = fill(parts_)
             parts_.close()
@@ -210,7 +226,7 @@ class TableCache:
         files = sorted(folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
         parts = [{"file": f.name, "size": f.stat().st_size,
                   "rows": pq.ParquetFile(f).metadata.num_rows} for f in files]
-        meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident,
+        meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident_of(table),
                 "rows": rows, "parts": parts, **extra}
         (folder / META).write_text(json.dumps(meta, indent=1))
         self.drop(table)

@@ -274,6 +274,36 @@ class StartOrder:
         return [] if self.first is None else [self.first, self.last]
 
 
+def of_process(t: "pa.Table | pa.RecordBatch", pid: int, who: "pa.Array | None" = None
+               ) -> pa.Table:
+    """The rows of ``t`` of process ``pid`` and of no process (pid 0 or null): a process's
+    share of a cache part (``read.split``). ``who``: the rows' pids, where ``t`` has no
+    ``pid`` column (a table's later columns). Each dictionary column's dictionary is cut to
+    the values those rows use: rows filtered out of a part keep the part's dictionary, and a
+    process's kernel names would then be every process's."""
+    who = t.column("pid") if who is None else who
+    kept = t.filter(pc.fill_null(pc.or_(pc.equal(who, pid), pc.equal(who, 0)), True))
+    if isinstance(kept, pa.RecordBatch):
+        kept = pa.Table.from_batches([kept])
+    cols = []
+    for c in kept.columns:
+        if pa.types.is_dictionary(c.type) and c.num_chunks:
+            chunks = []
+            for a in c.chunks:
+                idx = a.indices.to_numpy(zero_copy_only=False)
+                valid = ~np.asarray(a.is_null()) if a.null_count else None
+                used = np.unique(idx[valid] if valid is not None else idx)
+                remap = np.zeros(len(a.dictionary), dtype=idx.dtype)
+                remap[used] = np.arange(len(used), dtype=idx.dtype)
+                new = pa.array(remap[idx], type=a.indices.type,
+                               mask=None if valid is None else ~valid)
+                chunks.append(pa.DictionaryArray.from_arrays(new, a.dictionary.take(
+                    pa.array(used, pa.int64()))))
+            c = pa.chunked_array(chunks, type=c.type)
+        cols.append(c)
+    return pa.Table.from_arrays(cols, schema=kept.schema)
+
+
 def parts_in_order(answers: list) -> bool | None:
     """Whether parts whose ``StartOrder.answer`` (in part order) are ``answers`` hold the
     table in start order; None when one of them did not say."""

@@ -23,7 +23,11 @@ def _born() -> float:
         return time.time()
 
 
-BORN = _born() if ON else 0.0
+#: the clock's zero: the first traced process's start, which the processes it starts inherit
+#: (``NSIGHTLAB_TRACE_BORN``), so that their marks read on one clock
+BORN = float(os.environ.get("NSIGHTLAB_TRACE_BORN") or _born()) if ON else 0.0
+if ON:
+    os.environ["NSIGHTLAB_TRACE_BORN"] = repr(BORN)
 
 
 def mark(what: str, at: float | None = None) -> None:

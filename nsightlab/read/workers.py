@@ -53,12 +53,14 @@ PROCESS_MIN_WORKERS = 2
 _FIRST_READ = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
 
 
-def prestart(sqlite: Path, tables_root: Path | None, tables: tuple[str, ...] = ("kernels",)
-             ) -> bool:
+def prestart(sqlite: Path, tables_root: Path | None, tables: tuple[str, ...] = ("kernels",),
+             by_process: bool = False) -> bool:
     """Start the pool now if the first read of ``sqlite`` will want it: a cache is kept
     (``tables_root``), some of ``tables`` (of ``_FIRST_READ``: those the command will read)
     are not cached yet and big enough for worker processes; and start reading them into the
-    cache (``Started``).
+    cache (``Started``). ``by_process``: the command reads each CUDA process on its own
+    (``read.split``): where the export holds several, the same read also writes each
+    process's share of every part, for its own cache (``take_split``).
     ``nsightlab.open`` calls this before importing pandas and pyarrow, so the workers start
     (~0.9 s for 16 on the GPU machine) and read while this process imports (~1 s there).
     Only the standard library is used here. Returns whether the pool was started."""
@@ -85,12 +87,26 @@ def prestart(sqlite: Path, tables_root: Path | None, tables: tuple[str, ...] = (
                     and readers(hi - lo + 1) >= PROCESS_MIN_WORKERS:
                 todo.append((entry, lo, hi))
         limit = duration_limit(lambda sql: con.execute(sql).fetchone()) if todo else None
+        pids = _cuda_pids(con) if todo and by_process else []
     finally:
         con.close()
     if not todo:
         return False
-    _start_reads(pool(readers()), Path(sqlite), tables_root, todo, limit)
+    _start_reads(pool(readers()), Path(sqlite), tables_root, todo, limit,
+                 pids if len(pids) > 1 else [])
     return True
+
+
+def _cuda_pids(con) -> list[int]:
+    """The processes that created CUDA streams (``metadata.processes``' uses_cuda; standard
+    library only)."""
+    import sqlite3
+
+    try:
+        rows = con.execute("SELECT DISTINCT processId FROM TARGET_INFO_CUDA_STREAM").fetchall()
+    except sqlite3.Error:
+        return []
+    return sorted(int(r[0]) for r in rows if r[0])
 
 
 class Started:
@@ -98,8 +114,12 @@ class Started:
     an entry: the reader that first needs the table takes it over (``take``) and commits it
     (``TableReader._finish_started``)."""
 
-    def __init__(self, folder: Path, jobs: list[dict]):
+    def __init__(self, folder: Path, jobs: list[dict], by_pid: dict[int, Path]):
         self.folder, self.jobs = folder, jobs
+        #: pid -> the folder of that process's share of the parts (``take_split``); kept
+        #: once the whole entry is committed with every row (none left out or duplicate)
+        self.by_pid = by_pid
+        self.whole = False
         self.answers: list[dict | None] = [None] * len(jobs)
         self.error: BaseException | None = None  # the pool's own failure (a worker died)
         self.done = threading.Event()
@@ -115,11 +135,12 @@ _STARTED: dict[tuple[str, str], Started] = {}
 
 
 def _start_reads(workers: "Workers", sqlite: Path, tables_root: Path,
-                 todo: list[tuple[str, int, int]], limit: int) -> None:
+                 todo: list[tuple[str, int, int]], limit: int, pids: list[int]) -> None:
     """Build the entries ``todo`` ((entry, first rowid, last rowid)) in one run of the pool on
     a thread of its own, one after the other with no wait between them; rows lasting longer
-    than ``limit`` (``tables.duration_limit``) are left out."""
-    from nsightlab.read.table_cache import build_dir, identity
+    than ``limit`` (``tables.duration_limit``) are left out. ``pids``: processes whose share
+    of each part is written too, in a build folder of their own cache (``process_root``)."""
+    from nsightlab.read.table_cache import build_dir, identity, process_root
 
     try:
         tables_root.mkdir(parents=True, exist_ok=True)
@@ -127,11 +148,17 @@ def _start_reads(workers: "Workers", sqlite: Path, tables_root: Path,
         started, jobs = [], []
         for entry, lo, hi in todo:
             folder = build_dir(tables_root, entry)
+            by_pid = {}
+            for pid in pids:
+                process_root(tables_root, pid).mkdir(parents=True, exist_ok=True)
+                by_pid[pid] = build_dir(process_root(tables_root, pid), entry)
             ranges = split_rowids(lo, hi, range_count(hi - lo + 1, readers(hi - lo + 1)))
             mine = [{"db_path": str(sqlite), "table": entry, "rows": list(r),
                      "out": str(folder / f"part-{i}.parquet"), "ident": ident,
-                     "limit": limit} for i, r in enumerate(ranges)]
-            started.append(Started(folder, mine))
+                     "limit": limit, "by_pid": {str(p): str(d / f"part-{i}.parquet")
+                                                for p, d in by_pid.items()}}
+                    for i, r in enumerate(ranges)]
+            started.append(Started(folder, mine, by_pid))
             jobs += [(len(started) - 1, i, job) for i, job in enumerate(mine)]
     except OSError:  # an unwritable cache: the reader will say so
         return
@@ -162,14 +189,36 @@ def take(sqlite: Path, entry_folder: Path) -> Started | None:
     return _STARTED.get((str(Path(sqlite).resolve()), str(Path(entry_folder).resolve())))
 
 
+def take_split(sqlite: Path, entry_folder: Path, pid: int) -> tuple[Path, list[dict]] | None:
+    """Process ``pid``'s share of the parts that the started read of ``entry_folder`` wrote
+    (``prestart(by_process=True)``), once the whole entry is committed with every row: the
+    folder of its parts and each part's answer (rows, start order). Taken once; None when
+    there is none."""
+    s = take(sqlite, entry_folder)
+    if s is None or not s.finished or not s.whole or pid not in s.by_pid:
+        return None
+    return s.by_pid.pop(pid), [a["by_pid"][str(pid)] for a in s.answers]
+
+
+def drop_split(s: Started) -> None:
+    """The processes' shares of ``s``'s parts, removed (their whole entry left rows out)."""
+    import shutil
+
+    for folder in s.by_pid.values():
+        shutil.rmtree(folder, ignore_errors=True)
+    s.by_pid = {}
+
+
 def _drop_started() -> None:
-    """At exit: the folders of started reads no reader took over (``remove_stale`` would
-    remove them on a later run; this run knows they are its own)."""
+    """At exit: the folders of started reads no reader took over, and of processes' shares
+    no process took (``remove_stale`` would remove them on a later run; this run knows they
+    are its own)."""
     import shutil
 
     for s in _STARTED.values():
         if not s.finished:
             shutil.rmtree(s.folder, ignore_errors=True)
+        drop_split(s)
     _STARTED.clear()
 
 
@@ -403,13 +452,14 @@ atexit.register(_leave_pool)
 # ---- the worker side -------------------------------------------------------------------------
 def cache_range(db_path: str, table: str, out: str, limit: int | None, ident: dict,
                 sql: str | None = None, rows: list[int] | None = None,
-                _dbs: dict = {}) -> dict:
+                by_pid: dict[str, str] | None = None, _dbs: dict = {}) -> dict:
     """Read one rowid range of cache entry ``table`` (``sql``, or rowids ``rows`` [lo, hi)) from
     the export at ``db_path``, convert it to the column contract, leave out impossible rows
-    (``drop_invalid`` with ``limit``; None: not checked) and write it to the cache part ``out``.
-    Answers the rows written and left out. A table of integers (``TableSpec.plain``) is read
-    straight from the export's pages (``pages``), with SQL where they cannot be. The export
-    stays open between jobs (StringIds are loaded once per worker)."""
+    (``drop_invalid`` with ``limit``; None: not checked) and write it to the cache part ``out``
+    (and each process's share to ``by_pid``'s part of it: pid -> path). Answers the rows
+    written and left out. A table of integers (``TableSpec.plain``) is read straight from the
+    export's pages (``pages``), with SQL where they cannot be. The export stays open between
+    jobs (StringIds are loaded once per worker)."""
     from nsightlab.read import pages
     from nsightlab.read.db import ExportDB
     from nsightlab.read.tables import entry_spec
@@ -430,33 +480,85 @@ def cache_range(db_path: str, table: str, out: str, limit: int | None, ident: di
     if rows is not None and file is not None and spec.plain is not None and spec.ranged is None:
         try:
             raws = pages.batches(file, db, spec.source, spec.plain(db), *rows)
-            return _write_part(spec, db, raws, out, ident, limit)
+            return _write_part(spec, db, raws, out, ident, limit, by_pid)
         except pages.Unsupported:
             pass  # written again by SQL
-    return _write_part(spec, db, db.stream(sql or spec.range_sql(db, *rows)), out, ident, limit)
+    return _write_part(spec, db, db.stream(sql or spec.range_sql(db, *rows)), out, ident, limit,
+                       by_pid)
 
 
-def _write_part(spec, db, raws, out: str, ident: dict, limit: int | None) -> dict:
+def _write_part(spec, db, raws, out: str, ident: dict, limit: int | None,
+                by_pid: dict[str, str] | None = None) -> dict:
     """The batches ``raws`` of ``spec``'s SELECT, converted (``contract_batches``), written to
-    the cache part ``out``: the rows written and left out, and their start order."""
+    the cache part ``out``, and each process's share of them to its part (``by_pid``): the
+    rows written and left out, and their start order (of each share too)."""
     from nsightlab.read.table_cache import part_writer
-    from nsightlab.read.tables import StartOrder, contract_batches
+    from nsightlab.read.tables import contract_batches
 
-    answer = {"rows": 0, "dropped": 0}
-    order = StartOrder() if "start_ns" in spec.schema.names else None
-    writer = part_writer(Path(out), spec.schema, ident)
+    whole = _Share(None, part_writer(Path(out), spec.schema, ident), spec)
+    shares = []
+    answer = {"dropped": 0}
     try:
+        for p, o in (by_pid or {}).items():
+            shares.append(_Share(int(p), part_writer(Path(o), spec.schema, ident), spec))
         for b, _read, left_out in contract_batches(spec, db, raws, limit):
-            writer.write_batch(b)
-            answer["rows"] += b.num_rows
             answer["dropped"] += left_out
-            if order is not None:
-                order.add(b.column("start_ns"))
+            for s in (whole, *shares):
+                s.add(b)
+        for s in (whole, *shares):
+            s.flush()
     finally:
-        writer.close()
-    if order is not None:
-        answer["order"] = order.answer()
+        for s in (whole, *shares):
+            s.writer.close()
+    answer.update(whole.answer())
+    if shares:
+        answer["by_pid"] = {str(s.pid): s.answer() for s in shares}
     return answer
+
+
+class _Share:
+    """What one cache part receives of the batches read (``_write_part``): every row (``pid``
+    None), or the rows of one process (``tables.of_process``), gathered into row groups of
+    ``BATCH_ROWS`` rows as the whole parts have; the rows written and their start order."""
+
+    def __init__(self, pid: int | None, writer, spec):
+        from nsightlab.read.tables import StartOrder
+
+        self.pid, self.writer, self.rows, self.held = pid, writer, 0, []
+        self.order = StartOrder() if "start_ns" in spec.schema.names else None
+
+    def add(self, batch) -> None:
+        import pyarrow as pa
+
+        from nsightlab.read.db import BATCH_ROWS
+        from nsightlab.read.tables import of_process
+
+        if self.pid is None:
+            self._write(pa.Table.from_batches([batch]))
+            return
+        mine = of_process(batch, self.pid)
+        if mine.num_rows:
+            self.held.append(mine)
+        if sum(t.num_rows for t in self.held) >= BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        if self.held:
+            self._write(pa.concat_tables(self.held))
+            self.held = []
+
+    def _write(self, t) -> None:
+        self.writer.write_table(t, row_group_size=max(t.num_rows, 1))
+        self.rows += t.num_rows
+        if self.order is not None:
+            for c in t.column("start_ns").chunks:
+                self.order.add(c)
+
+    def answer(self) -> dict:
+        return {"rows": self.rows,
+                **({"order": self.order.answer()} if self.order is not None else {})}
 
 
 class _NoPandas:
