@@ -259,7 +259,8 @@ def _several(r: Report, label: str, pids: list[int]) -> "ProcessesReport | None"
 
 #: processes' reports built at once (each already reads and computes on every core)
 RUNS_AT_ONCE = 2
-#: kernels of all processes from which their reports are built in processes of their own:
+#: kernels in the report (the table's rowid span: known before it is read) from which the
+#: processes' reports are built in interpreters of their own:
 #: on threads, two 4M-kernel reports took 11.4 s (their NumPy passes and pandas steps share
 #: one GIL) where the 8M-kernel report of one process takes 10 s
 APART_KERNELS = 1_000_000
