@@ -324,6 +324,31 @@ def test_an_interpreter_started_for_a_process_that_is_not_wanted_ends(tmp_path, 
         run_report._stop(list(started.values()))
 
 
+def test_a_process_whose_interpreter_cannot_build_its_report_is_built_here(tmp_path,
+                                                                           monkeypatch):
+    """An interpreter that ends before it is told to go (nsightlab not importable there: a
+    path the caller added to ``sys.path`` only) is not an error: that process's report is
+    built here, the same."""
+    import subprocess
+
+    shutil.copy(DATA / "nsys" / "st-vit2.sqlite.xz", tmp_path)
+    monkeypatch.setattr(run_report, "APART_KERNELS", 10**12)
+    here = render(run_report.build(tmp_path / "st-vit2.sqlite.xz"))
+    real = subprocess.Popen
+
+    def dead(args, **kw):
+        if "nsightlab.comparison.apart" in args:
+            args = [args[0], "-c", "raise SystemExit(1)"]
+        return real(args, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", dead)
+    monkeypatch.setattr(run_report, "APART_KERNELS", 0)
+    d = tmp_path / "dead"
+    d.mkdir()
+    shutil.copy(DATA / "nsys" / "st-vit2.sqlite.xz", d)
+    assert render(run_report.build(d / "st-vit2.sqlite.xz")) == here
+
+
 def test_the_first_read_writes_each_process_share_of_the_big_tables(tmp_path, monkeypatch):
     """``nsightlab report`` of several processes: the reader processes that read the big
     tables into the whole report's cache write each process's share beside it, and each

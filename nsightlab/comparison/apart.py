@@ -29,12 +29,12 @@ def build(path: str, cache_root: str, source: str, pid: int, label: str, cut: tu
 
 def main() -> None:
     out = Path(sys.argv[1])
-    args = pickle.load(sys.stdin.buffer)
-    import nsightlab.comparison.run_report  # noqa: F401  (while the parent reads)
-
     try:
+        args = pickle.load(sys.stdin.buffer)
+        import nsightlab.comparison.run_report  # noqa: F401  (while the parent reads)
+
         cut = pickle.load(sys.stdin.buffer)
-    except EOFError:  # not wanted: the process did no GPU work, or the parent stopped
+    except (EOFError, KeyboardInterrupt):  # not wanted (no GPU work), or the parent stopped
         return
     from nsightlab.read import trace
 

@@ -290,9 +290,8 @@ def _start_apart(whole: Report, pids: list[int], label: str) -> dict | None:
             child = subprocess.Popen([sys.executable, "-m", "nsightlab.comparison.apart",
                                       str(out)], stdin=subprocess.PIPE)
             started[pid] = (child, out)
-            child.stdin.write(pickle.dumps((str(whole.path), str(whole.cache.root),
-                                            str(whole.source), pid, f"{label} (pid {pid})")))
-            child.stdin.flush()
+            _tell(child, (str(whole.path), str(whole.cache.root), str(whole.source), pid,
+                          f"{label} (pid {pid})"), last=False)
     except BaseException:
         _stop(list(started.values()))
         raise
@@ -307,10 +306,25 @@ def _go(started: dict, pids, cut: tuple[str, ...]) -> list:
 
     wanted = [int(p) for p in pids]
     for pid, (child, _) in started.items():
-        if pid in wanted:
-            child.stdin.write(pickle.dumps(tuple(cut)))
-        child.stdin.close()  # the others end at once
+        _tell(child, tuple(cut) if pid in wanted else None)  # None: the others end at once
     return [started[p] for p in wanted]
+
+
+def _tell(child, message, last: bool = True) -> None:
+    """Send ``message`` (pickled; None: nothing) to a child ``_start_apart`` started, and
+    close its stdin if it is the ``last``. A child that has ended (nsightlab not importable
+    there: a path the caller added to ``sys.path`` only) is not told: ``_results`` builds its
+    report here."""
+    import pickle
+
+    try:
+        if message is not None:
+            child.stdin.write(pickle.dumps(message))
+            child.stdin.flush()
+        if last:
+            child.stdin.close()
+    except OSError:  # BrokenPipeError: it has ended
+        pass
 
 
 def _budgets_stored(views: list[Report], started: list) -> None:
@@ -347,6 +361,7 @@ def _results(started: list, views: list[Report], labels: list[str]) -> list[RunR
 
 def _stop(started: list) -> None:
     for child, out in started:
+        _tell(child, None)
         if child.poll() is None:
             child.kill()
             child.wait()
