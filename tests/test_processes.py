@@ -12,6 +12,7 @@ import shutil
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -222,9 +223,31 @@ def test_tensor_and_data_parallel_ranks_and_their_straggler(reports):
     assert "rank 3" in pr.straggler and "its host holds it back" in pr.straggler
     waiting = t.set_index("rank")["exposed_wait_ns"]
     assert (waiting[[0, 1, 2]] > 5e6).all() and waiting[3] < 1e6
+    # each place in the ranks' order parted by the kernels' ends: the TP pairs' all-reduces
+    # (4 a step each), the DP pairs' (1 a step, one place of four ranks where the two end
+    # together): a rank waits only for its own collective's members
+    groups = dict(c["groups"])
+    assert groups[(0, 1)] == groups[(2, 3)] >= 4 * 4
+    assert set(groups) <= {(0, 1), (2, 3), (0, 2), (1, 3), (0, 1, 2, 3)}
+    last = t.set_index("rank")["last"]
+    assert last[3] == t["collectives"].iloc[0] and last[[0, 1]].sum() >= groups[(0, 1)]
     for run in pr.runs:
         assert not any("holds one rank" in f or "read every rank together" in f
                        for f in run.findings), run.findings
+
+
+def test_a_place_in_the_ranks_order_parts_into_groups_of_two_or_more_only():
+    """``processes.communicators`` on ends (µs) as ddp-tpdp and ddp-straggler have them: two
+    pairs 10 ms apart part; four ranks whose split would leave one alone (a broadcast's root
+    ending before its peers) do not; two ranks never part."""
+    us = 1000
+    ends = np.array([[0, 0, 50], [1, 30_000, 0], [10_000, 30_001, 10_050],
+                     [10_001, 30_002, 10_000]]) * us
+    g = processes.communicators(ends)
+    assert g[0, 0] == g[1, 0] != g[2, 0] == g[3, 0]  # the TP pairs, 10 ms apart
+    assert len(set(g[:, 1])) == 1  # rank 0 alone 30 ms before the rest: not parted
+    assert g[0, 2] == g[1, 2] != g[2, 2] == g[3, 2]  # within 50 µs: chained, 100 µs slack
+    assert (processes.communicators(ends[:2]) == 0).all()
 
 
 def test_overlap_pct_is_nsys_nccl_gpu_overlap_trace_s(reports, tmp_path):

@@ -35,7 +35,7 @@ RANK_IN_NAME = re.compile(r"rank\D{0,20}?(\d+)", re.IGNORECASE)
 #: NCCL kernel counts that differ by up to this share (%) are one job's collectives with the
 #: trace's end inside a step; more, and they are not matched
 TRUNCATED_PCT = 10.0
-#: a rank that arrived last to this share (%) of the collectives is the one the others wait for
+#: a rank that arrived last to this share (%) of its collectives is the one the others wait for
 STRAGGLER_PCT = 80.0
 #: the MPS control daemon and server, as the process table names them
 MPS = ("nvidia-cuda-mps",)
@@ -256,10 +256,11 @@ def _intersect(a: tuple, b: tuple) -> float:
 
 def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None) -> dict | None:
     """Ranks of one NCCL job, matched collective by collective: each rank's NCCL kernels in
-    time order are its collectives (one communicator, issued in the same order on every rank:
-    how DDP and tensor parallelism run). A rank's kernel that starts before its peers' spins
-    until the last rank arrives (its skew: the latest start across ranks minus its own, at
-    most the kernel's length).
+    time order are its collectives, issued in the same order on every rank (how DDP and
+    tensor parallelism run); a place in that order holding collectives of different groups
+    of ranks is parted by their ends (``communicators``). A rank's kernel that starts before
+    its peers' spins until the last of its collective's members arrives (its skew: their
+    latest start minus its own, at most the kernel's length).
 
     ``windows``: pid -> (starts, ends) of each rank's steady iterations; only the collectives
     whose first rank's kernel starts inside one are counted, and the times are per iteration
@@ -267,9 +268,11 @@ def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None
     it arrived last to: TraceLens's ``times_arrived_last``), ``nccl_ns``, ``exposed_ns`` (NCCL
     time no compute kernel of the same GPU overlaps), split into ``exposed_wait_ns`` (spinning
     for a peer) and ``exposed_transfer_ns``. ``straggler``: the rank the others wait for, when
-    one arrived last to ``STRAGGLER_PCT`` of the collectives. None unless two or more ranks
+    one arrived last to ``STRAGGLER_PCT`` of its collectives. None unless two or more ranks
     are known; ``mismatch`` when their NCCL kernel counts differ by more than
-    ``TRUNCATED_PCT`` (fewer: the first collectives of each are matched; ``counts`` says)."""
+    ``TRUNCATED_PCT`` (fewer: the first collectives of each are matched; ``counts`` says).
+    ``groups``: the groups of ranks the collectives ran on, with how many each;
+    ``ends_apart_ns``: the median spread of a collective's ends on its members."""
     ranks = procs[procs["rank"].notna()].sort_values("rank")
     if len(ranks) < 2:
         return None
@@ -315,8 +318,15 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
         keep = (j >= 0) & (t <= np.asarray(hi)[np.clip(j, 0, None)])
     starts = np.vstack([g["start_ns"].to_numpy(np.int64)[keep] for g in per.values()])
     ends = np.vstack([g["end_ns"].to_numpy(np.int64)[keep] for g in per.values()])
-    skew = np.minimum(starts.max(axis=0) - starts, ends - starts)
-    last = np.bincount(starts.argmax(axis=0), minlength=len(per))
+    group = communicators(ends)
+    members = (group[:, None, :] == group[None, :, :])  # rank i, rank j, collective k
+    size = members.sum(axis=1)
+    # a rank's kernel spins until the last of its collective's members arrives
+    latest = np.where(members, starts[None, :, :], np.iinfo(np.int64).min).max(axis=1)
+    skew = np.where(size > 1, np.minimum(latest - starts, ends - starts), 0)
+    # the member that arrived last (the lowest rank of those that arrived together)
+    arrived = members & (starts[None, :, :] == latest[:, None, :])
+    last = (size > 1) & (np.argmax(arrived, axis=1) == np.arange(len(per))[:, None])
     rows = []
     for i, pid in enumerate(per):
         other = _union(compute[pid])
@@ -326,7 +336,7 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
         exposed_wait = _length(wait) - _intersect(wait, other)
         n = len(windows[pid][0]) if windows and pid in windows else 1
         rows.append({"pid": pid, "rank": rank_of[pid],
-                     "collectives": int(keep.sum()), "last": int(last[i]),
+                     "collectives": int((size[i] > 1).sum()), "last": int(last[i].sum()),
                      "nccl_ns": float((ends[i] - starts[i]).sum()) / n,
                      "exposed_ns": exposed / n, "exposed_wait_ns": exposed_wait / n,
                      "exposed_transfer_ns": (exposed - exposed_wait) / n, "per": n,
@@ -334,12 +344,58 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
                      # of the same GPU overlap, as a share of the NCCL kernel time
                      "overlap_pct": 100.0 * (1 - exposed / max(_length(busy), 1))})
     t = pd.DataFrame(rows)
-    top = t.loc[t["last"].idxmax()]
-    share = 100.0 * top["last"] / max(int(keep.sum()), 1)
-    # a collective ends on every rank together: how far apart its ends are checks the clocks
-    apart = float(np.median(np.abs(ends - ends[0]).max(axis=0))) if ends.shape[1] else 0.0
-    return {"ranks": t, "straggler": int(top["pid"]) if share >= STRAGGLER_PCT else None,
-            "straggler_last_pct": share, "counts": counts, "ends_apart_ns": apart}
+    share = 100.0 * t["last"] / t["collectives"].clip(lower=1)
+    top = t.loc[share.idxmax()]
+    # a collective ends on its members together: how far apart their ends are checks clocks
+    spread = [np.ptp(ends[group[:, k] == g, k]) for k in range(ends.shape[1])
+              for g in np.unique(group[:, k]) if (group[:, k] == g).sum() > 1]
+    return {"ranks": t, "straggler": int(top["pid"]) if share.max() >= STRAGGLER_PCT else None,
+            "straggler_last_pct": float(share.max()), "counts": counts,
+            "ends_apart_ns": float(np.median(spread)) if spread else 0.0,
+            "groups": _groups(group, [rank_of[p] for p in per])}
+
+
+#: the ends of one collective's kernels on its members lie within this of each other (ns):
+#: the last chunk reaches every member at once. Kernels that end further apart at the same
+#: place in their ranks' order are collectives of different groups of ranks
+#: (communicators: the tensor-parallel pair and the data-parallel pair of a rank)
+ALIGN_NS = 100_000
+
+
+def communicators(ends: np.ndarray) -> np.ndarray:
+    """Which ranks' kernels at each place in their order (``ends``: rank x place) are one
+    collective: a label per rank and place. The ranks of one job issue their collectives in
+    the same order, but a place can hold collectives of different groups of ranks (each
+    rank's tensor-parallel pair, say, all at their first all-reduce of a step): split where
+    the ends fall into groups of two or more ranks each whose ends chain within
+    ``ALIGN_NS`` (or four times the typical closest pair of ends, when the ranks' clocks
+    agree less: reports of one rank each, aligned by their sessions' start times). A split
+    that would leave a rank alone is not made: a collective's root can end before its peers
+    arrive (a small broadcast), so ends apart alone do not part ranks."""
+    if len(ends) < 3:
+        return np.zeros_like(ends)
+    order = np.argsort(ends, axis=0, kind="stable")
+    gaps = np.diff(np.take_along_axis(ends, order, axis=0), axis=0)
+    slack = max(ALIGN_NS, 4 * float(np.median(gaps.min(axis=0))))
+    labels = np.vstack([np.zeros((1, ends.shape[1]), np.int64),
+                        np.cumsum(gaps > slack, axis=0)])
+    sizes = (labels[:, None, :] == labels[None, :, :]).sum(axis=1)
+    labels[:, (sizes < 2).any(axis=0)] = 0
+    out = np.empty_like(labels)
+    np.put_along_axis(out, order, labels, axis=0)
+    return out
+
+
+def _groups(group: np.ndarray, ranks: list[int]) -> list[tuple[tuple[int, ...], int]]:
+    """The groups of ranks the collectives ran on, and how many each: [(ranks, count)], the
+    most frequent first."""
+    seen: dict[tuple[int, ...], int] = {}
+    for k in range(group.shape[1]):
+        for g in np.unique(group[:, k]):
+            who = tuple(r for r, x in zip(ranks, group[:, k]) if x == g)
+            if len(who) > 1:
+                seen[who] = seen.get(who, 0) + 1
+    return sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def _length(u: tuple) -> float:
