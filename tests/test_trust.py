@@ -106,6 +106,22 @@ def test_duplicate_kernels_are_dropped_once_counted_and_said_in_every_format(dou
     assert len(r.cuda_api(["start_ns"])) == calls
 
 
+def test_the_same_record_of_two_processes_is_not_a_duplicate(sqlite_of, tmp_path):
+    """A kernel row whose copy differs only in its process (its correlation id, GPU, stream
+    and times equal: two processes' records, as a tiler of traces might leave them) is two
+    kernels, not one recorded twice."""
+    path = tmp_path / "two.sqlite"
+    path.write_bytes(sqlite_of("h200-vit-fp16").read_bytes())
+    with sqlite3.connect(path) as c:
+        cols = [r[1] for r in c.execute(f"PRAGMA table_info({K})")]
+        moved = ", ".join("globalPid + (1 << 24)" if x == "globalPid" else x for x in cols)
+        c.execute(f"INSERT INTO {K} SELECT {moved} FROM {K} WHERE rowid % 31 = 0")
+    for cache in (True, False):
+        r = nsightlab.open(path, cache=cache)
+        k = r.kernels(["start_ns", "pid"])
+        assert len(k) == 3220 and k["pid"].nunique() == 2
+
+
 def test_duplicates_are_left_out_without_a_cache_too(doubled, monkeypatch):
     monkeypatch.setenv("NSIGHTLAB_NO_CACHE", "1")
     r = nsightlab.open(doubled, cache=False)

@@ -171,7 +171,7 @@ CHECKED = ("kernels", "memcpy", "memset", "syncs", "graph_execs", "cuda_api")
 #: counted: a row recorded twice is one operation. (API calls are not: 2022-era exports hold
 #: two rows for one call legitimately.)
 DEDUPED = ("kernels", "memcpy", "memset")
-DUPLICATE_KEY = ("correlation_id", "device_id", "stream_id", "start_ns", "end_ns")
+DUPLICATE_KEY = ("correlation_id", "device_id", "stream_id", "start_ns", "end_ns", "pid")
 
 
 def duration_limit(db: ExportDB) -> int:
