@@ -248,6 +248,14 @@ def test_a_place_in_the_ranks_order_parts_into_groups_of_two_or_more_only():
     assert len(set(g[:, 1])) == 1  # rank 0 alone 30 ms before the rest: not parted
     assert g[0, 2] == g[1, 2] != g[2, 2] == g[3, 2]  # within 50 µs: chained, 100 µs slack
     assert (processes.communicators(ends[:2]) == 0).all()
+    # reports of one rank each (clocks aligned by their sessions' starts, possibly off by
+    # more than a collective's ends are apart): every place is one collective of all ranks
+    nccl = {r: pd.DataFrame({"start_ns": ends[r] - 10 * us, "end_ns": ends[r]}) for r in range(4)}
+    none = {r: pd.DataFrame({"start_ns": [], "end_ns": []}) for r in range(4)}
+    assert processes.matched(nccl, none, {r: r for r in range(4)}, one_clock=False)[
+        "groups"] == [((0, 1, 2, 3), 3)]
+    assert dict(processes.matched(nccl, none, {r: r for r in range(4)})["groups"]) == {
+        (0, 1): 2, (2, 3): 2, (0, 1, 2, 3): 1}
 
 
 def test_overlap_pct_is_nsys_nccl_gpu_overlap_trace_s(reports, tmp_path):
@@ -385,6 +393,7 @@ def test_the_first_read_writes_each_process_share_of_the_big_tables(tmp_path, mo
     monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
     monkeypatch.setenv("NSIGHTLAB_READERS", "2")
     monkeypatch.setattr(run_report, "APART_KERNELS", 0)
+    monkeypatch.setattr(workers, "_STARTED", {})  # this test's reads, forgotten after it
     real, took, said = reader.take_split, [], []
     monkeypatch.setattr(reader, "take_split", lambda *a: _took(real, took, *a))
     for split in (True, False):

@@ -298,9 +298,13 @@ def nccl_split(k: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return k[nccl], k[~nccl]
 
 
-def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = None) -> dict:
+def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = None,
+            one_clock: bool = True) -> dict:
     """``collectives`` on kernels already read (and placed on one clock): per rank key, its
-    NCCL kernels and its other kernels (start_ns, end_ns), and its rank."""
+    NCCL kernels and its other kernels (start_ns, end_ns), and its rank. ``one_clock``: the
+    ranks' times come from one session (else each place in their order is one collective:
+    reports of one rank each, aligned by their sessions' start times, can be off by more
+    than a collective's ends are apart, and would part falsely)."""
     per = {p: g.sort_values("start_ns") for p, g in sorted(nccl.items(), key=lambda kv: rank_of[kv[0]])}
     counts = {p: len(g) for p, g in per.items()}
     n = min(counts.values())
@@ -318,25 +322,17 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
         keep = (j >= 0) & (t <= np.asarray(hi)[np.clip(j, 0, None)])
     starts = np.vstack([g["start_ns"].to_numpy(np.int64)[keep] for g in per.values()])
     ends = np.vstack([g["end_ns"].to_numpy(np.int64)[keep] for g in per.values()])
-    group = communicators(ends)
-    members = (group[:, None, :] == group[None, :, :])  # rank i, rank j, collective k
-    size = members.sum(axis=1)
-    # a rank's kernel spins until the last of its collective's members arrives
-    latest = np.where(members, starts[None, :, :], np.iinfo(np.int64).min).max(axis=1)
-    skew = np.where(size > 1, np.minimum(latest - starts, ends - starts), 0)
-    # the member that arrived last (the lowest rank of those that arrived together)
-    arrived = members & (starts[None, :, :] == latest[:, None, :])
-    last = (size > 1) & (np.argmax(arrived, axis=1) == np.arange(len(per))[:, None])
+    c = Collectives(starts, ends, communicators(ends) if one_clock else np.zeros_like(ends))
     rows = []
     for i, pid in enumerate(per):
         other = _union(compute[pid])
         busy = union(starts[i], ends[i])
-        wait = union(starts[i], starts[i] + skew[i])
+        wait = union(starts[i], starts[i] + c.skew[i])
         exposed = _length(busy) - _intersect(busy, other)
         exposed_wait = _length(wait) - _intersect(wait, other)
         n = len(windows[pid][0]) if windows and pid in windows else 1
         rows.append({"pid": pid, "rank": rank_of[pid],
-                     "collectives": int((size[i] > 1).sum()), "last": int(last[i].sum()),
+                     "collectives": int(c.member[i].sum()), "last": int(c.last[i].sum()),
                      "nccl_ns": float((ends[i] - starts[i]).sum()) / n,
                      "exposed_ns": exposed / n, "exposed_wait_ns": exposed_wait / n,
                      "exposed_transfer_ns": (exposed - exposed_wait) / n, "per": n,
@@ -346,13 +342,11 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
     t = pd.DataFrame(rows)
     share = 100.0 * t["last"] / t["collectives"].clip(lower=1)
     top = t.loc[share.idxmax()]
-    # a collective ends on its members together: how far apart their ends are checks clocks
-    spread = [np.ptp(ends[group[:, k] == g, k]) for k in range(ends.shape[1])
-              for g in np.unique(group[:, k]) if (group[:, k] == g).sum() > 1]
     return {"ranks": t, "straggler": int(top["pid"]) if share.max() >= STRAGGLER_PCT else None,
             "straggler_last_pct": float(share.max()), "counts": counts,
-            "ends_apart_ns": float(np.median(spread)) if spread else 0.0,
-            "groups": _groups(group, [rank_of[p] for p in per])}
+            # a collective ends on its members together: how far apart they end checks clocks
+            "ends_apart_ns": float(np.median(c.spread)) if len(c.spread) else 0.0,
+            "groups": c.groups([rank_of[p] for p in per])}
 
 
 #: the ends of one collective's kernels on its members lie within this of each other (ns):
@@ -363,39 +357,86 @@ ALIGN_NS = 100_000
 
 
 def communicators(ends: np.ndarray) -> np.ndarray:
-    """Which ranks' kernels at each place in their order (``ends``: rank x place) are one
-    collective: a label per rank and place. The ranks of one job issue their collectives in
-    the same order, but a place can hold collectives of different groups of ranks (each
-    rank's tensor-parallel pair, say, all at their first all-reduce of a step): split where
-    the ends fall into groups of two or more ranks each whose ends chain within
-    ``ALIGN_NS`` (or four times the typical closest pair of ends, when the ranks' clocks
-    agree less: reports of one rank each, aligned by their sessions' start times). A split
-    that would leave a rank alone is not made: a collective's root can end before its peers
-    arrive (a small broadcast), so ends apart alone do not part ranks."""
-    if len(ends) < 3:
+    """Which ranks' kernels at each place in their order (``ends``: rank x place, one clock)
+    are one collective: a label per rank and place. The ranks of one job issue their
+    collectives in the same order, but a place can hold collectives of different groups of
+    ranks (each rank's tensor-parallel pair, say, all at their first all-reduce of a step):
+    split where the ends fall into groups of two or more ranks each whose ends chain within
+    ``ALIGN_NS`` (or four times the typical closest pair of ends, where ranks end less
+    together). A split that would leave a rank alone is not made: a collective's root can
+    end before its peers arrive (a small broadcast), so ends apart alone do not part ranks."""
+    if len(ends) < 3 or not ends.shape[1]:
         return np.zeros_like(ends)
     order = np.argsort(ends, axis=0, kind="stable")
     gaps = np.diff(np.take_along_axis(ends, order, axis=0), axis=0)
     slack = max(ALIGN_NS, 4 * float(np.median(gaps.min(axis=0))))
     labels = np.vstack([np.zeros((1, ends.shape[1]), np.int64),
                         np.cumsum(gaps > slack, axis=0)])
-    sizes = (labels[:, None, :] == labels[None, :, :]).sum(axis=1)
-    labels[:, (sizes < 2).any(axis=0)] = 0
+    # a label's ranks are adjacent in end order: a run of one is a rank alone
+    next_, prev = np.ones(labels.shape, bool), np.ones(labels.shape, bool)
+    next_[:-1] = labels[:-1] != labels[1:]
+    prev[1:] = labels[1:] != labels[:-1]
+    labels[:, (next_ & prev).any(axis=0)] = 0
     out = np.empty_like(labels)
     np.put_along_axis(out, order, labels, axis=0)
     return out
 
 
-def _groups(group: np.ndarray, ranks: list[int]) -> list[tuple[tuple[int, ...], int]]:
-    """The groups of ranks the collectives ran on, and how many each: [(ranks, count)], the
-    most frequent first."""
-    seen: dict[tuple[int, ...], int] = {}
-    for k in range(group.shape[1]):
-        for g in np.unique(group[:, k]):
-            who = tuple(r for r, x in zip(ranks, group[:, k]) if x == g)
-            if len(who) > 1:
-                seen[who] = seen.get(who, 0) + 1
-    return sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))
+class Collectives:
+    """The collectives of matched NCCL kernels (``starts``, ``ends``: rank x place; ``group``:
+    ``communicators``' labels), computed run by run over the places' groups sorted by end
+    (memory linear in the kernels however many ranks). ``member``: the rank is in a
+    collective of two or more there; ``skew``: how long its kernel spun for the last of its
+    collective's members (at most the kernel's length); ``last``: it arrived last (the
+    lowest rank of those that arrived together); ``spread``: each collective's ends' spread."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, group: np.ndarray):
+        ranks, places = ends.shape
+        order = np.lexsort((np.arange(ranks)[:, None].repeat(places, 1), group), axis=0)
+        rank = order.T.ravel()  # place by place, each place's ranks by group
+        place = np.repeat(np.arange(places), ranks)
+        label = group[rank, place]
+        new = np.ones(len(rank), bool)
+        new[1:] = (place[1:] != place[:-1]) | (label[1:] != label[:-1])
+        first = np.flatnonzero(new)
+        run = np.cumsum(new) - 1
+        size = np.diff(np.append(first, len(rank)))[run] if len(rank) else np.zeros(0, int)
+        s, e = starts[rank, place], ends[rank, place]
+        latest = np.maximum.reduceat(s, first)[run] if len(rank) else s
+        last = np.minimum.reduceat(np.where(s == latest, rank, ranks), first)[run] \
+            if len(rank) else rank
+        self.member = np.zeros((ranks, places), bool)
+        self.member[rank, place] = size > 1
+        self.skew = np.zeros((ranks, places), np.int64)
+        self.skew[rank, place] = np.where(size > 1, np.minimum(latest - s, e - s), 0)
+        self.last = np.zeros((ranks, places), bool)
+        self.last[rank, place] = (size > 1) & (last == rank)
+        many = np.diff(np.append(first, len(rank))) > 1 if len(rank) else np.zeros(0, bool)
+        self.spread = (np.maximum.reduceat(e, first) - np.minimum.reduceat(e, first))[many] \
+            if len(rank) else np.zeros(0)
+        self._runs = (rank, first, many)
+
+    def groups(self, names: list[int]) -> list[tuple[tuple[int, ...], int]]:
+        """The groups of ranks (``names``: each row's rank) the collectives ran on, and how
+        many each: [(ranks, count)], the most frequent first."""
+        rank, first, many = self._runs
+        if not many.any():
+            return []
+        if len(names) <= 63:  # each collective's ranks as the bits of one number
+            bits = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), rank.astype(np.uint64)),
+                                          first)[many]
+            masks, counts = np.unique(bits, return_counts=True)
+            sets = [tuple(sorted(names[r] for r in range(len(names)) if int(m) >> r & 1))
+                    for m in masks]
+        else:
+            bounds = np.append(first, len(rank))
+            seen: dict[tuple[int, ...], int] = {}
+            for a, b, m in zip(bounds[:-1], bounds[1:], many):
+                if m:
+                    x = tuple(sorted(names[r] for r in rank[a:b]))
+                    seen[x] = seen.get(x, 0) + 1
+            sets, counts = list(seen), list(seen.values())
+        return sorted(zip(sets, (int(c) for c in counts)), key=lambda kv: (-kv[1], kv[0]))
 
 
 def _length(u: tuple) -> float:

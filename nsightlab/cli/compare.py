@@ -267,7 +267,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     from nsightlab.read.opener import start_reading
 
     for path in paths:  # reader processes first, then pandas' imports
-        start_reading(path, by_process=len(paths) == 1, **open_options)
+        start_reading(path, by_process=len(paths) == 1 and process is None and rank is None,
+                      **open_options)
     from nsightlab.comparison import run_report as summary
     from nsightlab.errors import UsageError
     from nsightlab.renderers import emit

@@ -193,7 +193,8 @@ def build(report: Report | str | os.PathLike, process: int | str | None = None,
 
     A report of several CUDA processes is one run per process (``ProcessesReport``), unless
     ``process`` (a pid, or a name that one process has) or ``rank`` picks one."""
-    open_options = {"prefetch": ("kernels", "cuda_api"), "by_process": True, **open_options}
+    open_options = {"prefetch": ("kernels", "cuda_api"),
+                    "by_process": process is None and rank is None, **open_options}
     r = as_report(report, **open_options)
     label = run_labels([str(r.source if isinstance(report, Report) else report)])[0]
     if process is not None or rank is not None:
@@ -231,6 +232,9 @@ def _several(r: Report, label: str, pids: list[int]) -> "ProcessesReport | None"
             list(pool.map(lambda v: v.prefetch(list(cut)), views))
         pending = _go(started, procs["pid"], cut) \
             if started is not None and all(v.cut_from is not None for v in views) else None
+        if started is not None and pending is None:  # copies: the reports are built here
+            _stop(list(started.values()))
+        split.shares_taken(r)  # the shares of processes that did no GPU work: removed
         if pending is None:
             # small: the processes' reports side by side on threads (each mostly SQLite
             # reads, Arrow, DuckDB and NumPy, which release the GIL), two at a time
@@ -472,7 +476,8 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
         out.collectives = processes.matched(
             {int(p): nccl[int(p)] for p in ranked["pid"]},
             {int(p): compute[int(p)] for p in ranked["pid"]},
-            {int(p): int(k) for p, k in zip(ranked["pid"], ranked["rank"])}, windows)
+            {int(p): int(k) for p, k in zip(ranked["pid"], ranked["rank"])}, windows,
+            one_clock=False)
         apart = (out.collectives or {}).get("ends_apart_ns")
         out.clocks = (f"clocks aligned by the {len(opened)} sessions' start times; the matched "
                       f"collectives end a median {apart / 1e3:,.0f} µs apart"

@@ -52,8 +52,7 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
     # reader processes start while pandas and pyarrow are imported below (big, uncached)
     trace.mark("open")
-    part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch),
-                          by_process or process is not None)
+    part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch), by_process)
     trace.mark("readers started")
     from nsightlab.errors import NsightlabError
     from nsightlab.read.report import Report

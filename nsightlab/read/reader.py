@@ -396,7 +396,10 @@ class TableReader:
             self.cache.commit(spec.name, folder, sum(a["rows"] for a in answers), {
                 "dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
                 "duplicate_rows": [], **({} if order is None else {"in_start_order": order})})
-        except OSError:
+        except (OSError, pa.ArrowException):  # then cut, as without a share
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
             return False
         trace.mark(f"{spec.name}: this process's share of the whole report's read")
         return True

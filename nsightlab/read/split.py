@@ -50,6 +50,19 @@ def of_process(report: Report, pid: int, cut: tuple[str, ...] | None = None) -> 
                   cut_from=(report, int(pid), cut) if cut else None)
 
 
+def shares_taken(report: Report) -> None:
+    """The processes' shares of ``report``'s first read that no process's Report took (a
+    process that did no GPU work, or every process when the tables are copied), removed now
+    rather than when this interpreter ends."""
+    if report.cache is not None:
+        from nsightlab.read import workers
+
+        for t in CUT:
+            started = workers.take(report.path, report.cache.root / t)
+            if started is not None and started.finished:
+                workers.drop_split(started)
+
+
 def cut_tables(report: Report) -> tuple[str, ...]:
     """The tables of ``CUT`` that hold rows, which a process's Report would cut from
     ``report``'s cache (``cuttable`` says whether it can); none without a cache."""
