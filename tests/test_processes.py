@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import statistics
@@ -48,12 +49,18 @@ SHARED = {"st-vit2": "time-sliced", "st-mix3": "time-sliced", "st-big-small": "t
           "st-graph-mix": "time-sliced", "st-graph2-range": "time-sliced"}
 
 
+def truth(name: str) -> list[dict]:
+    """The lines of a truth file (``truth/NAME``: JSON lines, xz)."""
+    with lzma.open(DATA / "truth" / name, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
 def passes(name: str) -> dict[int, list[dict]]:
     """pid -> its timed passes of round 0 (the trimmed capture's), from its own lines; the
     last pass together of each process left out (a peer may have stopped during it)."""
     out = {}
-    for f in sorted((DATA / "truth").glob(f"{name}-*.jsonl")):
-        rows = [json.loads(line) for line in f.open()]
+    for f in sorted((DATA / "truth").glob(f"{name}-*.jsonl.xz")):
+        rows = truth(f.name)
         rows = [r for r in rows if r.get("phase") and r["round"] == 0]
         together = [r for r in rows if r["phase"] == "together"]
         out[rows[0]["pid"]] = [r for r in rows if r is not together[-1]]
@@ -196,7 +203,7 @@ def test_ddp_ranks_the_straggler_and_its_cause(reports):
     pr = reports["ddp-straggler"]
     p = pr.processes.set_index("rank")
     assert list(p["gpus"]) == [[0], [1]]
-    slow = [json.loads(line) for line in (DATA / "truth" / "ddp-straggler.rank1.jsonl").open()]
+    slow = truth("ddp-straggler.rank1.jsonl.xz")
     assert slow[0]["host_work_ms"] == 25.0 and pr.collectives["straggler"] == slow[0]["pid"]
     t = pr.collectives["ranks"].set_index("rank")
     # rank 0 spins in NCCL for rank 1: its steps are ~25 ms longer (83.5 vs 58.7 ms inside
@@ -218,7 +225,7 @@ def test_tensor_and_data_parallel_ranks_and_their_straggler(reports):
     t = c["ranks"]
     assert len(t) == 4 and t["collectives"].nunique() == 1 and t["collectives"].iloc[0] >= 10
     assert (t["exposed_transfer_ns"] > 0).all()
-    slow = [json.loads(line) for line in (DATA / "truth" / "ddp-tpdp.rank3.jsonl").open()]
+    slow = truth("ddp-tpdp.rank3.jsonl.xz")
     assert slow[0]["host_work_ms"] == 10.0 and c["straggler"] == slow[0]["pid"]
     assert "rank 3" in pr.straggler and "its host holds it back" in pr.straggler
     waiting = t.set_index("rank")["exposed_wait_ns"]
@@ -478,7 +485,7 @@ def test_one_report_per_rank_opened_together(tmp_path):
     pr = run_report.build_ranks([tmp_path / f"rank-straggler-{r}.sqlite.xz" for r in (0, 1)])
     p = pr.processes.set_index("rank")
     assert list(p["rank_evidence"].str.startswith("the report's name")) == [True, True]
-    slow = json.loads((DATA / "truth" / "rank-straggler.rank1.jsonl").open().readline())
+    slow = truth("rank-straggler.rank1.jsonl.xz")[0]
     assert slow["host_work_ms"] == 25.0 and pr.collectives["straggler"] == slow["pid"]
     assert pr.collectives["ends_apart_ns"] < 100_000 and "µs apart" in pr.clocks
     res = CliRunner().invoke(cli, ["report", *(str(tmp_path / f"rank-straggler-{r}.sqlite.xz")
