@@ -400,20 +400,19 @@ class Collectives:
         new[1:] = (place[1:] != place[:-1]) | (label[1:] != label[:-1])
         first = np.flatnonzero(new)
         run = np.cumsum(new) - 1
-        size = np.diff(np.append(first, len(rank)))[run] if len(rank) else np.zeros(0, int)
+        sizes = np.diff(np.append(first, len(rank)))
+        size = sizes[run]
         s, e = starts[rank, place], ends[rank, place]
-        latest = np.maximum.reduceat(s, first)[run] if len(rank) else s
-        last = np.minimum.reduceat(np.where(s == latest, rank, ranks), first)[run] \
-            if len(rank) else rank
+        latest = np.maximum.reduceat(s, first)[run]
+        last = np.minimum.reduceat(np.where(s == latest, rank, ranks), first)[run]
         self.member = np.zeros((ranks, places), bool)
         self.member[rank, place] = size > 1
         self.skew = np.zeros((ranks, places), np.int64)
         self.skew[rank, place] = np.where(size > 1, np.minimum(latest - s, e - s), 0)
         self.last = np.zeros((ranks, places), bool)
         self.last[rank, place] = (size > 1) & (last == rank)
-        many = np.diff(np.append(first, len(rank))) > 1 if len(rank) else np.zeros(0, bool)
-        self.spread = (np.maximum.reduceat(e, first) - np.minimum.reduceat(e, first))[many] \
-            if len(rank) else np.zeros(0)
+        many = sizes > 1
+        self.spread = (np.maximum.reduceat(e, first) - np.minimum.reduceat(e, first))[many]
         self._runs = (rank, first, many)
 
     def groups(self, names: list[int]) -> list[tuple[tuple[int, ...], int]]:

@@ -306,8 +306,6 @@ def _go(started: dict, pids, cut: tuple[str, ...]) -> list:
     """Tell the interpreters ``_start_apart`` started for ``pids`` to build their reports
     (each process's export and cache are ready; ``cut``: the tables its cache took from the
     whole report's), and the others to stop: the children of ``pids``, in order."""
-    import pickle
-
     wanted = [int(p) for p in pids]
     for pid, (child, _) in started.items():
         _tell(child, tuple(cut) if pid in wanted else None)  # None: the others end at once

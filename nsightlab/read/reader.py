@@ -125,6 +125,15 @@ def part_rows(path: Path) -> int:
     return _PART_ROWS[key]
 
 
+def _cut_facts(meta: dict, orders: list) -> dict:
+    """meta.json's facts of a process's entry taken from the whole report's (``meta``: the
+    whole entry's; ``orders``: each part's ``StartOrder`` answer): no row left out or
+    duplicate (else the tables are copied, not cut), the same duration limit."""
+    order = parts_in_order(orders)
+    return {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0, "duplicate_rows": [],
+            **({} if order is None else {"in_start_order": order})}
+
+
 class TableReader:
     """Reads tables of one export (``db``), through ``cache`` when there is one."""
 
@@ -377,11 +386,7 @@ class TableReader:
             trace.mark(f"{spec.name}: cut from the whole report's cache ({sum(counts)} rows)")
             return sum(counts), None
 
-        def facts() -> dict:
-            order = parts_in_order(orders)
-            return {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
-                    "duplicate_rows": [], **({} if order is None else {"in_start_order": order})}
-        self.cache.build(spec.name, fill, spec.schema, facts)
+        self.cache.build(spec.name, fill, spec.schema, lambda: _cut_facts(meta, orders))
         return True
 
     def _adopt_share(self, spec: TableSpec, whole: "TableReader", pid: int, meta: dict) -> bool:
@@ -391,11 +396,9 @@ class TableReader:
         if got is None:
             return False
         folder, answers = got
-        order = parts_in_order([a.get("order") for a in answers])
         try:
-            self.cache.commit(spec.name, folder, sum(a["rows"] for a in answers), {
-                "dropped": 0, "limit": meta.get("limit"), "duplicates": 0,
-                "duplicate_rows": [], **({} if order is None else {"in_start_order": order})})
+            self.cache.commit(spec.name, folder, sum(a["rows"] for a in answers),
+                              _cut_facts(meta, [a.get("order") for a in answers]))
         except (OSError, pa.ArrowException):  # then cut, as without a share
             import shutil
 
