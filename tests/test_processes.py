@@ -436,6 +436,21 @@ def _text(df: pd.DataFrame) -> pd.DataFrame:
     return df.astype({c: object for c in df if isinstance(df[c].dtype, pd.CategoricalDtype)})
 
 
+def test_processes_without_the_exports_stream_table_are_still_each_a_run(tmp_path):
+    """The stream table says cheaply which processes used CUDA; an export without it (the
+    table left out) is read by the processes whose GPU work is traced, not as one run of
+    every process's kernels mixed."""
+    import sqlite3
+
+    path = tmp_path / "st-mix3.sqlite"
+    path.write_bytes(lzma.decompress((DATA / "nsys" / "st-mix3.sqlite.xz").read_bytes()))
+    with sqlite3.connect(path) as c:
+        c.execute("DROP TABLE TARGET_INFO_CUDA_STREAM")
+    pr = run_report.build(path)
+    assert isinstance(pr, run_report.ProcessesReport)
+    assert list(pr.processes["pid"]) == [878, 879, 880]
+
+
 def test_one_rank_alone_says_straggler_analysis_needs_all_ranks(tmp_path):
     shutil.copy(DATA / "nsys" / "rank-straggler-0.sqlite.xz", tmp_path)
     rr = run_report.build(tmp_path / "rank-straggler-0.sqlite.xz")

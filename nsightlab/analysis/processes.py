@@ -50,7 +50,11 @@ def processes(report, **open_options) -> pd.DataFrame:
 
 
 def cuda_pids(report: Report) -> list[int]:
-    """Processes that created CUDA streams (cheap: the export's stream table), in pid order."""
+    """Processes that created CUDA streams (cheap: the export's stream table), in pid order;
+    where the export has no stream table (left out of it), the processes whose GPU work is
+    traced."""
+    if "processId" not in report.db.columns("TARGET_INFO_CUDA_STREAM"):
+        return sorted(int(x) for x in _per_process_gpu(report)["pid"].unique())
     p = report.processes
     return sorted(int(x) for x in p.loc[p["uses_cuda"], "pid"]) if len(p) else []
 
