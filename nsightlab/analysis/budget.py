@@ -53,7 +53,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     max_end_per_iteration,
     none_last,
 )
-from nsightlab.analysis import ending, iterations, kinds, steady
+from nsightlab.analysis import ending, iterations, kinds, steady, work
 from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.completeness import LAUNCH_CALLS
@@ -273,17 +273,19 @@ def _compute(report: Report, ops, found: tuple | None = None
     # iterations found inside an outer unit (decode steps in a generate() call): the kinds
     # may recur once a unit (the prefill, the call's last step)
     outer = iterations.find(report).outer if source.startswith("found") else 0
-    loop = kinds.classify(end - start, cycle=outer)
+    done = work.signatures(report, start, end) if ops.count and len(iters) else None
+    ids = done.ids if done is not None and done.known else np.zeros(len(start), np.int64)
+    loop = kinds.classify(end - start, cycle=outer, work=ids)
     moved = _copy_bytes(report, start, end) if ops.count else {}
     rows, causes = [], []
     for dev, (parts, idle) in ops.budgets(start, end, syncs).items():
         rows.append(pd.DataFrame({"iteration": np.arange(len(start)), "name": names,
                                   "device_id": int(dev), "start_ns": start, "end_ns": end,
                                   "wall_ns": end - start, **parts, **moved.get(int(dev), {}),
-                                  "phase": loop.phase, "kind": loop.label}))
+                                  "phase": loop.phase, "kind": loop.label, "work": ids}))
         causes.append(idle)
     columns = ["iteration", "name", "device_id", "start_ns", "end_ns", "wall_ns",
-               *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", *BYTES, "phase", "kind"]
+               *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", *BYTES, "phase", "kind", "work"]
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=columns)
     for c in BYTES:
         table[c] = table[c].fillna(0).astype(np.int64) if c in table else np.int64(0)
@@ -293,7 +295,31 @@ def _compute(report: Report, ops, found: tuple | None = None
     del ops, rows, causes
     release_memory()  # the idle threads' scratch: before the caller builds its own tables
     table.attrs["cut"] = cut[1]  # the iteration the trace's end cut (``ending.cut``)
+    table.attrs["work"] = work_table(done, table)
     return table, by_sync, source
+
+
+WORK_COLUMNS = ["work", "level", "iterations", "kind", "kernels", "copies", "memsets", "syncs",
+                "graphs", "tokens"]
+
+
+def work_table(done, table: pd.DataFrame) -> pd.DataFrame:
+    """One row per kind of work (``work.signatures``): its id, the level of the signatures,
+    its iterations, the kind of iteration most of them are, what one iteration of it runs
+    (kernels, copies, memsets, syncs, graph launches) and ``tokens``: the kernel names (or
+    classes) and other operations of its first iteration with their counts, as JSON."""
+    import json
+
+    if done is None or not len(done.kinds):
+        return pd.DataFrame(columns=WORK_COLUMNS)
+    t = done.kinds.copy()
+    first = table[table["device_id"] == table["device_id"].iloc[0]] if len(table) else table
+    label = first["kind"].to_numpy(object) if len(first) else np.array([], object)
+    t["kind"] = [pd.Series(label[done.ids == w]).mode().iloc[0] if len(label) else ""
+                 for w in t["work"]]
+    t["level"] = done.level
+    t["tokens"] = [json.dumps(done.tokens.get(int(w), {}), sort_keys=True) for w in t["work"]]
+    return t[WORK_COLUMNS].reset_index(drop=True)
 
 
 #: bytes copied per iteration, by direction (for the words of a kind that copies)
@@ -491,7 +517,7 @@ def _add_parts(row: dict, use: pd.DataFrame, wall: float) -> None:
 
 
 def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
-                params: dict | None = None) -> pd.DataFrame:
+                params: dict | None = None, work: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per GPU and kind of iteration (the main kind first, then the others, the
     outliers and the warm-up; ``nsightlab.analysis.kinds``): which iterations (``pattern``,
     ``which``), how many, their median / min / max / mean wall time, their total time and its
@@ -504,10 +530,13 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
     for dev, g in table.groupby("device_id", sort=True):
         wall = g["wall_ns"].to_numpy(float)
         label = _labels(g)
-        loop = kinds.describe(wall, label)
+        ids = g["work"].to_numpy(np.int64) if "work" in g else None
+        loop = kinds.describe(wall, label, ids)
         loop_ns = float(wall[label != kinds.WARM_UP].sum())
         main = g[label == kinds.MAIN]
         groups = [(x.name, x.pattern, x.words) for x in loop.kinds if (label == x.name).any()]
+        basis = {x.name: x.basis for x in loop.kinds}
+        basis[kinds.MAIN] = "work"
         if (label == kinds.OUTLIER).any():
             rows = np.flatnonzero(label == kinds.OUTLIER)
             groups.append((kinds.OUTLIER, "isolated", f"{len(rows)} of {len(wall) - loop.warmup}: "
@@ -522,7 +551,9 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                    "min_ns": float(w.min()), "max_ns": float(w.max()), "mean_ns": float(w.mean()),
                    "time_ns": float(w.sum()),
                    "share_pct": 100.0 * float(w.sum()) / loop_ns if loop_ns else float("nan"),
-                   "period": next((x.period for x in loop.kinds if x.name == name), None)}
+                   "period": next((x.period for x in loop.kinds if x.name == name), None),
+                   "basis": basis.get(name, "pace"),
+                   "work": _work_words(work, ids, label, name) if ids is not None else ""}
             _add_parts(row, mine, row["mean_ns"])
             for c in BYTES:
                 row[c] = float(mine[c].mean()) if c in mine else 0.0
@@ -530,6 +561,9 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                                      params)[0]
             row["cause"] = (steady.cause(mine, main) if name != kinds.MAIN else
                             steady.trend_cause(main) if loop.trend else "")
+            if name == kinds.MAIN and loop.cycle:
+                row["which"] += (f"; the work repeats in a cycle of {loop.cycle} iterations "
+                                 f"(one unit of the loop is {loop.cycle} iterations)")
             if name == kinds.MAIN and loop.trend:
                 t = loop.trend
                 row["pattern"] = "trend"
@@ -539,9 +573,34 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                                  f"{t['last_ns'] / 1e6:.3g} ms in the last {t['quarter']}")
             out.append(row)
     cols = ["device_id", "kind", "pattern", "which", "iterations", "med_ns", "min_ns", "max_ns",
-            "mean_ns", "time_ns", "share_pct", "period", "verdict", "cause",
+            "mean_ns", "time_ns", "share_pct", "period", "basis", "work", "verdict", "cause",
             *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", *BYTES]
     return pd.DataFrame(out, columns=cols)
+
+
+def _work_words(work: pd.DataFrame | None, ids: np.ndarray, label: np.ndarray,
+                name: str) -> str:
+    """What the usual work of kind ``name`` runs against the main kind's, in words
+    (``work.difference``); "" for the main kind, the same work, or no work table."""
+    import json
+
+    from nsightlab.analysis.work import difference
+
+    if work is None or not len(work) or name == kinds.MAIN:
+        return ""
+    def usual(rows: np.ndarray) -> int | None:
+        if not len(rows):
+            return None
+        v, c = np.unique(ids[rows], return_counts=True)
+        return int(v[c.argmax()])
+
+    mine, main = usual(np.flatnonzero(label == name)), usual(np.flatnonzero(label == kinds.MAIN))
+    if mine is None or main is None or mine == main:
+        return ""
+    tok = {int(r.work): json.loads(r.tokens) for r in work.itertuples()}
+    if mine not in tok or main not in tok:
+        return ""
+    return difference(tok[main], tok[mine])
 
 
 def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:

@@ -67,6 +67,7 @@ class Kind:
     pattern: str
     words: str
     period: int | None = None
+    basis: str = "pace"  # "work": it runs other work than the main kind; "pace": the same
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Loop:
     warmup: int
     kinds: list[Kind] = field(default_factory=list)
     trend: dict | None = None
+    cycle: int | None = None  # iterations per unit where the work repeats in a cycle
 
     @property
     def outliers(self) -> np.ndarray:
@@ -90,8 +92,109 @@ class Loop:
         return np.where(self.label == WARM_UP, WARM_UP, LOOP)
 
 
-def classify(wall, cycle: int = 0) -> Loop:
-    """Warm-up, kinds, trend and outliers of iterations with wall times ``wall`` (in order).
+def classify(wall, cycle: int = 0, work=None) -> Loop:
+    """Warm-up, kinds, trend and outliers of iterations with wall times ``wall`` (in order),
+    work first where ``work`` (one id per iteration, equal ids equal work:
+    ``nsightlab.analysis.work``) is given:
+
+    - the warm-up is first the leading iterations whose work does not come back (compile,
+      autotune, lazy initialisation: each one-off within ``WORK_WARMUP_GAP`` of the last),
+      then, within the main kind of work, a slower start only where it is significant;
+    - every other work that recurs is a kind of work, with its pattern (every Nth, a cycle,
+      a phase, scattered); work seen once or twice is one kind, "other work";
+    - the pace of the main kind of work is sorted out by time (``_by_time``: kinds of pace,
+      a trend, outliers), and only there.
+
+    Without ``work`` (or with one kind of work) it is ``_by_time`` alone."""
+    w = np.maximum(np.asarray(wall, dtype=float), 1.0)
+    n = len(w)
+    ids = None if work is None else np.asarray(work, dtype=np.int64)
+    if ids is None or len(ids) != n or n < 4 or len(np.unique(ids)) == 1:
+        return _by_time(w, cycle)
+    k = _work_warm_up(ids)
+    loop_ids = ids[k:]
+    if len(loop_ids) < 4 or len(np.unique(loop_ids)) == 1:
+        return _pace_of_main(w, np.arange(k, n), k, [], cycle, None)
+    uniq, cnt = np.unique(loop_ids, return_counts=True)
+    time_of = np.array([w[k:][loop_ids == u].sum() for u in uniq])
+    main_id = uniq[np.lexsort((time_of, cnt))[-1]]
+    from nsightlab.analysis.work import cycle as work_cycle
+    unit = work_cycle(loop_ids)
+    work_kinds, with_main = [], [ids == main_id]
+    for u, c in zip(uniq, cnt):
+        if u == main_id:
+            continue
+        rows = np.flatnonzero(ids == u)
+        rows = rows[rows >= k]
+        if c >= MIN_KIND:
+            work_kinds.append(rows)
+        else:  # work seen once or twice (a sync the last iteration skips): judged by its pace
+            with_main.append(ids == u)
+    main_rows = np.flatnonzero(np.logical_or.reduce(with_main))
+    main_rows = main_rows[main_rows >= k]
+    return _pace_of_main(w, main_rows, k, work_kinds, cycle, unit)
+
+
+#: a leading iteration of one-off work extends the warm-up while it comes within this many
+#: iterations of the warm-up's end (the first optimizer step after 3 micro-batches)
+WORK_WARMUP_GAP = 4
+
+
+def _work_warm_up(ids: np.ndarray) -> int:
+    """The warm-up by work: leading iterations whose work never comes back, each within
+    ``WORK_WARMUP_GAP`` of the last (a one-off later in the loop is not warm-up), in the
+    first half of the run."""
+    n = len(ids)
+    last = {int(v): i for i, v in enumerate(ids)}
+    k = 0
+    for i in range(min(n // 2, WARMUP_SEARCH)):
+        if i > k + WORK_WARMUP_GAP - 1:
+            break
+        if last[int(ids[i])] == i and np.count_nonzero(ids == ids[i]) == 1:
+            k = i + 1
+    return k
+
+
+def _pace_of_main(w: np.ndarray, main_rows: np.ndarray, k: int, work_kinds: list,
+                  cycle: int, unit: int | None) -> Loop:
+    """The loop's labels: warm-up ``k`` by work, then the kinds of work ``work_kinds`` (rows),
+    then the main kind of work's own pace (``_by_time`` over its iterations, in order: its
+    slower start is warm-up too, its kinds of pace and outliers are the loop's)."""
+    n = len(w)
+    label = np.full(n, MAIN, dtype=object)
+    label[:k] = WARM_UP
+    pace = _by_time(w[main_rows], cycle if not work_kinds else 0)
+    if pace.warmup:  # a slower start of the main work: the loop's warm-up goes that far
+        k = max(k, int(main_rows[pace.warmup - 1]) + 1)
+        label[:k] = WARM_UP
+    kinds: list[Kind] = []
+    for rows in work_kinds:
+        rows = rows[rows >= k]
+        if len(rows):
+            kinds.append(Kind("", rows, *_pattern(rows, k, n), basis="work"))
+    for x in pace.kinds[1:]:
+        rows = main_rows[x.rows]
+        rows = rows[rows >= k]
+        if len(rows):
+            kinds.append(Kind("", rows, *_pattern(rows, k, n)))
+    kinds.sort(key=lambda x: (x.basis != "work", x.rows[0]))
+    for name, x in zip(NAMES, kinds):
+        x.name = name
+        label[x.rows] = name
+    odd = main_rows[pace.outliers]
+    label[odd[odd >= k]] = OUTLIER
+    kinds = [x for x in kinds if x.name]
+    out = [Kind(MAIN, np.flatnonzero(label == MAIN), MAIN, "")] + kinds
+    out[0].words = _main_words(out[0].rows, k, n, len(out) > 1)
+    trend = None
+    if pace.trend is not None:
+        trend = pace.trend
+    return Loop(label, k, out, trend, unit)
+
+
+def _by_time(wall, cycle: int = 0) -> Loop:
+    """Warm-up, kinds, trend and outliers of iterations with wall times ``wall`` (in order),
+    from their times alone (the pace of one kind of work: ``classify``).
     Fewer than 4 iterations are one kind: too few to tell. ``cycle``: iterations per outer
     unit where the trace shows one (decode steps per ``generate()`` call), a period tried
     first, counted from the first iteration, with 2 cycles in the loop enough."""
@@ -140,6 +243,7 @@ def classify(wall, cycle: int = 0) -> Loop:
             else:
                 rest.append(rows)
         odd = rest
+    kinds = [x for x in kinds if _held(w, x, main)]
     kinds.sort(key=lambda x: x.rows[0])
     for name, x in zip(NAMES, kinds):
         x.name = name
@@ -148,14 +252,6 @@ def classify(wall, cycle: int = 0) -> Loop:
         label[rows] = OUTLIER
     label[:k] = WARM_UP
     k = _give_back(w, label, k, main, kinds)
-    for x in kinds:  # a slower stretch right after warm-up is the warm-up's tail
-        runs = [r for r in _runs(np.flatnonzero(label == x.name)) if len(r) >= 2]
-        main_left = np.flatnonzero(label == MAIN)
-        if x.pattern == "phase" and runs and runs[0][0] <= k + 1 and len(main_left) and \
-                runs[0][-1] < main_left[-1] and \
-                np.median(w[runs[0]]) > np.median(w[main_left]):
-            k = int(runs[0][-1]) + 1
-            label[:k] = WARM_UP
     kinds = [x for x in kinds if (label == x.name).any()]
     out = [Kind(MAIN, np.flatnonzero(label == MAIN), MAIN, "")]
     for x in kinds:
@@ -166,25 +262,39 @@ def classify(wall, cycle: int = 0) -> Loop:
     return Loop(label, k, out, trend)
 
 
-def describe(wall, label) -> Loop:
+def describe(wall, label, work=None) -> Loop:
     """The ``Loop`` of iterations already labelled (``classify``'s labels, as the budget's
     iterations table keeps them): each kind's pattern and words, and the trend, from the
-    labels and times alone (not classified again)."""
+    labels and times alone (not classified again); with ``work`` (the iterations' work ids)
+    also which kinds run other work than the main kind, and the cycle of work."""
     w = np.maximum(np.asarray(wall, dtype=float), 1.0)
     label = np.asarray(label, dtype=object)
     n = len(w)
     k = int((label == WARM_UP).sum())
     names = [MAIN] + sorted({x for x in label if x not in (MAIN, WARM_UP, OUTLIER)})
+    ids = None if work is None or len(work) != n else np.asarray(work, np.int64)
+
+    def usual(rows: np.ndarray) -> int:
+        v, c = np.unique(ids[rows], return_counts=True)
+        return int(v[c.argmax()])
+
+    main_id = usual(np.flatnonzero(label == MAIN)) if ids is not None and \
+        (label == MAIN).any() else None
     out = []
     for name in names:
         rows = np.flatnonzero(label == name)
         if name == MAIN:
             out.append(Kind(MAIN, rows, MAIN, _main_words(rows, k, n, len(names) > 1)))
         elif len(rows):
-            out.append(Kind(name, rows, *_pattern(rows, k, n)))
+            basis = "work" if main_id is not None and usual(rows) != main_id else "pace"
+            out.append(Kind(name, rows, *_pattern(rows, k, n), basis=basis))
     fit = _trend_line(w[k:]) if n >= 4 else None
     trend = _trend_words(w[k:], label[k:]) if fit is not None else None
-    return Loop(label, k, out, trend)
+    unit = None
+    if ids is not None and len(np.unique(ids[k:])) > 1:
+        from nsightlab.analysis.work import cycle as work_cycle
+        unit = work_cycle(ids[k:])
+    return Loop(label, k, out, trend, unit)
 
 
 def _l1(x: np.ndarray) -> float:
@@ -223,12 +333,60 @@ def _warm_up(w: np.ndarray) -> int:
         # the loop, every 2nd iteration 4x slower, is no noise)
         m = np.median(rest)
         noise = min(_sigma(rest), 2 * _sigma(rest[rest <= m]))
-        if np.median(head) - m < max(slower, KIND_SIGMAS * noise):
+        if np.median(head) - m < max(slower, KIND_SIGMAS * noise) or not _stands_out(head, rest):
             continue
         cost = _l1(head) + _l1(rest)
         if cost < best_cost:
             best, best_cost = int(k), cost
     return best
+
+
+#: a kind of pace holds when noise would part its iterations from the main kind's this
+#: rarely (Mann-Whitney U, two-sided: the search over periods, stretches and splits tries
+#: many partitions of one loop)
+KIND_ALPHA = 1e-4
+#: scattered iterations are a kind of pace only when each is this many robust sigmas from
+#: the main kind (data-loader stalls; not the tail of a heavy-tailed loop)
+SCATTERED_SIGMAS = 5.0
+
+
+def _held(w: np.ndarray, kind: "Kind", main: np.ndarray) -> bool:
+    """Whether a kind of pace stands out against the loop's own noise (``KIND_ALPHA``;
+    scattered ones also ``SCATTERED_SIGMAS`` away each): otherwise its iterations are the
+    main kind's."""
+    from scipy.stats import mannwhitneyu
+
+    x, m = np.log(w[kind.rows]), np.log(w[main])
+    if not len(m) or mannwhitneyu(x, m).pvalue >= KIND_ALPHA:
+        return False
+    if kind.pattern == "scattered":
+        s = max(_sigma(m), 1e-3)
+        return bool(np.all(np.abs(x - np.median(m)) > SCATTERED_SIGMAS * s))
+    return True
+
+
+#: a trend holds when its first and last quarters are apart beyond this (one line tried)
+TREND_ALPHA = 1e-3
+#: a slower start is warm-up only when noise would make it this rarely (one-sided)
+WARMUP_ALPHA = 1e-3
+
+
+def _stands_out(head: np.ndarray, rest: np.ndarray) -> bool:
+    """Whether a slower start ``head`` (log times) stands out against the rest's own noise:
+    Mann-Whitney U says its iterations are slower than the rest's (one-sided, p below
+    ``WARMUP_ALPHA``), or, too few for the test, every one of them is slower than every
+    later iteration, by a margin noise rarely gives (no later iteration within 2x, or a
+    chance of 1 in 100 at most that the slowest k come first)."""
+    from math import comb
+
+    from scipy.stats import mannwhitneyu
+
+    if len(head) >= 3 and mannwhitneyu(head, rest, alternative="greater").pvalue < WARMUP_ALPHA:
+        return True
+    if head.min() <= rest.max():
+        return False
+    n = len(head) + len(rest)
+    return comb(n, len(head)) >= 100 or np.median(head) - np.median(rest) >= np.log(2)
 
 
 def _give_back(w: np.ndarray, label: np.ndarray, k: int, main: np.ndarray,
@@ -472,6 +630,10 @@ def _trend_line(x: np.ndarray) -> np.ndarray | None:
     step = min(_l1(y[:j]) + _l1(y[j:]) for j in range(2, len(y) - 1))
     if step < np.abs(y - line).sum():
         return None  # one step explains it better: a phase, found as a kind
+    from scipy.stats import mannwhitneyu
+    q = len(x) // 4  # the first and last quarters apart beyond the loop's wander
+    if mannwhitneyu(x[:q], x[-q:]).pvalue >= TREND_ALPHA:
+        return None
     fit = icpt + slope * np.arange(len(x))
     return fit if fit.min() > 0 else None
 

@@ -7,9 +7,10 @@ from nsightlab.recipe_api import budget
 def run(report, params):
     table, by_sync, source = budget.compute(report)
     cut = table.attrs.pop("cut", pd.DataFrame(columns=budget.ending.CUT_COLUMNS))
+    work = table.attrs.pop("work", pd.DataFrame(columns=budget.WORK_COLUMNS))
     graphs = any(n.startswith("cudaGraphLaunch") for n in budget.api_names(report))
     summary = budget.summarize(table, by_sync, graphs, params)
     summary.insert(1, "iteration_source", source)
     return {"summary": summary, "iterations": table, "sync_idle": by_sync,
-            "kinds": budget.kinds_table(table, by_sync, graphs, params),
-            "cut": cut}
+            "kinds": budget.kinds_table(table, by_sync, graphs, params, work),
+            "cut": cut, "work": work}
