@@ -561,7 +561,8 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                                      params)[0]
             row["cause"] = (steady.cause(mine, main) if name != kinds.MAIN else
                             steady.trend_cause(main) if loop.trend else "")
-            if name == kinds.MAIN and loop.cycle:
+            if name == kinds.MAIN and loop.cycle and sum(
+                    x.basis == "work" for x in loop.kinds if x.name != kinds.MAIN) >= 2:
                 row["which"] += (f"; the work repeats in a cycle of {loop.cycle} iterations "
                                  f"(one unit of the loop is {loop.cycle} iterations)")
             if name == kinds.MAIN and loop.trend:

@@ -244,6 +244,7 @@ def _by_time(wall, cycle: int = 0) -> Loop:
                 rest.append(rows)
         odd = rest
     kinds = [x for x in kinds if _held(w, x, main)]
+    kinds, odd = _capped(w, kinds, odd, main, k, n)
     kinds.sort(key=lambda x: x.rows[0])
     for name, x in zip(NAMES, kinds):
         x.name = name
@@ -348,6 +349,9 @@ KIND_ALPHA = 1e-4
 #: scattered iterations are a kind of pace only when each is this many robust sigmas from
 #: the main kind (data-loader stalls; not the tail of a heavy-tailed loop)
 SCATTERED_SIGMAS = 5.0
+#: and only in loops of this many iterations or more (in fewer, a heavy tail's few slow
+#: iterations look the same)
+SCATTERED_MIN_LOOP = 40
 
 
 def _held(w: np.ndarray, kind: "Kind", main: np.ndarray) -> bool:
@@ -360,6 +364,8 @@ def _held(w: np.ndarray, kind: "Kind", main: np.ndarray) -> bool:
     if not len(m) or mannwhitneyu(x, m).pvalue >= KIND_ALPHA:
         return False
     if kind.pattern == "scattered":
+        if len(w) < SCATTERED_MIN_LOOP:
+            return False
         s = max(_sigma(m), 1e-3)
         return bool(np.all(np.abs(x - np.median(m)) > SCATTERED_SIGMAS * s))
     return True
@@ -367,6 +373,47 @@ def _held(w: np.ndarray, kind: "Kind", main: np.ndarray) -> bool:
 
 #: a trend holds when its first and last quarters are apart beyond this (one line tried)
 TREND_ALPHA = 1e-3
+def _capped(w: np.ndarray, kinds: list, odd: list, main: np.ndarray, k: int, n: int
+            ) -> tuple[list, list]:
+    """Outliers are never more than ``OUTLIER_MAX_PCT`` of the loop: beyond it the slow odd
+    iterations that stand out (``SCATTERED_SIGMAS``) are one kind of pace, scattered (with
+    the short slow stretches of the same level: three stalls in a row), and the rest are the
+    main kind's."""
+    rows = np.sort(np.concatenate(odd)) if odd else np.empty(0, np.int64)
+    cap = max(OUTLIER_MAX_PCT / 100 * (n - k), 1)
+    if len(rows) <= cap:
+        return kinds, odd
+    m = np.log(w[main])
+    far = np.abs(np.log(w[rows]) - np.median(m)) > SCATTERED_SIGMAS * max(_sigma(m), 1e-3)
+    if far.sum() <= cap:  # the extreme ones are the outliers, the others the main kind's
+        return kinds, [rows[far]] if far.any() else []
+    if n - k < SCATTERED_MIN_LOOP:
+        return kinds, []
+    slow = rows[far & (w[rows] > np.exp(np.median(m)))]
+    # and apart from the rest by a gap of 10% at least (stalls, not a heavy tail's end)
+    rest = np.setdiff1d(np.arange(k, n), slow)
+    if len(slow) < MIN_KIND or not len(rest):
+        return kinds, []
+    top = np.log(w[rest]).max()
+    apart = np.log(w[slow]) - top >= np.log1p(KIND_MIN_PCT / 100)
+    if apart.sum() < MIN_KIND and np.sort(np.log(w[slow]))[0] - top < np.log1p(KIND_MIN_PCT / 100):
+        gaps = np.diff(np.sort(np.log(w[np.concatenate([rest, slow])])))
+        upper = np.sort(np.log(w[np.concatenate([rest, slow])]))[1:]
+        cut = upper[np.argmax(np.where(upper > np.median(m), gaps, -1))]
+        slow = slow[np.log(w[slow]) >= cut]
+        if len(slow) < MIN_KIND or gaps.max() < np.log1p(KIND_MIN_PCT / 100):
+            return kinds, []
+    level = np.median(np.log(w[slow]))
+    keep = []
+    for x in kinds:  # short slow stretches at the stalls' level join them
+        if len(x.rows) < 2 * MIN_KIND and abs(np.median(np.log(w[x.rows])) - level) < \
+                np.log(1 + KIND_MIN_PCT / 100) + 3 * max(_sigma(np.log(w[slow])), 1e-3):
+            slow = np.union1d(slow, x.rows)
+        else:
+            keep.append(x)
+    return keep + [Kind("", slow, *_pattern(slow, k, n))], []
+
+
 #: a slower start is warm-up only when noise would make it this rarely (one-sided)
 WARMUP_ALPHA = 1e-3
 
@@ -567,7 +614,9 @@ def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None]:
                     np.isin(np.arange(rows[0], rows[-1] + 1) % q, places).sum() <= len(rows) + 2:
                 return ("recurring", f"{len(places)} of every {q} iterations ({len(rows)} of "
                         f"{n - k}: iterations {listed(rows)})", q)
-    runs = [r for r in _runs(rows) if len(r) >= 2]
+    runs = _bulk(rows)
+    if sum(map(len, runs)) < 0.8 * len(rows):  # most of them alone: scattered
+        runs = []
     if len(runs) == 1 and runs[0][-1] >= n - 2:
         return "phase", f"from iteration {int(runs[0][0])} on ({len(rows)} of {n - k})", None
     if len(runs) == 1 and runs[0][0] <= k + 1:
@@ -578,11 +627,23 @@ def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None]:
     return "scattered", f"{len(rows)} of {n - k}, no pattern: iterations {listed(rows)}", None
 
 
+def _bulk(rows: np.ndarray) -> list[np.ndarray]:
+    """The stretches that hold a kind (``_runs`` of at least 2 iterations and 5% of its
+    iterations), while they hold 80% of them: a slower stretch of 120 iterations with a few
+    slow strays elsewhere is a stretch; else every run of 2 or more."""
+    runs = [r for r in _runs(rows) if len(r) >= 2]
+    big = [r for r in runs if len(r) >= max(2, 0.05 * len(rows))]
+    if big and len(big) < len(runs) and sum(map(len, big)) >= 0.8 * len(rows):
+        return big
+    return runs
+
+
 def _strays(rows: np.ndarray, pattern: str) -> np.ndarray:
-    """The iterations of a phase or cluster kind outside its stretches (runs of one)."""
+    """The iterations of a phase or cluster kind outside its stretches (``_bulk``)."""
     if pattern not in ("phase", "cluster"):
         return np.empty(0, rows.dtype)
-    return np.concatenate([r for r in _runs(rows) if len(r) < 2] or [np.empty(0, rows.dtype)])
+    held = np.concatenate(_bulk(rows) or [np.empty(0, rows.dtype)])
+    return np.setdiff1d(rows, held)
 
 
 def _main_words(rows: np.ndarray, k: int, n: int, others: bool) -> str:

@@ -101,9 +101,12 @@ def _tokens(report: Report, start: np.ndarray, end: np.ndarray
         cls = np.array([kernel_class(c) for c in cats], dtype=object)
         uniq, inv = np.unique(cls, return_inverse=True)
         # class tokens after every name token (made unique later by offset)
-        add(_at(start, end, k["start_ns"].to_numpy(np.int64)), cats, codes, 0,
-            -1 - inv.reshape(-1))
+        at = _at(start, end, k["start_ns"].to_numpy(np.int64))
+        add(at, cats, codes, 0, -1 - inv.reshape(-1))
         del k
+        graph = _graph_launches(report, at)
+        if graph is not None:
+            add(graph, ["graph launch"], np.zeros(len(graph), np.int64), 4)
     if report.has_rows("memcpy"):
         from nsightlab.analysis.budget import BUSY_PARTS, _copy_codes
         c = report.memcpy(["start_ns", "copy_kind", "src_kind", "dst_kind"])
@@ -128,6 +131,25 @@ def _tokens(report: Report, start: np.ndarray, end: np.ndarray
     # class tokens (negative) after the name tokens
     cls = np.where(cls < 0, len(names) - 1 - cls, cls)
     return out, names, cls
+
+
+def _graph_launches(report: Report, at: np.ndarray) -> np.ndarray | None:
+    """The window of each CUDA graph launch call that launched traced kernels (node-level
+    traces: the kernels are there, the launch is one call), by its first kernel's window;
+    None without graph launches (their API names are looked at first: no join then)."""
+    if not report.has_rows("cuda_api"):
+        return None
+    names = report.cuda_api(["name"])["name"]
+    graph = [c for c in names.cat.categories if "GraphLaunch" in str(c)]
+    if not graph:
+        return None
+    from nsightlab.analysis.launches import pairs
+    oi, ai = pairs(report, "kernels")
+    hit = np.isin(names.cat.codes.to_numpy()[ai], [names.cat.categories.get_loc(c)
+                                                    for c in graph])
+    oi, ai = oi[hit], ai[hit]
+    first = np.unique(ai, return_index=True)[1]  # one per call: its first kernel's window
+    return at[oi[first]]
 
 
 def _ids(parts, n_tokens: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -215,21 +237,70 @@ def _first_tokens(ids: np.ndarray, parts, names: list[str]) -> dict:
     return out
 
 
-def difference(a: dict, b: dict, most: int = 4) -> str:
-    """What work ``b`` (token counts) runs that ``a`` does not, and the reverse, in words:
-    '+24 kernels (12 x multi_tensor_apply_kernel, ...), 1 more sync'."""
-    keys = set(a) | set(b)
-    more = {k: b.get(k, 0) - a.get(k, 0) for k in keys}
-    plus = sorted(((v, k) for k, v in more.items() if v > 0), reverse=True)
-    minus = sorted(((-v, k) for k, v in more.items() if v < 0), reverse=True)
+def difference(a: dict, b: dict, most: int = 2) -> str:
+    """What changed from work ``a`` to work ``b`` (token counts of one iteration each), in
+    words: kernels replaced by other variants of the same class (and the precisions they
+    moved between), kernels added or removed by class with their names, and copies, memsets,
+    syncs and graph executions added or removed: '48 gemm, 37 elementwise kernels replaced
+    by other variants (fp16 -> bf16); +192 elementwise, +96 reformat/copy kernels; +72
+    memsets'."""
+    from nsightlab.analysis.classify import kernel_class, precision
+
+    def kernel(k: str) -> bool:
+        return not k.startswith(("copy ", "sync ", "graph ")) and k != "memset"
+
+    more = {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
+    more = {k: v for k, v in more.items() if v}
+    by_class: dict[str, list[tuple[str, int]]] = {}
+    for k, v in more.items():
+        if kernel(k):
+            by_class.setdefault(kernel_class(k), []).append((k, v))
+    replaced, changed, moved = {}, [], (set(), set())
+    for cls, got in sorted(by_class.items()):
+        plus = sum(v for _, v in got if v > 0)
+        minus = -sum(v for _, v in got if v < 0)
+        if min(plus, minus):
+            replaced[cls] = min(plus, minus)
+            for k, v in got:
+                moved[v > 0].add(precision(k)[0])
+        if plus != minus:
+            changed.append((plus - minus, cls))
     words = []
-    for sign, got in (("+", plus), ("-", minus)):
-        if got:
-            total = sum(v for v, _ in got)
-            shown = ", ".join(f"{v} x {_short(k)}" for v, k in got[:most])
-            extra = f", {len(got) - most} more" if len(got) > most else ""
-            words.append(f"{sign}{total} operations ({shown}{extra})")
+    if replaced:
+        was, now = ({x for x in m if x and x != "unknown"} for m in moved)
+        if was - now and now - was:  # the precisions on one side only (fp32 stays in both)
+            was, now = was - now, now - was
+        frm, to = "/".join(sorted(was)), "/".join(sorted(now))
+        words.append(", ".join(f"{v:,} {c}" for c, v in sorted(replaced.items(),
+                                                              key=lambda t: -t[1]))
+                     + " kernels replaced by other variants"
+                     + (f" ({frm} -> {to})" if frm and to and frm != to else ""))
+    if changed:  # by class, the largest first (the kernels table names them)
+        changed.sort(key=lambda t: (-abs(t[0]), t[1]))
+        rest = len(changed) - most - 2
+        words.append(", ".join(f"{v:+,} {c}" for v, c in changed[:most + 2]) + " kernels"
+                     + (f" (and {rest} more class{'es' if rest > 1 else ''})" if rest > 0
+                        else ""))
+    for k, v in sorted(more.items()):
+        if not kernel(k):
+            plural = {"memset": "memsets", "graph launch": "graph launches"}
+            words.append(f"{v:+,} {plural.get(k, k) if abs(v) > 1 else k}")
     return "; ".join(words) or "the same operations"
+
+
+def summary(tokens: dict) -> str:
+    """One iteration's work in a few words: '126 kernels, 1 sync' (copies, memsets and graph
+    executions where there are)."""
+    kinds = {"kernels": 0, "copies": 0, "memsets": 0, "syncs": 0, "graph launches": 0,
+             "graph executions": 0}
+    for k, v in tokens.items():
+        kind = ("copies" if k.startswith("copy ") else "memsets" if k == "memset" else
+                "syncs" if k.startswith("sync ") else "graph launches" if k == "graph launch"
+                else "graph executions" if k.startswith("graph ") else "kernels")
+        kinds[kind] += v
+    one = {"copies": "copy", "graph launches": "graph launch"}
+    said = [f"{v:,} {k if v != 1 else one.get(k, k[:-1])}" for k, v in kinds.items() if v]
+    return ", ".join(said) or "no GPU work"
 
 
 def _short(name: str, width: int = 48) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis import budget, kinds
+from nsightlab.analysis import budget, kinds, pace, work
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison import trt_layers
 from nsightlab.comparison.run_profile import ITERATION_LAYER, OUTSIDE, RunProfile, profile
@@ -468,7 +468,7 @@ def _several(p: RunProfile) -> list[dict]:
     return [k for k in p.kinds if k["kind"] not in (kinds.MAIN, kinds.OUTLIER, kinds.WARM_UP)]
 
 
-def kinds_note(pa: RunProfile, pb: RunProfile) -> str:
+def kinds_note(pa: RunProfile, pb: RunProfile, mains: bool = True) -> str:
     """Said when a run's loop holds several kinds of iteration: the headline compares the
     main kinds (the same kind in both runs), and each run's other kinds with their share."""
     if not _several(pa) and not _several(pb):
@@ -480,24 +480,30 @@ def kinds_note(pa: RunProfile, pb: RunProfile) -> str:
         return f"{r} also has " + ", ".join(
             f"{k['which'].split(' (')[0]} ({k['iterations']}, median {_ms(k['med_ns'])}, "
             f"{k['share_pct']:.0f}% of its loop's time)" for k in other)
+    which = (f"the main kinds' medians (A {_ms(pa.main_ns)}, B {_ms(pb.main_ns)})" if mains
+             else "the loops' medians (a main kind holds less than 60% of its loop)")
     return (f"the runs' kinds of iteration differ: {said('A', pa)}; {said('B', pb)}; the times "
-            f"above are the main kinds' medians (A {_ms(pa.main_ns)}, B {_ms(pb.main_ns)}); "
-            f"the loops' means: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)}")
+            f"above are {which}; the loops' means: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)}")
 
 
-def _same_kind(p: RunProfile, both: bool) -> float:
-    """The iteration a headline compares: the main kind's median when a run has several
-    kinds (``both``: either run has) and its main kind holds 60% of its loop or more, else
-    the loop's median (two kinds of about as many iterations: which one is "main" is a
-    coin toss, and comparing them across runs could compare different kinds)."""
+def _same_kind(p: RunProfile, both: bool) -> tuple[float, list, bool]:
+    """The iteration a headline compares, the iterations behind it, and whether they are the
+    main kind's: the main kind's
+    median when a run has several kinds (``both``: either run has) and its main kind holds
+    60% of its loop or more, else the loop's median (two kinds of about as many iterations:
+    which one is "main" is a coin toss, and comparing them across runs could compare
+    different kinds)."""
     main = next((k for k in p.kinds if k["kind"] == kinds.MAIN), None)
     held = main["iterations"] / max(p.steady_iterations, 1) if main else 1.0
-    return (p.main_ns or p.iteration_ns) if both and held >= 0.6 else p.iteration_ns
+    if both and held >= 0.6 and p.main_ns:
+        return p.main_ns, p.main_walls or p.walls, True
+    return p.iteration_ns, p.walls, False
 
 
 def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> dict:
     several = bool(_several(pa) or _several(pb))
-    a_ns, b_ns = _same_kind(pa, several), _same_kind(pb, several)
+    (a_ns, a_walls, a_main), (b_ns, b_walls, b_main) = _same_kind(pa, several), \
+        _same_kind(pb, several)
     speedup = a_ns / b_ns if b_ns else float("nan")
     delta = b_ns - a_ns
     cls = by_class.set_index("kernel_class")
@@ -506,17 +512,50 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
     gemm_change = 100.0 * (gemm_b - gemm_a) / gemm_a if gemm_a else float("nan")
     base = max(a_ns, 1.0)
     parts = []
-    if abs(speedup - 1) < 0.02:
-        parts.append(f"B runs an iteration in the same time as A ({_ms(b_ns)} vs {_ms(a_ns)})")
+    interval = pace.ratio(a_walls, b_walls)
+    real = interval["significant"] or not np.isfinite(interval["low"])
+    same = bool(pa.work) and pa.work == pb.work
+    ci = (f"; {100 * interval['level']:.0f}% CI {pace.x(interval['low'])}-"
+          f"{pace.x(interval['high'])}x of A's time" if np.isfinite(interval["low"]) else "")
+    if same:
+        parts.append(f"The same work in A and B ({work.summary(pa.work)} per iteration): ")
+        parts[-1] += (f"B takes {pace.x(b_ns / a_ns)}x A's time per iteration ({_ms(b_ns)} vs "
+                      f"{_ms(a_ns)}{ci}), the machine's pace, not a change" if real else
+                      f"no measurable difference per iteration ({_ms(b_ns)} vs {_ms(a_ns)}"
+                      f"{ci})")
+    elif not real:
+        parts.append(f"No measurable difference per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})")
+    elif abs(speedup - 1) < 0.02:
+        parts.append(f"B runs an iteration in the same time as A ({_ms(b_ns)} vs {_ms(a_ns)}"
+                     f"{ci})")
     else:
         word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
-        parts.append(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)})")
+        parts.append(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})")
+    touched = _touched(kernels)
+    if not same and pa.work and pb.work:
+        text = "the work changed: " + work.difference(pa.work, pb.work)
+        if touched["kernels"]:
+            ta, tb = touched["a_ns"], touched["b_ns"]
+            text += (f"; the kernels it touched take {_ms(ta)} -> {_ms(tb)} per iteration"
+                     + (" (no change of GPU time" + (": the difference per iteration is "
+                                                        "the machine's pace)" if real else ")")
+                        if abs(tb - ta) < 0.02 * max(ta, tb, 1.0) else ""))
+        parts.append(text)
+    outside = _outside_work(pa, pb, delta, base) if real else ""
+    if outside:
+        parts.append(outside)
+    gpu_pace = touched["same_ratio"]
+    if real and np.isfinite(gpu_pace) and abs(gpu_pace - 1) >= 0.03 and touched["same_ns"] \
+            > 0.1 * base:
+        parts.append(f"identical kernels take {pace.x(gpu_pace)}x as long in B "
+                     f"({_ms(touched['same_a_ns'])} -> {_ms(touched['same_b_ns'])} per "
+                     "iteration): the GPU's pace (clocks, power, other processes)")
     skewed = [p for p in (pa, pb) if p.mean_ns and p.iteration_ns
               and abs(p.mean_ns - p.iteration_ns) > kinds.MEAN_MEDIAN_PCT / 100 * p.iteration_ns]
     if several:
-        parts[-1] += " (" + kinds_note(pa, pb) + ")"
+        parts[0] += " (" + kinds_note(pa, pb, a_main and b_main) + ")"
     elif skewed:  # the headline's times are medians; the parts below add up to the means
-        parts[-1] += (f" (medians of the loops' iterations after warm-up; their means, to "
+        parts[0] += (f" (medians of the loops' iterations after warm-up; their means, to "
                       f"which the parts add up: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)})")
     # the wall-clock change, part by part of the time budget: a launch-idle change is a cause
     # only in a run the budget calls launch-bound (else it is queue back-pressure)
@@ -530,9 +569,12 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
     deltas = pd.Series({n: b - a for n, (a, b) in wall.items()})
     # the parts add up to the change of the steady mean: they explain that one, to 90%
     mean_delta = (pb.mean_ns - pa.mean_ns) if pa.mean_ns and pb.mean_ns else delta
+    if outside:  # the idle is the GPU's time elsewhere, not launches or the host
+        for n in ("GPU idle waiting for launches", "other GPU idle"):
+            deltas = deltas.drop(n, errors="ignore")
     named = explaining(deltas, mean_delta, share=0.9, most=4) if abs(delta) >= 0.02 * base \
-        else None
-    if len(deltas) and (named is None or deltas.abs().sum() > 2 * abs(mean_delta)) \
+        and real else None
+    if real and len(deltas) and (named is None or deltas.abs().sum() > 2 * abs(mean_delta)) \
             and deltas.abs().max() >= 0.02 * base:
         # gains and losses cancel (or the change is small): the largest of each way
         named = sorted({deltas.idxmin(), deltas.idxmax()}, key=lambda n: -deltas[n] * np.sign(delta or 1))
@@ -568,8 +610,14 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
     said = any("kernels per iteration" in t for t in parts)
     if more_kernels and not said and len(parts) > 1:  # kernels added or removed: how many
         parts.append(f"B launches {pb.kernels:.0f} kernels per iteration, A {pa.kernels:.0f}")
-    if len(parts) == 1:
+    if same and real and not named and not outside:
+        parts.append(_pace_where(pa, pb))
+    if len(parts) == 1 and real:
         parts.append("no part of the iteration changes by more than 2% of it")
+    if same or not real or abs(np.log(interval["ratio"])) < np.log(1.4):
+        parts.append("one run per side cannot show the run-to-run variance (the same code "
+                     "differs by 5-37% between runs on a shared machine): capture each side "
+                     "several times, alternating A and B, with the GPU otherwise idle")
     verdict = parts[0] + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "") + "."
     return {
         "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,
@@ -594,7 +642,66 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         "a_runtime": pa.runtime, "b_runtime": pb.runtime,
         "runtime_change": _runtime_change(pa, pb),
         "runtime_causes": runtime_causes(pa, pb),
+        "interval": interval, "same_work": same,
+        "work_change": "" if same or not (pa.work and pb.work) else
+        work.difference(pa.work, pb.work),
+        "touched_a_ns": touched["a_ns"], "touched_b_ns": touched["b_ns"],
+        "identical_kernel_ratio": gpu_pace,
+        "a_queued_ns": pa.pace.get("queued_ns", float("nan")),
+        "b_queued_ns": pb.pace.get("queued_ns", float("nan")),
+        "run_to_run": "unknown: one run per side",
     }
+
+
+_PACE_WORDS = (("kernel_ns", "kernel time (the GPU's pace)"),
+               ("host_ns", "host work and launch gaps (the host's pace)"),
+               ("sync_ns", "GPU idle after host syncs"),
+               ("queued_ns", "kernels waiting to start (work outside the trace)"))
+
+
+def _pace_where(pa: RunProfile, pb: RunProfile) -> str:
+    """Where the pace of the same work moved, from the main kinds' medians per iteration
+    (``RunProfile.pace``): the part that moved most first."""
+    moved = sorted(((pb.pace.get(k, 0.0) - pa.pace.get(k, 0.0), k, w) for k, w in _PACE_WORDS),
+                   key=lambda t: -abs(t[0]))
+    return "the main kinds' medians per iteration: " + ", ".join(
+        f"{w} {_ms(pa.pace.get(k, 0.0))} -> {_ms(pb.pace.get(k, 0.0))}"
+        for _, k, w in moved[:2])
+
+
+def _touched(kernels: pd.DataFrame) -> dict:
+    """The kernels the change of work touched (slots whose kernel was replaced by another
+    name, added or removed) and the identical ones (the same name in the same slot): their
+    time per iteration in A and B, and the identical ones' ratio (B / A): their common
+    factor is the GPU's pace."""
+    if not len(kernels):
+        return {"kernels": 0, "a_ns": 0.0, "b_ns": 0.0, "same_ns": 0.0, "same_a_ns": 0.0,
+                "same_b_ns": 0.0, "same_ratio": float("nan")}
+    same = (kernels["status"] == "matched") & (kernels["a_name"] == kernels["b_name"])
+    t, k = kernels[~same], kernels[same]
+    sa, sb = float(k["a_ns"].sum()), float(k["b_ns"].sum())
+    return {"kernels": int(len(t)), "a_ns": float(t["a_ns"].sum()), "b_ns": float(t["b_ns"].sum()),
+            "same_ns": max(sa, sb), "same_a_ns": sa, "same_b_ns": sb,
+            "same_ratio": sb / sa if sa else float("nan")}
+
+
+#: kernels waiting to start with the GPU idle in the trace: said when it grows by this share
+#: of A's iteration and holds this share of the change
+QUEUED_PCT, QUEUED_SHARE = 5.0, 0.3
+
+
+def _outside_work(pa: RunProfile, pb: RunProfile, delta: float, base: float) -> str:
+    """Words for a run whose kernels waited to start with the GPU idle in the trace, more than
+    the other's (``RunProfile.pace`` queued_ns): the GPU was busy with work the trace does not
+    hold (another process); "" otherwise."""
+    qa, qb = pa.pace.get("queued_ns", 0.0), pb.pace.get("queued_ns", 0.0)
+    d = qb - qa
+    if abs(d) < QUEUED_PCT / 100 * base or abs(d) < QUEUED_SHARE * abs(delta):
+        return ""
+    r, more, less = ("B", qb, qa) if d > 0 else ("A", qa, qb)
+    return (f"{r}'s kernels waited {_ms(more)} per iteration to start after their launches "
+            f"with no traced GPU work running (the other run: {_ms(less)}): the GPU was busy "
+            "with work outside the trace (another process on the same GPU), not idle")
 
 
 #: the settings of the ORT runner a diff names when they differ

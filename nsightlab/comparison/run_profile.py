@@ -84,6 +84,15 @@ class RunProfile:
     kinds: list = field(default_factory=list)  # the budget's kinds table (first GPU) as records
     runtimes: list = field(default_factory=list)  # per process: ``analysis.runtime.identify``
     settings: dict = field(default_factory=dict)  # the ORT runner's: io_binding, cuda_graph, profiler_on
+    walls: list = field(default_factory=list)  # wall time of every steady iteration, in order
+    main_walls: list = field(default_factory=list)  # the same, of the main kind's iterations
+    work: dict = field(default_factory=dict)  # the main kind's work: what one iteration runs
+    #                                           (``analysis.work`` tokens with counts; empty
+    #                                           where the work is unknown)
+    pace: dict = field(default_factory=dict)  # medians over the main kind's iterations:
+    #                                           kernel_ns (GPU busy), host_ns (host work and
+    #                                           launch idle), sync_ns, queued_ns (GPU idle with
+    #                                           a launched kernel waiting to start)
 
 
 FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
@@ -162,6 +171,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     lk, iters, n = _steady_only(lk, iters, n, steady_)
     trace.mark("profile: iterations and layers assigned")
     calls = _launch_calls(lk, n)
+    queued = _queued(lk, n)
     for c in ("api_start_ns", "api_end_ns", "api_row"):  # in place: 150 MB at 8M launches
         del lk[c]
     lk = annotate(lk, copy=False).drop(columns=["precision_confidence"])
@@ -201,7 +211,68 @@ def _compute(report: Report, label: str) -> RunProfile:
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
         main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
         runtimes=runtime.identify(report).to_dict("records"),
-        settings=_ort_settings(report.source))
+        settings=_ort_settings(report.source), **_work_and_pace(report, queued))
+
+
+#: iteration times kept per run for intervals (the first ones of the loop)
+MAX_WALLS = 20_000
+
+
+def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
+    """The steady iterations' wall times (all, and the main kind's), the main kind's work
+    (``analysis.work`` tokens of the budget's work table) and its pace: medians over the
+    main kind's iterations of kernel time, host time (host work and launch idle), sync idle
+    and ``queued`` time (``_queued``), first GPU."""
+    import json
+
+    try:
+        out = recipes.run("budget", report)
+    except recipes.NoDataError:
+        return {}
+    it = out["iterations"]
+    if not len(it):
+        return {}
+    it = it[it["device_id"] == it["device_id"].iloc[0]]
+    steady = it[it["kind"] != kinds.WARM_UP] if (it["kind"] != kinds.WARM_UP).any() else it
+    main = steady[steady["kind"] == kinds.MAIN] if (steady["kind"] == kinds.MAIN).any() \
+        else steady
+    med = lambda c: float(np.median(main[c])) if c in main and len(main) else 0.0  # noqa: E731
+    # the profile's iterations are the budget's steady ones (``_steady_iterations``)
+    q = queued[(steady["kind"] == kinds.MAIN).to_numpy()] \
+        if len(queued) == len(steady) and (steady["kind"] == kinds.MAIN).any() else queued
+    pace = {"kernel_ns": med("kernels_ns"), "host_ns": med("idle_host_ns") + med("idle_launch_ns"),
+            "sync_ns": med("idle_sync_ns"), "queued_ns": float(np.median(q)) if len(q) else 0.0}
+    work = {}
+    wt = out.get("work")
+    if wt is not None and len(wt) and "work" in main and str(wt["level"].iloc[0]) != "none":
+        usual = int(main["work"].mode().iloc[0])
+        row = wt[wt["work"] == usual]
+        work = json.loads(row["tokens"].iloc[0]) if len(row) else {}
+    return {"walls": [float(x) for x in steady["wall_ns"].to_numpy()[:MAX_WALLS]],
+            "main_walls": [float(x) for x in main["wall_ns"].to_numpy()[:MAX_WALLS]],
+            "work": work, "pace": pace}
+
+
+#: a kernel waits this long after its launch call returned before the wait counts (the
+#: launch latency of an idle GPU is a few microseconds)
+QUEUE_SLACK_NS = 20_000
+
+
+def _queued(lk: pd.DataFrame, n: int) -> np.ndarray:
+    """Per iteration: GPU time with no traced kernel running while a launched kernel waited
+    to start (its call had returned ``QUEUE_SLACK_NS`` before): the GPU busy with work
+    outside the trace (another process), or a stream waiting on an event."""
+    if not len(lk) or not n:
+        return np.zeros(n)
+    order = np.argsort(lk["start_ns"].to_numpy(), kind="stable")
+    s = lk["start_ns"].to_numpy()[order]
+    e = lk["end_ns"].to_numpy()[order]
+    ready = lk["api_end_ns"].to_numpy()[order] + QUEUE_SLACK_NS
+    before = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]])
+    wait = np.maximum(s - np.maximum(before, ready), 0).astype(np.float64)
+    it = lk["iter"].to_numpy()[order]
+    ok = (it >= 0) & (it < n)
+    return np.bincount(it[ok], weights=wait[ok], minlength=n)
 
 
 def _kinds(report: Report) -> list[dict]:
