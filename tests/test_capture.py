@@ -347,3 +347,56 @@ def test_one_capture_per_name_and_signals_leave_nothing(tmp_path, sig):
     assert proc.returncode != 0 and "Traceback" not in err, err
     assert _gone(workload), "the workload outlived the capture"
     assert list(store.iterdir()) == [], list(store.iterdir())
+
+
+@pytest.mark.skipif(not HAS_NSYS, reason="nsys is not installed")
+def test_repeat_makes_each_run_its_own_report_with_the_machine_around_it(tmp_path, cache_dir):
+    """Real nsys, a CPU program run 3 times: three reports (runs/2, runs/3 after the first),
+    the machine's state before and after each in the manifest; where neither NVML nor
+    nvidia-smi exists (this machine) that is said once, not per run."""
+    store = tmp_path / "store"
+    res = invoke("capture", "r", "--store", str(store), "--repeat", "3", "--trace", "osrt",
+                 "--quiet", "--", sys.executable, "-c", "print(sum(range(10**5)))")
+    assert res.exit_code == 0, res.output
+    m = json.loads((store / "r" / "manifest.json").read_text())
+    assert [r["run"] for r in m["runs"]] == [1, 2, 3]
+    for r in m["runs"]:
+        assert (store / "r" / r["sqlite"]).is_file()
+        assert {"time", "host_load", "gpus"} <= set(r["machine_before"])
+    assert [s["name"] for s in m["steps"]] == ["nsys", "nsys-2", "nsys-3"]
+    if not any(r["machine_before"]["gpus"] for r in m["runs"]):
+        assert sum("were not recorded" in x for x in m["messages"]) == 1
+    assert nsightlab.diff.__module__  # the capture's runs are what a diff takes as one side
+    from nsightlab.comparison.diff import runs_of
+    assert [Path(str(x)).name for x in runs_of(str(store / "r"))] == ["r", "report.sqlite",
+                                                                       "report.sqlite"]
+
+
+def test_machine_state_from_a_stand_in_nvidia_smi(tmp_path, monkeypatch):
+    """nvidia-smi cannot exist here: a stand-in prints what the real one prints for these
+    queries (two GPUs, one process on GPU 1), with NVML made unavailable."""
+    from nsightlab.capture import machine
+
+    body = r'''
+import sys
+q = " ".join(sys.argv[1:])
+if "--query-gpu=index,uuid" in q:
+    print("0, GPU-aaa\n1, GPU-bbb")
+elif "--query-gpu=" in q:
+    print("0, NVIDIA H200, 1980, 3201, 121.50, 35\n1, NVIDIA H200, 1410, 3201, 690.10, 71")
+elif "--query-compute-apps" in q:
+    print("GPU-bbb, 4242")
+'''
+    fake_tool(tmp_path / "bin", "nvidia-smi", body)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # NVML absent: nvidia-smi is read
+    s = machine.state()
+    assert s["source"] == "nvidia-smi" and len(s["gpus"]) == 2
+    assert s["gpus"][0]["sm_mhz"] == 1980 and s["gpus"][1]["power_w"] == 690.1
+    assert s["gpus"][1]["processes"] == [4242] and s["gpus"][0]["processes"] == []
+    words = machine.words(s, s)
+    assert len(words) == 1 and "GPU 1 ran 1 other process" in words[0]
+    assert machine.summary([s, s])["sm_mhz"] == 1980
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    none = machine.state()
+    assert none["source"] is None and none["gpus"] == [] and "nvidia-smi" in none["why"]

@@ -199,7 +199,7 @@ def test_results_show_themselves_in_a_notebook(sqlite_of, cache_dir):
     for obj in objects:
         assert len(repr(obj)) < 400 and "tables:" in repr(obj)
         assert obj._repr_html_().startswith("<div>") and "<table" in obj._repr_html_()
-    assert "same time" in repr(d)
+    assert "The same work in A and B" in repr(d)
     assert "<table" in nsightlab.open(path)._repr_html_()
     text = pydoc.render_doc(nsightlab, renderer=pydoc.plaintext)
     assert all(f"{name}(" in text for name in ("open", "diff", "compare", "open_ncu"))

@@ -45,6 +45,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     PARTS,
     add_idle,
     by_sync_frame,
+    copy_codes,
     copy_part,
     has_comm,
     idle_context,
@@ -122,7 +123,7 @@ def gpu_ops(report: Report) -> dict[str, np.ndarray]:
         if len(oi):
             api_start[oi] = report.take("cuda_api", ["start_ns"], ai)["start_ns"].to_numpy()
         if table == "memcpy":
-            code = _copy_codes(ops)
+            code = copy_codes(ops)
         else:
             code = np.full(len(ops), BUSY_PARTS.index("memset" if table == "memset" else "kernels"),
                            np.int8)
@@ -155,18 +156,6 @@ def _ties_in_time_order(ops: dict) -> dict:
     col = sort_ties([ops[c] for c in names], 1, ((names.index("api_start_ns"), none_last),
                                                  names.index("end_ns")))
     return {c: col[names.index(c)] for c in ops}
-
-
-def _copy_codes(copies: pd.DataFrame) -> np.ndarray:
-    """The ``BUSY_PARTS`` index of every copy, classifying each distinct (copy kind, source
-    memory, destination memory) once."""
-    trio = [copies[c].astype("category") for c in ("copy_kind", "src_kind", "dst_kind")]
-    codes = np.stack([t.cat.codes.to_numpy(np.int32) for t in trio], axis=1)
-    uniq, inverse = np.unique(codes, axis=0, return_inverse=True)
-    label = lambda t, i: str(t.cat.categories[i]) if i >= 0 else ""  # noqa: E731
-    per = np.array([BUSY_PARTS.index(copy_part(*(label(t, i) for t, i in zip(trio, row))))
-                    for row in uniq], np.int8)
-    return per[inverse.reshape(-1)] if len(per) else np.empty(0, np.int8)
 
 
 def _select(ops: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:

@@ -191,3 +191,15 @@ def none_last(launched: np.ndarray) -> np.ndarray:
     """Launch call starts as a sort key for operations that start together (the in-memory
     budget and the streamed one order them alike): no recorded call (NaN) last."""
     return np.nan_to_num(launched, nan=np.inf)
+
+
+def copy_codes(copies: pd.DataFrame) -> np.ndarray:
+    """The ``BUSY_PARTS`` index of every copy, classifying each distinct (copy kind, source
+    memory, destination memory) once."""
+    trio = [copies[c].astype("category") for c in ("copy_kind", "src_kind", "dst_kind")]
+    codes = np.stack([t.cat.codes.to_numpy(np.int32) for t in trio], axis=1)
+    uniq, inverse = np.unique(codes, axis=0, return_inverse=True)
+    label = lambda t, i: str(t.cat.categories[i]) if i >= 0 else ""  # noqa: E731
+    per = np.array([BUSY_PARTS.index(copy_part(*(label(t, i) for t, i in zip(trio, row))))
+                    for row in uniq], np.int8)
+    return per[inverse.reshape(-1)] if len(per) else np.empty(0, np.int8)

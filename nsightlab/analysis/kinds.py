@@ -245,6 +245,12 @@ def _by_time(wall, cycle: int = 0) -> Loop:
         odd = rest
     kinds = [x for x in kinds if _held(w, x, main)]
     kinds, odd = _capped(w, kinds, odd, main, k, n)
+    if fit is None and not cycle:  # stretches of another pace the value gaps missed
+        taken = np.concatenate([x.rows for x in kinds] + odd + [np.arange(k)]) \
+            if kinds or odd or k else np.empty(0, np.int64)
+        rest = np.setdiff1d(np.arange(n), taken)
+        for rows in _stretches(w, rest):
+            kinds.append(Kind("", rows, *_pattern(rows, k, n)))
     kinds.sort(key=lambda x: x.rows[0])
     for name, x in zip(NAMES, kinds):
         x.name = name
@@ -371,6 +377,52 @@ def _held(w: np.ndarray, kind: "Kind", main: np.ndarray) -> bool:
     return True
 
 
+#: change points are looked for in at most this many points (longer loops: bin medians)
+CP_POINTS = 120
+#: PELT's penalty per change point: this many times the noise variance times log(points)
+#: (BIC's 2, raised so that autocorrelated wander is not cut into stretches; every stretch
+#: must then stand out by ``pace.ratio`` too)
+CP_BETA = 6.0
+#: a stretch holds when it stands out at this confidence (PELT chose it as the most unlike
+#: stretch of the loop: a plain 95% would pass noise often)
+STRETCH_LEVEL = 0.9999
+
+
+def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
+    """Stretches of another pace among iterations ``rows`` (in order, one kind of work):
+    change points of the log times (PELT, ``ruptures``, least squares, on bin medians of at
+    most ``CP_POINTS`` points), each stretch at least 10% from the loop's median and apart
+    from the rest beyond both runs' noise (``pace.ratio``: batch medians, autocorrelation
+    kept); the slower ones as one set, the faster as another."""
+    import ruptures
+
+    from nsightlab.analysis import pace
+
+    x = np.log(w[rows])
+    n = len(x)
+    if n < 20:
+        return []
+    b = int(np.ceil(n / CP_POINTS))
+    nb = n // b
+    y = np.median(x[:nb * b].reshape(nb, b), axis=1)
+    d = np.diff(y)
+    s = max(1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2), 1e-4)
+    ends = ruptures.Pelt(model="l2", min_size=3, jump=1).fit(y[:, None]).predict(
+        pen=CP_BETA * s * s * np.log(nb))
+    edges = [0] + [e * b for e in ends[:-1]] + [n]
+    base = float(np.median(x))
+    out: dict[bool, list] = {True: [], False: []}
+    for a, z in zip(edges[:-1], edges[1:]):
+        seg = np.arange(a, z)
+        shift = float(np.median(x[seg])) - base
+        if abs(shift) < np.log1p(KIND_MIN_PCT / 100) or len(seg) < 2 * pace.MIN_BATCHES:
+            continue
+        other = np.setdiff1d(np.arange(n), seg)
+        if pace.ratio(np.exp(x[other]), np.exp(x[seg]), STRETCH_LEVEL)["significant"]:
+            out[shift > 0].append(seg)
+    return [rows[np.concatenate(v)] for v in out.values() if v]
+
+
 #: a trend holds when its first and last quarters are apart beyond this (one line tried)
 TREND_ALPHA = 1e-3
 def _capped(w: np.ndarray, kinds: list, odd: list, main: np.ndarray, k: int, n: int
@@ -386,14 +438,12 @@ def _capped(w: np.ndarray, kinds: list, odd: list, main: np.ndarray, k: int, n: 
     m = np.log(w[main])
     far = np.abs(np.log(w[rows]) - np.median(m)) > SCATTERED_SIGMAS * max(_sigma(m), 1e-3)
     if far.sum() <= cap:  # the extreme ones are the outliers, the others the main kind's
-        return kinds, [rows[far]] if far.any() else []
-    if n - k < SCATTERED_MIN_LOOP:
-        return kinds, []
+        return kinds, _most_extreme(w, rows[far], m, cap)
     slow = rows[far & (w[rows] > np.exp(np.median(m)))]
     # and apart from the rest by a gap of 10% at least (stalls, not a heavy tail's end)
     rest = np.setdiff1d(np.arange(k, n), slow)
     if len(slow) < MIN_KIND or not len(rest):
-        return kinds, []
+        return kinds, _most_extreme(w, rows[far], m, cap)
     top = np.log(w[rest]).max()
     apart = np.log(w[slow]) - top >= np.log1p(KIND_MIN_PCT / 100)
     if apart.sum() < MIN_KIND and np.sort(np.log(w[slow]))[0] - top < np.log1p(KIND_MIN_PCT / 100):
@@ -402,7 +452,7 @@ def _capped(w: np.ndarray, kinds: list, odd: list, main: np.ndarray, k: int, n: 
         cut = upper[np.argmax(np.where(upper > np.median(m), gaps, -1))]
         slow = slow[np.log(w[slow]) >= cut]
         if len(slow) < MIN_KIND or gaps.max() < np.log1p(KIND_MIN_PCT / 100):
-            return kinds, []
+            return kinds, _most_extreme(w, rows[far], m, cap)
     level = np.median(np.log(w[slow]))
     keep = []
     for x in kinds:  # short slow stretches at the stalls' level join them
@@ -412,6 +462,15 @@ def _capped(w: np.ndarray, kinds: list, odd: list, main: np.ndarray, k: int, n: 
         else:
             keep.append(x)
     return keep + [Kind("", slow, *_pattern(slow, k, n))], []
+
+
+def _most_extreme(w: np.ndarray, rows: np.ndarray, m: np.ndarray, cap: float) -> list:
+    """The ``cap`` iterations of ``rows`` farthest from the main kind's median (log times
+    ``m``), as the outliers: never more than ``OUTLIER_MAX_PCT`` of the loop."""
+    if not len(rows):
+        return []
+    far = np.argsort(-np.abs(np.log(w[rows]) - np.median(m)), kind="stable")
+    return [np.sort(rows[far[:int(cap)]])]
 
 
 #: a slower start is warm-up only when noise would make it this rarely (one-sided)

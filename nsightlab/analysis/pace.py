@@ -107,3 +107,47 @@ def x(v: float) -> str:
 
 def _times(v: float) -> str:
     return f"{1 / v:.2f}x faster" if v < 1 else f"{v:.2f}x slower"
+
+
+def runs_ratio(a_runs: list, b_runs: list, level: float = LEVEL) -> dict:
+    """``ratio`` over several runs per side (lists of each run's iteration times): the
+    ratio of the sides' medians of run medians, with the spread **between runs** in the
+    interval (Welch t on the runs' log medians; where one side has a single run, the other
+    side's between-run variance stands for both: the same machine). With one run per side it
+    is ``ratio`` of the two runs (their within-run noise only), ``runs`` 1."""
+    from scipy.stats import t
+
+    a_runs = [np.asarray(r, float) for r in a_runs if len(r)]
+    b_runs = [np.asarray(r, float) for r in b_runs if len(r)]
+    if not a_runs or not b_runs:
+        return ratio([], [], level)
+    if len(a_runs) == 1 and len(b_runs) == 1:
+        return ratio(a_runs[0], b_runs[0], level)
+    la = np.log([np.median(r) for r in a_runs])
+    lb = np.log([np.median(r) for r in b_runs])
+    va = la.var(ddof=1) if len(la) > 1 else None
+    vb = lb.var(ddof=1) if len(lb) > 1 else None
+    if va is None or vb is None:  # the other side's spread stands for both
+        v = va if vb is None else vb
+        se2, df = v / len(la) + v / len(lb), max(len(la), len(lb)) - 1
+    else:
+        se2 = va / len(la) + vb / len(lb)
+        df = se2 ** 2 / ((va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2 /
+                         (len(lb) - 1)) if va and vb else len(la) + len(lb) - 2
+    # never narrower than the within-run noise of the runs' pooled iterations
+    within = ratio(np.concatenate(a_runs), np.concatenate(b_runs), level)
+    d = float(np.mean(lb) - np.mean(la))
+    q = float(t.ppf(0.5 + level / 2, max(df, 1))) * np.sqrt(se2)
+    lo, hi = np.exp(d - q), np.exp(d + q)
+    if np.isfinite(within["low"]):
+        lo, hi = min(lo, within["low"]), max(hi, within["high"])
+    return {"ratio": float(np.exp(d)), "low": float(lo), "high": float(hi), "level": level,
+            "p_value": within["p_value"], "significant": bool(lo > 1 or hi < 1),
+            "a_n": int(sum(map(len, a_runs))), "b_n": int(sum(map(len, b_runs))),
+            "runs": min(len(a_runs), len(b_runs)), "a_runs": len(a_runs), "b_runs": len(b_runs),
+            "a_run_medians": [float(np.exp(x)) for x in la],
+            "b_run_medians": [float(np.exp(x)) for x in lb],
+            "method": (f"{len(a_runs)} run{'s' if len(a_runs) > 1 else ''} of A, {len(b_runs)} "
+                       f"of B: Welch t on the runs' log "
+                       "medians (the spread between runs), never narrower than the pooled "
+                       "iterations' batch-median interval")}

@@ -108,10 +108,10 @@ def _tokens(report: Report, start: np.ndarray, end: np.ndarray
         if graph is not None:
             add(graph, ["graph launch"], np.zeros(len(graph), np.int64), 4)
     if report.has_rows("memcpy"):
-        from nsightlab.analysis.budget import BUSY_PARTS, _copy_codes
+        from nsightlab.analysis.budget_parts import BUSY_PARTS, copy_codes
         c = report.memcpy(["start_ns", "copy_kind", "src_kind", "dst_kind"])
         add(_at(start, end, c["start_ns"].to_numpy(np.int64)), [f"copy {p}" for p in BUSY_PARTS],
-            _copy_codes(c).astype(np.int64), 1)
+            copy_codes(c).astype(np.int64), 1)
     if report.has_rows("memset"):
         m = report.table("memset", ["start_ns"])
         add(_at(start, end, m["start_ns"].to_numpy(np.int64)), ["memset"],
@@ -135,21 +135,24 @@ def _tokens(report: Report, start: np.ndarray, end: np.ndarray
 
 def _graph_launches(report: Report, at: np.ndarray) -> np.ndarray | None:
     """The window of each CUDA graph launch call that launched traced kernels (node-level
-    traces: the kernels are there, the launch is one call), by its first kernel's window;
-    None without graph launches (their API names are looked at first: no join then)."""
+    traces: the kernels are there, the launch is one call), by its first kernel's window
+    (a graph's kernels carry their launch call's correlation id); None without graph
+    launches (their API names are looked at first: nothing more is read then)."""
     if not report.has_rows("cuda_api"):
         return None
     names = report.cuda_api(["name"])["name"]
     graph = [c for c in names.cat.categories if "GraphLaunch" in str(c)]
     if not graph:
         return None
-    from nsightlab.analysis.launches import pairs
-    oi, ai = pairs(report, "kernels")
-    hit = np.isin(names.cat.codes.to_numpy()[ai], [names.cat.categories.get_loc(c)
-                                                    for c in graph])
-    oi, ai = oi[hit], ai[hit]
-    first = np.unique(ai, return_index=True)[1]  # one per call: its first kernel's window
-    return at[oi[first]]
+    rows = np.flatnonzero(names.isin(graph).to_numpy())
+    calls = report.take("cuda_api", ["pid", "correlation_id"], rows)
+    k = report.table("kernels", ["pid", "correlation_id"])
+    key = lambda f: f["pid"].to_numpy(np.int64) * (1 << 32) + \
+        f["correlation_id"].to_numpy(np.int64)  # noqa: E731
+    kk = key(k)
+    hit = np.flatnonzero(np.isin(kk, key(calls)))
+    first = np.unique(kk[hit], return_index=True)[1]  # one per call: its first kernel's window
+    return at[hit[first]]
 
 
 def _ids(parts, n_tokens: int, n: int) -> tuple[np.ndarray, np.ndarray]:

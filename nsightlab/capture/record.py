@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsightlab.errors import NsightlabError, UsageError
+from nsightlab.capture import machine
 from nsightlab.read import nsys_export as nsys_cli
 from nsightlab.read.locate import default_store
 
@@ -84,6 +85,8 @@ class Options:
     ort_shapes: list[str] = field(default_factory=list)
     warmup: int = 5
     io_binding: bool = False
+    # runs: the workload this many times, each run its own report (runs/N/ from the second)
+    repeat: int = 1
 
     def __post_init__(self) -> None:
         """Accept what a command line gives: tuples, flag strings, a store as text."""
@@ -112,6 +115,11 @@ class Options:
         if self.ort and self.cuda_graph and self.ep != "cuda":
             raise UsageError("--cuda-graph with --ort is the CUDA EP's enable_cuda_graph: give "
                              "--ep cuda")
+        if self.repeat < 1:
+            raise UsageError(f"--repeat {self.repeat}: give the number of runs, 1 or more")
+        if self.repeat > 1 and not self.use_nsys:
+            raise UsageError("--repeat runs the workload under nsys again: it needs nsys "
+                             "(leave out --no-nsys)")
         if self.ncu_count is not None and self.ncu_count < 1:
             raise NsightlabError(f"--ncu-count {self.ncu_count}: give a positive number of kernels")
 
@@ -425,12 +433,20 @@ def _capture(opts: Options, store: Path, final: Path, tools: dict, echo, progres
     try:
         steps = plan(opts, work, tools)
         manifest["command"] = next((s.argv for s in steps if s.workload), None)
+        manifest["runs"] = [{"run": 1, "sqlite": "report.sqlite",
+                             "machine_before": machine.state()}]
         manifest["exit_code"] = _run_steps([s for s in steps if s.kind != "export"], work,
                                            manifest, echo, say)
+        manifest["runs"][0]["machine_after"] = machine.state()
         for step in steps:
             if step.kind == "export":
                 _export(work, tools, manifest, say)
+        for run in range(2, opts.repeat + 1):
+            if manifest["exit_code"]:
+                break
+            _repeat(opts, work, tools, manifest, run, echo, say)
         _collect(work, manifest, say)
+        _say_machine(manifest)
     except BaseException:  # Ctrl-C included: nothing half-written stays behind
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -440,6 +456,50 @@ def _capture(opts: Options, store: Path, final: Path, tools: dict, echo, progres
         raise NsightlabError(f"capture {opts.name!r} failed: {why}; the partial capture is kept "
                              f"in {final} (status: failed)")
     return final
+
+
+def _repeat(opts: Options, work: Path, tools: dict, manifest: dict, run: int, echo,
+            say) -> None:
+    """Run ``run`` of a capture with --repeat: the workload under nsys again (not the engine
+    build, not ncu), its report and SQLite export in runs/RUN/, the machine's state around
+    it in the manifest."""
+    into = work / "runs" / str(run)
+    into.mkdir(parents=True)
+    steps = [s for s in plan(opts, into, tools) if s.name in ("nsys", "export")]
+    for step in steps:
+        step.name = f"{step.name}-{run}"
+    say(f"run {run} of {opts.repeat}")
+    entry = {"run": run, "sqlite": f"runs/{run}/report.sqlite",
+             "machine_before": machine.state()}
+    manifest["runs"].append(entry)
+    rc = _run_steps([s for s in steps if s.kind != "export"], work, manifest, echo, say)
+    entry["machine_after"] = machine.state()
+    if rc:
+        manifest["exit_code"] = rc
+        return
+    if (into / "report.nsys-rep").is_file():
+        say(f"export: runs/{run}/report.nsys-rep -> report.sqlite")
+        try:
+            nsys_cli.export_sqlite(into / "report.nsys-rep", into / "report.sqlite",
+                                   Path(tools["nsys"]))
+        except NsightlabError as e:
+            manifest["problems"].append(f"run {run}: {e}")
+    else:
+        manifest["problems"].append(f"run {run}: nsys wrote no report; see logs/nsys-{run}.log")
+
+
+def _say_machine(manifest: dict) -> None:
+    """The machine's state in the manifest's messages, once: where it could not be read,
+    or what stands out (other processes on the GPU, a loaded host)."""
+    runs = manifest.get("runs", [])
+    why = next((r["machine_before"].get("why") for r in runs
+                if r.get("machine_before", {}).get("why")), None)
+    if why:
+        manifest["messages"].append(why)
+        return
+    said = dict.fromkeys(w for r in runs
+                         for w in machine.words(r.get("machine_before"), r.get("machine_after")))
+    manifest["messages"] += list(said)
 
 
 def _run_steps(steps: list[Step], work: Path, manifest: dict, echo, say) -> int:

@@ -57,6 +57,9 @@ PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly
 @click.option("--shape", "ort_shapes", multiple=True, metavar="NAME=DIMS",
               help="ORT input shape, e.g. input=1x3x224x224; repeatable.")
 @click.option("--warmup", type=int, default=5, show_default=True, help="ORT warm-up runs.")
+@click.option("--repeat", type=int, default=1, show_default=True, metavar="N",
+              help="Run the workload N times under nsys, each run its own report (runs/N/): "
+                   "diff then puts the spread between runs into its interval.")
 @click.option("--io-binding", is_flag=True,
               help="ORT: bind inputs and outputs on the device once (io_binding) instead of "
                    "copying NumPy arrays in and out every run.")
@@ -75,6 +78,10 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
       nsightlab capture graphs --memory -- python serve.py       # then: recipe run gpu_memory graphs
       nsightlab capture blk3 --no-nsys --ncu --ncu-nvtx block3/ -- python vit_workload.py fp16
       nsightlab capture fp16 --dry-run --trtexec vit.onnx
+      nsightlab capture a --repeat 3 -- python bench.py fp16    # 3 runs: run-to-run spread
+
+    Around every run the GPU's clocks, power, temperature and other processes, and the host's
+    load, go into the manifest (NVML, else nvidia-smi): diff and report say what stands out.
     """
     from nsightlab.capture import record as cap
     from nsightlab.cli.options import progress

@@ -117,17 +117,46 @@ class Diff(Result):
                 **{s: json_records(getattr(self, s)) for s in self.SECTIONS}}
 
 
-def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike,
-         a_process: int | None = None, b_process: int | None = None, **open_options) -> Diff:
+def runs_of(x) -> list:
+    """The runs of one side: a list or tuple as given, 'A1,A2,A3' split, a capture made with
+    ``--repeat`` as its runs (``runs/N/report.sqlite`` after the first), else ``[x]``."""
+    import json
+
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    if isinstance(x, str) and "," in x and not Path(x).exists():
+        return [y for y in x.split(",") if y]
+    if not isinstance(x, Report):
+        from nsightlab.read.locate import default_store
+
+        for folder in (Path(x), default_store() / str(x)):
+            man = folder / "manifest.json"
+            if folder.is_dir() and man.is_file():
+                try:
+                    runs = json.loads(man.read_text()).get("runs") or []
+                except (OSError, ValueError):
+                    runs = []
+                more = [folder / r["sqlite"] for r in runs[1:] if (folder / r["sqlite"]).is_file()]
+                return [x, *more]
+    return [x]
+
+
+def diff(a, b, a_process: int | None = None, b_process: int | None = None,
+         **open_options) -> Diff:
     """Compare run B against run A: Reports, or anything ``nsightlab.open`` takes (opened
     with ``open_options``: cache, cache_dir, nsys, progress). Runs are labelled by their
     capture name or file stem (``core.labels``); the headline keeps their paths.
+
+    A side may be several runs of the same code (a list, 'A1,A2', or a capture made with
+    ``--repeat``): every table is of the first run, and the headline's interval holds the
+    spread between the runs (``pace.runs_ratio``).
 
     A report of several CUDA processes is one run per process: ``a_process``/``b_process``
     (pids) pick them; else A's busiest process, and on B the same rank where both hold ranks,
     else the process of the same name and place among that name's processes (pid order: as
     launched), else B's busiest; a workload warning says which."""
     open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
+    (a, *more_a), (b, *more_b) = runs_of(a), runs_of(b)
     ra, rb = as_report(a, **open_options), as_report(b, **open_options)
     la, lb = run_labels([str(r.source) if isinstance(r, Report) else str(r) for r in (a, b)])
     if la == lb and str(a) != str(b):
@@ -139,7 +168,9 @@ def diff(a: Report | str | os.PathLike, b: Report | str | os.PathLike,
         like = {"rank": int(named.group(1))} if named else None
     rb, lb, wb, _ = process_of(rb, lb, b_process, "B", like)
     pa_, pb_ = profile(ra, la), profile(rb, lb)
-    d = compare(pa_, pb_)
+    extra = [[profile(process_of(as_report(x, **open_options), str(x), None, side, like)[0])
+              for x in xs] for xs, side in ((more_a, "A"), (more_b, "B"))]
+    d = compare(pa_, pb_, *extra)
     d.headline["workload_warnings"] = [*wa, *wb, *d.headline["workload_warnings"]]
     d.headline["a_path"], d.headline["b_path"] = str(ra.source), str(rb.source)
     return d
@@ -200,8 +231,10 @@ def _nth(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
-def compare(pa: RunProfile, pb: RunProfile) -> Diff:
-    """The diff of two run profiles (see ``Diff`` for the sections)."""
+def compare(pa: RunProfile, pb: RunProfile, more_a: list | None = None,
+            more_b: list | None = None) -> Diff:
+    """The diff of two run profiles (see ``Diff`` for the sections); ``more_a``/``more_b``:
+    the profiles of more runs of each side, for the interval."""
     warnings = workload_warnings(pa, pb)  # on the layer names as recorded
     pb = _align_layers(pa, pb)
     by_class = _side_by_side(pa.by_class, pb.by_class, "kernel_class")
@@ -229,7 +262,9 @@ def compare(pa: RunProfile, pb: RunProfile) -> Diff:
     tensor_core = pd.DataFrame([{"run": "a", **pa.tensor_core}, {"run": "b", **pb.tensor_core}])
     budget_parts = _budget(pa.budget, pb.budget)
     headline = _headline(pa, pb, by_class, conversion["time_ns"].sum(), by_layer, kernels,
-                         warnings)
+                         warnings, more_a or [], more_b or [])
+    if not headline["kernel_interval"]["significant"]:  # no shares of a change in the noise
+        by_class["delta_share_pct"] = np.nan
     return Diff(pa, pb, headline, by_class.reset_index(drop=True), by_precision, by_layer,
                 kernels, conversion, only_b, overheads, tensor_core, budget_parts)
 
@@ -500,7 +535,8 @@ def _same_kind(p: RunProfile, both: bool) -> tuple[float, list, bool]:
     return p.iteration_ns, p.walls, False
 
 
-def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> dict:
+def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more_a=(),
+              more_b=()) -> dict:
     several = bool(_several(pa) or _several(pb))
     (a_ns, a_walls, a_main), (b_ns, b_walls, b_main) = _same_kind(pa, several), \
         _same_kind(pb, several)
@@ -512,7 +548,10 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
     gemm_change = 100.0 * (gemm_b - gemm_a) / gemm_a if gemm_a else float("nan")
     base = max(a_ns, 1.0)
     parts = []
-    interval = pace.ratio(a_walls, b_walls)
+    walls = lambda p, main: (p.main_walls or p.walls) if main else p.walls  # noqa: E731
+    interval = pace.runs_ratio([a_walls] + [walls(p, a_main) for p in more_a],
+                               [b_walls] + [walls(p, b_main) for p in more_b])
+    runs = interval["runs"] > 1 or len(more_a) or len(more_b)
     real = interval["significant"] or not np.isfinite(interval["low"])
     same = bool(pa.work) and pa.work == pb.work
     ci = (f"; {100 * interval['level']:.0f}% CI {pace.x(interval['low'])}-"
@@ -532,21 +571,24 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
         parts.append(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})")
     touched = _touched(kernels)
+    gpu = pace.ratio(pa.main_kernel_walls, pb.main_kernel_walls)
+    if not np.isfinite(gpu["low"]):  # too few iterations for an interval: 2% is a change
+        gpu["significant"] = abs(pb.kernel_ns - pa.kernel_ns) >= 0.02 * max(pa.kernel_ns, 1.0)
     if not same and pa.work and pb.work:
         text = "the work changed: " + work.difference(pa.work, pb.work)
         if touched["kernels"]:
             ta, tb = touched["a_ns"], touched["b_ns"]
             text += (f"; the kernels it touched take {_ms(ta)} -> {_ms(tb)} per iteration"
-                     + (" (no change of GPU time" + (": the difference per iteration is "
-                                                        "the machine's pace)" if real else ")")
-                        if abs(tb - ta) < 0.02 * max(ta, tb, 1.0) else ""))
+                     + (" (no measurable change of GPU time" +
+                        (": the difference per iteration is the machine's pace)" if real
+                         else ")") if not gpu["significant"] else ""))
         parts.append(text)
     outside = _outside_work(pa, pb, delta, base) if real else ""
     if outside:
         parts.append(outside)
     gpu_pace = touched["same_ratio"]
     if real and np.isfinite(gpu_pace) and abs(gpu_pace - 1) >= 0.03 and touched["same_ns"] \
-            > 0.1 * base:
+            > 0.1 * base and gpu["significant"]:
         parts.append(f"identical kernels take {pace.x(gpu_pace)}x as long in B "
                      f"({_ms(touched['same_a_ns'])} -> {_ms(touched['same_b_ns'])} per "
                      "iteration): the GPU's pace (clocks, power, other processes)")
@@ -607,17 +649,24 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
                     else f", {100 * conversion_ns / delta:.0f}% of the regression")
         parts.append(f"precision-conversion kernels only in B (casts, scaling, amax) add "
                      f"{_ms(conversion_ns)}{tail}")
-    said = any("kernels per iteration" in t for t in parts)
+    said = any("kernels per iteration" in t or t.startswith("the work changed") for t in parts)
     if more_kernels and not said and len(parts) > 1:  # kernels added or removed: how many
         parts.append(f"B launches {pb.kernels:.0f} kernels per iteration, A {pa.kernels:.0f}")
     if same and real and not named and not outside:
         parts.append(_pace_where(pa, pb))
     if len(parts) == 1 and real:
         parts.append("no part of the iteration changes by more than 2% of it")
-    if same or not real or abs(np.log(interval["ratio"])) < np.log(1.4):
+    if runs:
+        parts.append(f"{1 + len(more_a)} run{'s' if more_a else ''} of A and {1 + len(more_b)} "
+                     f"of B: the interval holds the spread between runs (run medians "
+                     f"{_spread(interval.get('a_run_medians'))} in A, "
+                     f"{_spread(interval.get('b_run_medians'))} in B)")
+    elif same or not real or abs(np.log(interval["ratio"])) < np.log(1.4):
         parts.append("one run per side cannot show the run-to-run variance (the same code "
                      "differs by 5-37% between runs on a shared machine): capture each side "
-                     "several times, alternating A and B, with the GPU otherwise idle")
+                     "several times (nsightlab capture --repeat N), alternating A and B, with "
+                     "the GPU otherwise idle")
+    parts += _machine_words(pa, pb)
     verdict = parts[0] + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "") + "."
     return {
         "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,
@@ -642,14 +691,15 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings) -> d
         "a_runtime": pa.runtime, "b_runtime": pb.runtime,
         "runtime_change": _runtime_change(pa, pb),
         "runtime_causes": runtime_causes(pa, pb),
-        "interval": interval, "same_work": same,
+        "interval": interval, "kernel_interval": gpu, "same_work": same,
         "work_change": "" if same or not (pa.work and pb.work) else
         work.difference(pa.work, pb.work),
         "touched_a_ns": touched["a_ns"], "touched_b_ns": touched["b_ns"],
         "identical_kernel_ratio": gpu_pace,
         "a_queued_ns": pa.pace.get("queued_ns", float("nan")),
         "b_queued_ns": pb.pace.get("queued_ns", float("nan")),
-        "run_to_run": "unknown: one run per side",
+        "run_to_run": "in the interval" if runs else "unknown: one run per side",
+        "a_machine": pa.machine, "b_machine": pb.machine,
     }
 
 
@@ -667,6 +717,30 @@ def _pace_where(pa: RunProfile, pb: RunProfile) -> str:
     return "the main kinds' medians per iteration: " + ", ".join(
         f"{w} {_ms(pa.pace.get(k, 0.0))} -> {_ms(pb.pace.get(k, 0.0))}"
         for _, k, w in moved[:2])
+
+
+def _spread(medians: list | None) -> str:
+    if not medians:
+        return "?"
+    lo, hi = min(medians), max(medians)
+    return _ms(lo) if lo == hi else f"{_ms(lo)}-{_ms(hi)}"
+
+
+#: clocks this far apart (%) between the runs' machines are said
+CLOCK_PCT = 5.0
+
+
+def _machine_words(pa: RunProfile, pb: RunProfile) -> list[str]:
+    """The machines' state where the captures recorded it (``capture.machine``): SM clocks
+    apart, other processes on the GPU, a loaded host."""
+    ma, mb = pa.machine or {}, pb.machine or {}
+    out = []
+    a, b = ma.get("sm_mhz"), mb.get("sm_mhz")
+    if a and b and abs(b / a - 1) * 100 >= CLOCK_PCT:
+        out.append(f"B's SM clock averaged {b:,.0f} MHz around its run, A's {a:,.0f} MHz")
+    for r, m in (("A", ma), ("B", mb)):
+        out += [f"{r}: {w}" for w in m.get("words", [])]
+    return out
 
 
 def _touched(kernels: pd.DataFrame) -> dict:

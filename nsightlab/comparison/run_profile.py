@@ -86,9 +86,12 @@ class RunProfile:
     settings: dict = field(default_factory=dict)  # the ORT runner's: io_binding, cuda_graph, profiler_on
     walls: list = field(default_factory=list)  # wall time of every steady iteration, in order
     main_walls: list = field(default_factory=list)  # the same, of the main kind's iterations
+    main_kernel_walls: list = field(default_factory=list)  # their GPU time with a kernel running
     work: dict = field(default_factory=dict)  # the main kind's work: what one iteration runs
     #                                           (``analysis.work`` tokens with counts; empty
     #                                           where the work is unknown)
+    machine: dict = field(default_factory=dict)  # the capture's machine state, where
+    #                                              recorded (``capture.machine.summary``, words)
     pace: dict = field(default_factory=dict)  # medians over the main kind's iterations:
     #                                           kernel_ns (GPU busy), host_ns (host work and
     #                                           launch idle), sync_ns, queued_ns (GPU idle with
@@ -211,7 +214,36 @@ def _compute(report: Report, label: str) -> RunProfile:
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
         main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
         runtimes=runtime.identify(report).to_dict("records"),
-        settings=_ort_settings(report.source), **_work_and_pace(report, queued))
+        settings=_ort_settings(report.source), machine=_machine(report.source),
+        **_work_and_pace(report, queued))
+
+
+def _machine(source) -> dict:
+    """The machine's state around the run from its capture's manifest (``nsightlab capture``
+    records it): the first GPU's mean clocks, power and temperature, and what stands out in
+    words; {} for a report outside a capture, or one recorded without NVML/nvidia-smi."""
+    import json
+    from pathlib import Path
+
+    from nsightlab.capture import machine
+
+    p = Path(source)
+    for folder in (p, p.parent, p.parent.parent.parent):  # capture, report.sqlite, runs/N/
+        man = folder / "manifest.json"
+        if man.is_file():
+            try:
+                runs = json.loads(man.read_text()).get("runs") or []
+            except (OSError, ValueError):
+                return {}
+            rel = str(p.relative_to(folder)) if p != folder else "report.sqlite"
+            run = next((r for r in runs if r.get("sqlite") == rel), runs[0] if runs else None)
+            if not run:
+                return {}
+            states = [run.get("machine_before"), run.get("machine_after")]
+            out = machine.summary([x for x in states if x])
+            words = machine.words(*states)
+            return {**out, "words": words} if out or words else {}
+    return {}
 
 
 #: iteration times kept per run for intervals (the first ones of the loop)
@@ -250,6 +282,7 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
         work = json.loads(row["tokens"].iloc[0]) if len(row) else {}
     return {"walls": [float(x) for x in steady["wall_ns"].to_numpy()[:MAX_WALLS]],
             "main_walls": [float(x) for x in main["wall_ns"].to_numpy()[:MAX_WALLS]],
+            "main_kernel_walls": [float(x) for x in main["kernels_ns"].to_numpy()[:MAX_WALLS]],
             "work": work, "pace": pace}
 
 

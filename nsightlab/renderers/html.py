@@ -51,6 +51,8 @@ def table_html(df: pd.DataFrame, max_rows: int = 15) -> str:
     """A DataFrame as a compact HTML table (times in ms, whole numbers without decimals,
     booleans as yes/no, long names cut at the end with the full name in the cell's title);
     rows past ``max_rows`` behind a fold (all of them are in the Parquet output)."""
+    if not len(df):
+        return "<p>none</p>"
     show = ms_columns(df)
     cols = [str(c) for c in show.columns]
 
@@ -100,6 +102,13 @@ def _(d: Diff) -> str:
         {"": "kernels", "A": h["a_kernels"], "B": h["b_kernels"]},
         {"": "GPU busy %", "A": h["a_busy_pct"], "B": h["b_busy_pct"]},
     ])
+    iv = h.get("interval") or {}
+    if iv and pd.notna(iv.get("low")):
+        summary.loc[len(summary)] = {
+            "": f"B / A, median iteration ({100 * iv['level']:.0f}% interval)",
+            "A": f"{iv['low']:.3f}-{iv['high']:.3f}", "B": (
+                f"{iv['ratio']:.3f}" + ("" if iv["significant"] else
+                                         " (no measurable difference)"))}
     sections = [
         ("Verdict", "".join(f"<p class='verdict'>warning (workload): {html.escape(w)}</p>"
                             for w in h.get("workload_warnings", []))
