@@ -352,8 +352,9 @@ def _warm_up(w: np.ndarray) -> int:
 #: rarely (Mann-Whitney U, two-sided: the search over periods, stretches and splits tries
 #: many partitions of one loop)
 KIND_ALPHA = 1e-4
-#: scattered iterations are a kind of pace only when each is this many robust sigmas from
-#: the main kind (data-loader stalls; not the tail of a heavy-tailed loop)
+#: scattered iterations are a kind of pace only when they are this many robust sigmas from
+#: the main kind (their median; each at least 3: data-loader stalls, not the tail of a
+#: heavy-tailed loop)
 SCATTERED_SIGMAS = 5.0
 #: and only in loops of this many iterations or more (in fewer, a heavy tail's few slow
 #: iterations look the same)
@@ -373,7 +374,8 @@ def _held(w: np.ndarray, kind: "Kind", main: np.ndarray) -> bool:
         if len(w) < SCATTERED_MIN_LOOP:
             return False
         s = max(_sigma(m), 1e-3)
-        return bool(np.all(np.abs(x - np.median(m)) > SCATTERED_SIGMAS * s))
+        d = np.abs(x - np.median(m))
+        return bool(np.median(d) > SCATTERED_SIGMAS * s and np.all(d > 3 * s))
     return True
 
 

@@ -89,24 +89,15 @@ def ratio(a, b, level: float = LEVEL) -> dict:
     return out
 
 
-def words(r: dict) -> str:
-    """'1.37x slower (95% CI 1.31-1.42x)' / 'no measurable difference (1.01x, 95% CI
-    0.97-1.05x)' for a ``ratio`` result."""
-    if not np.isfinite(r["low"]):
-        return f"{_times(r['ratio'])} (too few iterations for an interval)"
-    ci = f"{100 * r['level']:.0f}% CI {x(r['low'])}-{x(r['high'])}x of A's time"
-    if not r["significant"]:
-        return f"no measurable difference (B takes {x(r['ratio'])}x A's time, {ci})"
-    return f"{_times(r['ratio'])} ({ci})"
-
-
 def x(v: float) -> str:
     """A ratio as people read it: three decimals near 1 (1.012), two elsewhere (1.37)."""
     return f"{v:.3f}" if abs(v - 1) < 0.1 else f"{v:.2f}"
 
 
-def _times(v: float) -> str:
-    return f"{1 / v:.2f}x faster" if v < 1 else f"{v:.2f}x slower"
+def span(lo: float, hi: float) -> str:
+    """An interval of ratios, both ends to the same decimals: '0.918-1.103', '2.01-2.19'."""
+    d = 3 if min(abs(lo - 1), abs(hi - 1)) < 0.1 else 2
+    return f"{lo:.{d}f}-{hi:.{d}f}"
 
 
 def runs_ratio(a_runs: list, b_runs: list, level: float = LEVEL) -> dict:

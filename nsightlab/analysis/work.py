@@ -226,17 +226,21 @@ def _table(ids: np.ndarray, counts: np.ndarray) -> pd.DataFrame:
 
 
 def _first_tokens(ids: np.ndarray, parts, names: list[str]) -> dict:
-    """{work id: {token name: count}} of each work's first iteration."""
-    first = {int(w): int(i) for w, i in zip(*np.unique(ids, return_index=True)[:2])}
-    want = np.zeros(len(ids), bool)
-    want[list(first.values())] = True
-    out: dict[int, dict[str, int]] = {w: {} for w in first}
-    of_iter = {i: w for w, i in first.items()}
+    """{work id: {token name: count}} of each work's first iteration (counted in NumPy: a
+    first iteration may hold millions of operations)."""
+    uniq, first = np.unique(ids, return_index=True)
+    of_iter = np.full(len(ids), -1, np.int64)
+    of_iter[first] = uniq
+    out: dict[int, dict[str, int]] = {int(w): {} for w in uniq}
     for at, tok, _ in parts:
-        sel = want[at]
-        for i, t in zip(at[sel], tok[sel]):
-            d = out[of_iter[int(i)]]
-            d[names[int(t)]] = d.get(names[int(t)], 0) + 1
+        w = of_iter[at]
+        sel = w >= 0
+        if not sel.any():
+            continue
+        pairs, cnt = np.unique(np.stack([w[sel], tok[sel]]), axis=1, return_counts=True)
+        for (wi, ti), c in zip(pairs.T, cnt):
+            d = out[int(wi)]
+            d[names[int(ti)]] = d.get(names[int(ti)], 0) + int(c)
     return out
 
 

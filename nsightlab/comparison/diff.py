@@ -554,8 +554,8 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     runs = interval["runs"] > 1 or len(more_a) or len(more_b)
     real = interval["significant"] or not np.isfinite(interval["low"])
     same = bool(pa.work) and pa.work == pb.work
-    ci = (f"; {100 * interval['level']:.0f}% CI {pace.x(interval['low'])}-"
-          f"{pace.x(interval['high'])}x of A's time" if np.isfinite(interval["low"]) else "")
+    ci = (f"; {100 * interval['level']:.0f}% CI {pace.span(interval['low'], interval['high'])}x"
+          " of A's time" if np.isfinite(interval["low"]) else "")
     if same:
         parts.append(f"The same work in A and B ({work.summary(pa.work)} per iteration): ")
         parts[-1] += (f"B takes {pace.x(b_ns / a_ns)}x A's time per iteration ({_ms(b_ns)} vs "

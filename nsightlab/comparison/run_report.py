@@ -771,6 +771,29 @@ def _table(r: Report, name: str, table: str) -> pd.DataFrame:
     return out[table] if out is not None and table in out else pd.DataFrame()
 
 
+#: kernels that wait to start with no traced GPU work running are the GPU's time elsewhere
+#: when the wait is this share of the median iteration (%) and of its launch idle
+OUTSIDE_PCT, OUTSIDE_OF_LAUNCH = 20.0, 0.5
+
+
+def _outside_wait(p: RunProfile | None, b) -> str:
+    """Words for a run whose kernels waited to start after their launch calls returned, with
+    no traced GPU work running (``RunProfile.pace`` queued_ns): the GPU was busy with work
+    the trace does not hold (another process), so its idle is neither launch overhead nor
+    something a CUDA graph removes; "" otherwise."""
+    if p is None or not p.pace or not p.iteration_ns:
+        return ""
+    q = p.pace.get("queued_ns", 0.0)
+    launch = float(b.get("idle_launch_ns", 0.0)) + float(b.get("idle_unattributed_ns", 0.0))
+    if q < OUTSIDE_PCT / 100 * p.iteration_ns or q < OUTSIDE_OF_LAUNCH * launch:
+        return ""
+    return (f"the GPU was busy with work outside the trace: kernels waited {_ms(q)} per "
+            f"iteration ({100 * q / p.iteration_ns:.0f}% of the median iteration) to start "
+            "after their launch calls had returned, with no traced GPU work running (another "
+            "process on the same GPU, or work nsys did not trace); that idle is not launch "
+            "overhead, and a CUDA graph will not remove it: run alone on the GPU to measure")
+
+
 #: completeness notes that are findings of the report (the iteration left out, and why)
 CUT_NOTES = ("capture_cut",)
 
@@ -789,6 +812,13 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
         out += time_by_kind(rr.kinds)
         for _, b in rr.budget.iterrows():
             gpu = f"GPU {b['device_id']}: " if len(rr.budget) > 1 else ""
+            waited = _outside_wait(p, b)
+            if waited:  # the launch-idle time is the GPU's time elsewhere: said first
+                out.append(gpu + waited)
+                b = b.copy()
+                b["advice"] = ""
+                if str(b["verdict"]).startswith("launch"):
+                    b["verdict"] = "waiting for a GPU busy outside the trace"
             main = rr.kinds[rr.kinds["kind"] == kinds.MAIN] if len(rr.kinds) else rr.kinds
             if b["kinds"] > 1 and len(main) and b["device_id"] == rr.kinds["device_id"].iloc[0]:
                 m = main.iloc[0]
