@@ -262,7 +262,7 @@ def _compute(report: Report, ops, found: tuple | None = None
     # iterations found inside an outer unit (decode steps in a generate() call): the kinds
     # may recur once a unit (the prefill, the call's last step)
     outer = iterations.find(report).outer if source.startswith("found") else 0
-    done = work.signatures(report, start, end) if ops.count and len(iters) else None
+    done = work.signatures(report, start, end, syncs) if ops.count and len(iters) else None
     ids = done.ids if done is not None and done.known else np.zeros(len(start), np.int64)
     loop = kinds.classify(end - start, cycle=outer, work=ids)
     moved = _copy_bytes(report, start, end) if ops.count else {}

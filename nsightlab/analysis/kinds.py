@@ -365,10 +365,8 @@ def _held(w: np.ndarray, kind: "Kind", main: np.ndarray) -> bool:
     """Whether a kind of pace stands out against the loop's own noise (``KIND_ALPHA``;
     scattered ones also ``SCATTERED_SIGMAS`` away each): otherwise its iterations are the
     main kind's."""
-    from scipy.stats import mannwhitneyu
-
     x, m = np.log(w[kind.rows]), np.log(w[main])
-    if not len(m) or mannwhitneyu(x, m).pvalue >= KIND_ALPHA:
+    if not len(m) or not apart(x, m, KIND_ALPHA):
         return False
     if kind.pattern == "scattered":
         if len(w) < SCATTERED_MIN_LOOP:
@@ -390,27 +388,50 @@ CP_BETA = 6.0
 STRETCH_LEVEL = 0.9999
 
 
+def pelt(y: np.ndarray, pen: float, min_size: int = 3) -> list[int]:
+    """Change points of ``y`` by PELT (Killick, Fearnhead and Eckley 2012) with the
+    least-squares cost: the ends of the segments, the last one ``len(y)``. The same search,
+    step for step, as ``ruptures.Pelt(model="l2", min_size, jump=1)`` (the tests hold it to
+    ruptures' answers), on cumulative sums: importing ruptures (and the scipy.stats it
+    loads) cost a command 1-1.4 s, the search itself on the 120 points it gets ~10 ms."""
+    n = len(y)
+    c1 = np.concatenate([[0.0], np.cumsum(y)])
+    c2 = np.concatenate([[0.0], np.cumsum(y * y)])
+
+    def err(a: int, b: int) -> float:  # sum of squared deviations of y[a:b] from its mean
+        return float(c2[b] - c2[a] - (c1[b] - c1[a]) ** 2 / (b - a))
+
+    best: dict[int, tuple[float, list[int]]] = {0: (0.0, [])}
+    admissible: list[int] = []
+    for end in [k for k in range(n) if k >= min_size] + [n]:
+        admissible.append(end - min_size)
+        tries = [(best[t][0] + err(t, end) + pen, t) for t in admissible if t in best]
+        if not tries:
+            continue
+        total, t = min(tries, key=lambda x: x[0])
+        best[end] = (total, best[t][1] + [end])
+        admissible = [u for cost, u in tries if cost <= total + pen]
+    return best[n][1] if n in best else [n]
+
+
 def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
     """Stretches of another pace among iterations ``rows`` (in order, one kind of work):
-    change points of the log times (PELT, ``ruptures``, least squares, on bin medians of at
-    most ``CP_POINTS`` points), each stretch at least 10% from the loop's median and apart
+    change points of the log times (PELT, ``pelt``, least squares, on bin medians of at most
+    ``CP_POINTS`` points), each stretch at least 10% from the loop's median and apart
     from the rest beyond both runs' noise (``pace.ratio``: batch medians, autocorrelation
     kept); the slower ones as one set, the faster as another."""
-    import ruptures
-
     from nsightlab.analysis import pace
 
     x = np.log(w[rows])
     n = len(x)
-    if n < 20:
+    if n < 20 or not _drifts(x):
         return []
     b = int(np.ceil(n / CP_POINTS))
     nb = n // b
     y = np.median(x[:nb * b].reshape(nb, b), axis=1)
     d = np.diff(y)
     s = max(1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2), 1e-4)
-    ends = ruptures.Pelt(model="l2", min_size=3, jump=1).fit(y[:, None]).predict(
-        pen=CP_BETA * s * s * np.log(nb))
+    ends = pelt(y, CP_BETA * s * s * np.log(nb))
     edges = [0] + [e * b for e in ends[:-1]] + [n]
     base = float(np.median(x))
     out: dict[bool, list] = {True: [], False: []}
@@ -423,6 +444,23 @@ def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
         if pace.ratio(np.exp(x[other]), np.exp(x[seg]), STRETCH_LEVEL)["significant"]:
             out[shift > 0].append(seg)
     return [rows[np.concatenate(v)] for v in out.values() if v]
+
+
+#: the CUSUM of a loop with no change of level stays under this many sigma sqrt(n) (the
+#: Kolmogorov 1% point of a Brownian bridge is 1.63): above it, change points are looked for
+CUSUM_GATE = 1.0
+
+
+def _drifts(x: np.ndarray) -> bool:
+    """Whether log times ``x`` may change level at all: the largest excursion of their
+    cumulative sum around the median, against the noise of neighbour differences (robust
+    to a change of level); a stationary loop skips the change-point search and its import."""
+    d = np.diff(x)
+    s = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2)
+    if s <= 0:
+        return bool(np.ptp(x) > 0)
+    c = np.cumsum(x - np.median(x))
+    return bool(np.ptp(c) > CUSUM_GATE * s * np.sqrt(len(x)))
 
 
 #: a trend holds when its first and last quarters are apart beyond this (one line tried)
@@ -475,26 +513,43 @@ def _most_extreme(w: np.ndarray, rows: np.ndarray, m: np.ndarray, cap: float) ->
     return [np.sort(rows[far[:int(cap)]])]
 
 
+def apart(x: np.ndarray, y: np.ndarray, alpha: float, alternative: str = "two-sided") -> bool:
+    """Whether Mann-Whitney U parts ``x`` from ``y`` (``x`` above ``y`` for "greater") at
+    ``alpha``. Samples that do not overlap at all are decided without SciPy, by the exact
+    chance of that order (1 or 2 in C(n, k): what ``mannwhitneyu`` computes for them), so
+    most reports never import ``scipy.stats`` (~1 s of a command)."""
+    from math import comb
+
+    lo_x, hi_x, lo_y, hi_y = x.min(), x.max(), y.min(), y.max()
+    if lo_x > hi_y or (alternative == "two-sided" and hi_x < lo_y):
+        chance = (1 if alternative == "greater" else 2) / comb(len(x) + len(y), len(x))
+        return chance < alpha
+    if alternative == "greater" and hi_x < lo_y:
+        return False
+    from scipy.stats import mannwhitneyu
+
+    return bool(mannwhitneyu(x, y, alternative=alternative).pvalue < alpha)
+
+
 #: a slower start is warm-up only when noise would make it this rarely (one-sided)
 WARMUP_ALPHA = 1e-3
 
 
 def _stands_out(head: np.ndarray, rest: np.ndarray) -> bool:
     """Whether a slower start ``head`` (log times) stands out against the rest's own noise:
+    every one of its iterations is slower than every later one, by a margin noise rarely
+    gives (a chance below ``WARMUP_ALPHA`` that the slowest k come first, or 2x slower), or
     Mann-Whitney U says its iterations are slower than the rest's (one-sided, p below
-    ``WARMUP_ALPHA``), or, too few for the test, every one of them is slower than every
-    later iteration, by a margin noise rarely gives (no later iteration within 2x, or a
-    chance of 1 in 100 at most that the slowest k come first)."""
+    ``WARMUP_ALPHA``; 3 iterations at least). The first needs no SciPy: a real warm-up
+    usually decides there."""
     from math import comb
 
-    from scipy.stats import mannwhitneyu
-
-    if len(head) >= 3 and mannwhitneyu(head, rest, alternative="greater").pvalue < WARMUP_ALPHA:
-        return True
-    if head.min() <= rest.max():
-        return False
-    n = len(head) + len(rest)
-    return comb(n, len(head)) >= 100 or np.median(head) - np.median(rest) >= np.log(2)
+    if head.min() > rest.max():  # the slowest k came first: 1 in C(n, k) by chance
+        n = len(head) + len(rest)
+        if comb(n, len(head)) >= 1 / WARMUP_ALPHA or \
+                np.median(head) - np.median(rest) >= np.log(2):
+            return True
+    return len(head) >= 3 and apart(head, rest, WARMUP_ALPHA, "greater")
 
 
 def _give_back(w: np.ndarray, label: np.ndarray, k: int, main: np.ndarray,
@@ -752,9 +807,8 @@ def _trend_line(x: np.ndarray) -> np.ndarray | None:
     step = min(_l1(y[:j]) + _l1(y[j:]) for j in range(2, len(y) - 1))
     if step < np.abs(y - line).sum():
         return None  # one step explains it better: a phase, found as a kind
-    from scipy.stats import mannwhitneyu
     q = len(x) // 4  # the first and last quarters apart beyond the loop's wander
-    if mannwhitneyu(x[:q], x[-q:]).pvalue >= TREND_ALPHA:
+    if not apart(x[:q], x[-q:], TREND_ALPHA):
         return None
     fit = icpt + slope * np.arange(len(x))
     return fit if fit.min() > 0 else None

@@ -67,78 +67,97 @@ def _weights(n: int, salt: int) -> np.ndarray:
 
 
 def _at(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """The window (index) each time ``t`` falls in, -1 where none."""
-    at = np.searchsorted(start, t, "right") - 1
-    ok = (at >= 0) & (t <= end[np.maximum(at, 0)])
-    return np.where(ok, at, -1)
+    """The window (index, int32) each time ``t`` falls in, -1 where none."""
+    at = (np.searchsorted(start, t, "right") - 1).astype(np.int32)
+    at[(at >= 0) & (t > end[np.maximum(at, 0)])] = -1
+    return at
 
 
-def _tokens(report: Report, start: np.ndarray, end: np.ndarray
-            ) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], list[str], np.ndarray]:
-    """(window, token, kind) arrays of every operation and sync call in a window, the token
-    names (kind: 0 kernel, 1 copy, 2 memset, 3 sync, 4 graph; kernels by name) and each
-    token's class token (kernels by ``classify.kernel_class``, the others as they are)."""
-    names: list[str] = []
-    coarse: list[np.ndarray] = []
-    out = []
+class _Sums:
+    """The signatures' sums, table by table (nothing of a table is held after it but its
+    operations' windows and names, for the first iterations' words): two random-weight sums
+    of the class tokens per window, and the count of each kind of operation."""
 
-    def add(at: np.ndarray, token_names: list[str], codes: np.ndarray, kind: int,
-            classes: np.ndarray | None = None) -> None:
+    KINDS = 5  # kernel, copy, memset, sync, graph execution or launch
+
+    def __init__(self, n: int):
+        self.n = n
+        self.h = np.zeros((n, 2))
+        self.counts = np.zeros((n, self.KINDS), np.int64)
+        self.names: list[str] = []
+        self.kept: list[tuple[np.ndarray, np.ndarray]] = []  # (window, name token)
+        self._class_of: dict[str, int] = {}
+
+    def add(self, at: np.ndarray, codes: np.ndarray, names: list[str], kind: int,
+            classes: list[str] | None = None) -> None:
+        """Operations in windows ``at`` (-1: none) with tokens ``codes`` into ``names``;
+        ``classes``: each name's class token (kernels), else the name is its own class."""
         ok = at >= 0
-        base = len(names)
-        names.extend(token_names)
-        own = np.arange(base, base + len(token_names))
-        coarse.append(own if classes is None else classes)
-        out.append((at[ok], codes[ok].astype(np.int64) + base, np.full(int(ok.sum()), kind,
-                                                                       np.int8)))
+        at, codes = at[ok], codes[ok].astype(np.int32)
+        base = len(self.names)
+        self.names.extend(names)
+        key = [f"{kind}:{c}" for c in (classes if classes is not None else names)]
+        cls = np.array([self._class_of.setdefault(k, len(self._class_of)) for k in key],
+                       np.int64) if key else np.zeros(0, np.int64)
+        coarse = cls[codes] if len(codes) else np.zeros(0, np.int64)
+        for j, salt in enumerate((1, 2)):
+            w = _weights(max(len(self._class_of), 1), salt)
+            self.h[:, j] += np.bincount(at, weights=w[coarse], minlength=self.n)
+        self.counts[:, kind] += np.bincount(at, minlength=self.n)
+        self.kept.append((at, codes + base))
 
+    def ids(self) -> np.ndarray:
+        key = np.concatenate([self.h, self.counts.astype(np.float64)], axis=1)
+        return np.unique(key, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def _sums(report: Report, start: np.ndarray, end: np.ndarray,
+          syncs: pd.DataFrame | None) -> _Sums:
+    """Every operation and sync call of the report in its window (``_Sums``)."""
+    out = _Sums(len(start))
     if report.has_rows("kernels"):
         from nsightlab.analysis.classify import kernel_class
         k = report.table("kernels", ["start_ns", "name"])
         codes = k["name"].cat.codes.to_numpy()
-        cats = [str(c) for c in k["name"].cat.categories] + ["(no name)"]
-        codes = np.where(codes >= 0, codes, len(cats) - 1)  # a kernel named by nothing
-        cls = np.array([kernel_class(c) for c in cats], dtype=object)
-        uniq, inv = np.unique(cls, return_inverse=True)
-        # class tokens after every name token (made unique later by offset)
+        names = [str(c) for c in k["name"].cat.categories] + ["(no name)"]
         at = _at(start, end, k["start_ns"].to_numpy(np.int64))
-        add(at, cats, codes, 0, -1 - inv.reshape(-1))
         del k
-        graph = _graph_launches(report, at)
+        codes = np.where(codes >= 0, codes, len(names) - 1)  # a kernel named by nothing
+        out.add(at, codes, names, 0, [kernel_class(c) for c in names])
+        del at, codes
+        graph = _graph_launches(report, start, end)
         if graph is not None:
-            add(graph, ["graph launch"], np.zeros(len(graph), np.int64), 4)
+            out.add(graph, np.zeros(len(graph), np.int32), ["graph launch"], 4)
     if report.has_rows("memcpy"):
         from nsightlab.analysis.budget_parts import BUSY_PARTS, copy_codes
         c = report.memcpy(["start_ns", "copy_kind", "src_kind", "dst_kind"])
-        add(_at(start, end, c["start_ns"].to_numpy(np.int64)), [f"copy {p}" for p in BUSY_PARTS],
-            copy_codes(c).astype(np.int64), 1)
+        out.add(_at(start, end, c["start_ns"].to_numpy(np.int64)), copy_codes(c),
+                [f"copy {p}" for p in BUSY_PARTS], 1)
     if report.has_rows("memset"):
         m = report.table("memset", ["start_ns"])
-        add(_at(start, end, m["start_ns"].to_numpy(np.int64)), ["memset"],
-            np.zeros(len(m), np.int64), 2)
-    from nsightlab.analysis.iterations import sync_calls
-    s = sync_calls(report)
-    if len(s):
-        kinds_, inv = np.unique(s["api_name"].to_numpy(object), return_inverse=True)
-        add(_at(start, end, s["end_ns"].to_numpy(np.int64)), [f"sync {x}" for x in kinds_],
-            inv.astype(np.int64), 3)
+        out.add(_at(start, end, m["start_ns"].to_numpy(np.int64)), np.zeros(len(m), np.int32),
+                ["memset"], 2)
+    if syncs is None:
+        from nsightlab.analysis.iterations import sync_calls
+        syncs = sync_calls(report)
+    if len(syncs):
+        api, inv = np.unique(syncs["api_name"].to_numpy(object), return_inverse=True)
+        out.add(_at(start, end, syncs["end_ns"].to_numpy(np.int64)), inv.reshape(-1),
+                [f"sync {x}" for x in api], 3)
     if report.has_rows("graph_execs"):
         g = report.table("graph_execs", ["start_ns", "graph_id"])
         gid, inv = np.unique(g["graph_id"].to_numpy(), return_inverse=True)
-        add(_at(start, end, g["start_ns"].to_numpy(np.int64)), [f"graph {x}" for x in gid],
-            inv.astype(np.int64), 4)
-    cls = np.concatenate(coarse) if coarse else np.empty(0, np.int64)
-    # class tokens (negative) after the name tokens
-    cls = np.where(cls < 0, len(names) - 1 - cls, cls)
-    return out, names, cls
+        out.add(_at(start, end, g["start_ns"].to_numpy(np.int64)), inv.reshape(-1),
+                [f"graph {x}" for x in gid], 4)
+    return out
 
 
-def _graph_launches(report: Report, at: np.ndarray) -> np.ndarray | None:
-    """The window of each CUDA graph launch call that launched traced kernels (node-level
-    traces: the kernels are there, the launch is one call), by its first kernel's window
-    (a graph's kernels carry their launch call's correlation id); None without graph
-    launches (their API names are looked at first: nothing more is read then)."""
-    if not report.has_rows("cuda_api"):
+def _graph_launches(report: Report, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """The window of each CUDA graph launch call whose kernels were traced one by one
+    (node-level traces: the kernels are there, the launch is one call), by its first
+    kernel's window (a graph's kernels carry their launch call's correlation id); None for a
+    trace without graph nodes (nothing more is read then)."""
+    if not report.has_rows("cuda_graph_nodes") or not report.has_rows("cuda_api"):
         return None
     names = report.cuda_api(["name"])["name"]
     graph = [c for c in names.cat.categories if "GraphLaunch" in str(c)]
@@ -146,27 +165,13 @@ def _graph_launches(report: Report, at: np.ndarray) -> np.ndarray | None:
         return None
     rows = np.flatnonzero(names.isin(graph).to_numpy())
     calls = report.take("cuda_api", ["pid", "correlation_id"], rows)
-    k = report.table("kernels", ["pid", "correlation_id"])
+    k = report.table("kernels", ["pid", "correlation_id", "start_ns"])
     key = lambda f: f["pid"].to_numpy(np.int64) * (1 << 32) + \
         f["correlation_id"].to_numpy(np.int64)  # noqa: E731
     kk = key(k)
     hit = np.flatnonzero(np.isin(kk, key(calls)))
-    first = np.unique(kk[hit], return_index=True)[1]  # one per call: its first kernel's window
-    return at[hit[first]]
-
-
-def _ids(parts, n_tokens: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(work id per window, count per window of each kind of token: n x 5)."""
-    w1, w2 = _weights(n_tokens, 1), _weights(n_tokens, 2)
-    h = np.zeros((n, 2))
-    counts = np.zeros((n, 5), np.int64)
-    for at, tok, kind in parts:
-        h[:, 0] += np.bincount(at, weights=w1[tok], minlength=n)
-        h[:, 1] += np.bincount(at, weights=w2[tok], minlength=n)
-        counts += np.stack([np.bincount(at[kind == k], minlength=n) for k in range(5)], axis=1)
-    key = np.concatenate([h, counts.astype(np.float64)], axis=1)
-    _, ids = np.unique(key, axis=0, return_inverse=True)
-    return ids.reshape(-1).astype(np.int64), counts
+    first = hit[np.unique(kk[hit], return_index=True)[1]]  # one per call: its first kernel
+    return _at(start, end, k["start_ns"].to_numpy(np.int64)[first])
 
 
 def holds(ids: np.ndarray, start: int = 0) -> bool:
@@ -200,21 +205,22 @@ def cycle(ids: np.ndarray) -> int | None:
     return None
 
 
-def signatures(report: Report, start: np.ndarray, end: np.ndarray) -> Work:
+def signatures(report: Report, start: np.ndarray, end: np.ndarray,
+               syncs: pd.DataFrame | None = None) -> Work:
     """The work of every window [start, end] (in order, not overlapping). Kernels count by
     class (a GEMM for another GEMM is the same work: cuBLAS picks by shape, a decode step by
     KV length), so an optimizer step, an eval pass or an extra copy is other work and a
     kernel variant is not; ``tokens`` keep the names. Where even classes do not settle into
-    a few kinds (``holds``), the work is unknown (``level`` "none")."""
+    a few kinds (``holds``), the work is unknown (``level`` "none"). ``syncs``: the run's
+    synchronizing calls (api_name, end_ns) where the caller has them."""
     n = len(start)
     if not n:
         return Work(np.empty(0, np.int64), "none")
-    parts, names, cls = _tokens(report, np.asarray(start, np.int64), np.asarray(end, np.int64))
-    coarse = [(at, cls[tok], kind) for at, tok, kind in parts]
-    ids, counts = _ids(coarse, int(cls.max()) + 1 if len(cls) else 0, n)
+    sums = _sums(report, np.asarray(start, np.int64), np.asarray(end, np.int64), syncs)
+    ids = sums.ids()
     if holds(ids, min(n // 4, 16)):
-        return Work(ids, "classes", _table(ids, counts), _first_tokens(ids, parts, names))
-    return Work(ids, "none", _table(ids, counts), {})
+        return Work(ids, "classes", _table(ids, sums.counts), _first_tokens(ids, sums))
+    return Work(ids, "none", _table(ids, sums.counts), {})
 
 
 def _table(ids: np.ndarray, counts: np.ndarray) -> pd.DataFrame:
@@ -225,22 +231,24 @@ def _table(ids: np.ndarray, counts: np.ndarray) -> pd.DataFrame:
                          "syncs": c[:, 3], "graphs": c[:, 4]})
 
 
-def _first_tokens(ids: np.ndarray, parts, names: list[str]) -> dict:
+def _first_tokens(ids: np.ndarray, sums: _Sums) -> dict:
     """{work id: {token name: count}} of each work's first iteration (counted in NumPy: a
     first iteration may hold millions of operations)."""
     uniq, first = np.unique(ids, return_index=True)
     of_iter = np.full(len(ids), -1, np.int64)
     of_iter[first] = uniq
     out: dict[int, dict[str, int]] = {int(w): {} for w in uniq}
-    for at, tok, _ in parts:
+    for at, tok in sums.kept:
         w = of_iter[at]
         sel = w >= 0
         if not sel.any():
             continue
-        pairs, cnt = np.unique(np.stack([w[sel], tok[sel]]), axis=1, return_counts=True)
+        pairs, cnt = np.unique(np.stack([w[sel], tok[sel].astype(np.int64)]), axis=1,
+                               return_counts=True)
         for (wi, ti), c in zip(pairs.T, cnt):
             d = out[int(wi)]
-            d[names[int(ti)]] = d.get(names[int(ti)], 0) + int(c)
+            name = sums.names[int(ti)]
+            d[name] = d.get(name, 0) + int(c)
     return out
 
 
@@ -308,8 +316,3 @@ def summary(tokens: dict) -> str:
     one = {"copies": "copy", "graph launches": "graph launch"}
     said = [f"{v:,} {k if v != 1 else one.get(k, k[:-1])}" for k, v in kinds.items() if v]
     return ", ".join(said) or "no GPU work"
-
-
-def _short(name: str, width: int = 48) -> str:
-    s = str(name)
-    return s if len(s) <= width else s[:width - 3] + "..."

@@ -289,23 +289,30 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
 #: a kernel waits this long after its launch call returned before the wait counts (the
 #: launch latency of an idle GPU is a few microseconds)
 QUEUE_SLACK_NS = 20_000
+QUEUE_CHUNK = 1 << 20
 
 
 def _queued(lk: pd.DataFrame, n: int) -> np.ndarray:
     """Per iteration: GPU time with no traced kernel running while a launched kernel waited
     to start (its call had returned ``QUEUE_SLACK_NS`` before): the GPU busy with work
-    outside the trace (another process), or a stream waiting on an event."""
+    outside the trace (another process), or a stream waiting on an event. In start order,
+    ``QUEUE_CHUNK`` kernels at a time (8M launches: no 8M-row temporaries)."""
     if not len(lk) or not n:
         return np.zeros(n)
-    order = np.argsort(lk["start_ns"].to_numpy(), kind="stable")
-    s = lk["start_ns"].to_numpy()[order]
-    e = lk["end_ns"].to_numpy()[order]
-    ready = lk["api_end_ns"].to_numpy()[order] + QUEUE_SLACK_NS
-    before = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]])
-    wait = np.maximum(s - np.maximum(before, ready), 0).astype(np.float64)
-    it = lk["iter"].to_numpy()[order]
-    ok = (it >= 0) & (it < n)
-    return np.bincount(it[ok], weights=wait[ok], minlength=n)
+    s_all = lk["start_ns"].to_numpy()
+    order = None if np.all(s_all[1:] >= s_all[:-1]) else np.argsort(s_all, kind="stable")
+    cols = [lk[c].to_numpy() for c in ("start_ns", "end_ns", "api_end_ns", "iter")]
+    out = np.zeros(n)
+    reached = np.iinfo(np.int64).min  # the latest end of the kernels before the chunk
+    for a in range(0, len(s_all), QUEUE_CHUNK):
+        rows = slice(a, a + QUEUE_CHUNK) if order is None else order[a:a + QUEUE_CHUNK]
+        s, e, api_end, it = (c[rows] for c in cols)
+        before = np.maximum.accumulate(np.concatenate([[reached], e[:-1]]))
+        reached = max(reached, int(e.max()))
+        wait = s - np.maximum(before, api_end + QUEUE_SLACK_NS)
+        ok = (wait > 0) & (it >= 0) & (it < n)
+        out += np.bincount(it[ok], weights=wait[ok].astype(np.float64), minlength=n)
+    return out
 
 
 def _kinds(report: Report) -> list[dict]:
