@@ -531,6 +531,9 @@ def apart(x: np.ndarray, y: np.ndarray, alpha: float, alternative: str = "two-si
     return bool(mannwhitneyu(x, y, alternative=alternative).pvalue < alpha)
 
 
+#: a slower start whose every iteration is slower than every later one is warm-up when
+#: noise puts the slowest k first less than once in this many loops (or it is 2x slower)
+WARMUP_ORDER = 100
 #: a slower start is warm-up only when noise would make it this rarely (one-sided)
 WARMUP_ALPHA = 1e-3
 
@@ -538,7 +541,8 @@ WARMUP_ALPHA = 1e-3
 def _stands_out(head: np.ndarray, rest: np.ndarray) -> bool:
     """Whether a slower start ``head`` (log times) stands out against the rest's own noise:
     every one of its iterations is slower than every later one, by a margin noise rarely
-    gives (a chance below ``WARMUP_ALPHA`` that the slowest k come first, or 2x slower), or
+    gives (a chance below 1 in ``WARMUP_ORDER`` that the slowest k come first, or 2x
+    slower), or
     Mann-Whitney U says its iterations are slower than the rest's (one-sided, p below
     ``WARMUP_ALPHA``; 3 iterations at least). The first needs no SciPy: a real warm-up
     usually decides there."""
@@ -546,7 +550,7 @@ def _stands_out(head: np.ndarray, rest: np.ndarray) -> bool:
 
     if head.min() > rest.max():  # the slowest k came first: 1 in C(n, k) by chance
         n = len(head) + len(rest)
-        if comb(n, len(head)) >= 1 / WARMUP_ALPHA or \
+        if comb(n, len(head)) >= WARMUP_ORDER or \
                 np.median(head) - np.median(rest) >= np.log(2):
             return True
     return len(head) >= 3 and apart(head, rest, WARMUP_ALPHA, "greater")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from nsightlab.cli.options import output_options, report_options, say_warnings, wrote
+from nsightlab.cli.options import (import_beside, output_options, report_options,
+                                   say_warnings, wrote)
 
 FORMATS = ("table", "json", "csv", "parquet")
 
@@ -94,6 +95,7 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
 
     _parse_rules(fail_if)
     start_reading(a, **open_options)  # reader processes first, then the imports of pandas
+    import_beside("scipy.special")  # the intervals' t distribution, while the tables are read
     import nsightlab
     from nsightlab.renderers import emit
 
@@ -130,6 +132,7 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
       nsightlab compare base.sqlite new.sqlite --json > lineup.json
       nsightlab compare main.sqlite pr.sqlite --fail-if 'latency_p95 > +5%'
     """
+    import_beside("scipy.special")
     import nsightlab
     from nsightlab.renderers import emit
 

@@ -139,3 +139,13 @@ def wrote(files: list, where: str | None) -> None:
     """One stderr note for files a command wrote."""
     if files and where:
         click.echo(f"nsightlab: wrote {len(files)} file(s) to {where}", err=True)
+
+
+def import_beside(module: str) -> None:
+    """Import ``module`` on a thread while the reader processes read the tables (a command
+    that will need it then does not wait for it after the read)."""
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=(module,), daemon=True,
+                     name=f"import {module}").start()
