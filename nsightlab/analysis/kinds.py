@@ -170,12 +170,12 @@ def _pace_of_main(w: np.ndarray, main_rows: np.ndarray, k: int, work_kinds: list
     kinds: list[Kind] = []
     for rows in work_kinds:
         rows = rows[rows >= k]
-        if len(rows):
+        if len(rows) >= MIN_KIND:
             kinds.append(Kind("", rows, *_pattern(rows, k, n), basis="work"))
     for x in pace.kinds[1:]:
         rows = main_rows[x.rows]
         rows = rows[rows >= k]
-        if len(rows):
+        if len(rows) >= MIN_KIND:  # what warm-up left of it: a kind still, or the main's
             kinds.append(Kind("", rows, *_pattern(rows, k, n)))
     kinds.sort(key=lambda x: (x.basis != "work", x.rows[0]))
     for name, x in zip(NAMES, kinds):

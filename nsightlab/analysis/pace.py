@@ -5,11 +5,12 @@ interval cannot treat them as independent. nsightlab uses **batch medians**, the
 method of simulation output analysis: each run's iterations in K consecutive batches
 (4-12, each at least 3 autocorrelation times long, from the loop's own lag-1 autocorrelation
 of the log times), the spread of the batches' log medians gives the standard error of the
-run's log median, and a Welch t interval (``scipy.special.stdtrit``) bounds the log ratio. Measured on
-1,500 synthetic pairs (AR(1) noise, phi 0-0.8, Gaussian and t3 tails, 25-500 iterations;
-``benchmarks/pace_eval.py``) it held the true ratio 93% of the time at 95%; the moving-block
-bootstrap of the medians (``scipy.stats.bootstrap`` over blocks, percentile) held it 89%, 81%
-at phi 0.8: too few blocks for a percentile interval.
+run's log median, and a Welch t interval (``scipy.special.stdtrit``) bounds the log ratio.
+On 1,000 synthetic pairs with noise models fitted to real captures (``benchmarks/pace_eval.py``)
+it held the true ratio 94.4% of the time at 95%; on 1,500 pairs of AR(1) noise (phi 0-0.8,
+Gaussian and t3 tails, 25-500 iterations) 93%, where the moving-block bootstrap of the medians
+(``scipy.stats.bootstrap`` over blocks, percentile) held it 89%, 81% at phi 0.8: too few
+blocks for a percentile interval.
 
 A ratio of medians (B against A) whose interval holds 1 is "no measurable difference", as
 benchstat prints "~"; the Welch t test of the same log ratio is given beside it (its p-value).

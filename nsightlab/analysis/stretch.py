@@ -15,7 +15,7 @@ records:
 - each GPU operation starts when its launch call has run (plus the process's usual launch
   latency) or when the previous operation of its stream ends, whichever is later;
 - each kernel lasts its intrinsic length: the median of its clean runs (no other process's
-  kernel within a few µs of it) at the same place of the same kind of iteration; a kernel with
+  kernel within a few µs of it) at the same place of the same kind of work; a kernel with
   no clean run keeps its length less the other processes' kernel time inside its span
   (time-sliced; under MPS its own length).
 
@@ -178,14 +178,16 @@ def _operations(view: Report, windows: list) -> pd.DataFrame:
 def _intrinsic(ops: pd.DataFrame, it: pd.DataFrame, busy: _Busy,
                fallback: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each operation's length alone (see the module docstring): a kernel's clean median at
-    its place of its kind of iteration, else ``fallback``; and where it is the fallback."""
+    its place of its kind of work (the iterations' ``work``: the same kernels, whatever their
+    pace; else their kind), else ``fallback``; and where it is the fallback."""
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     length = (e - s).astype(float)
     clean = busy.within(s - CLEAN_NS, e + CLEAN_NS) == 0
     w = np.searchsorted(it["start_ns"].to_numpy(np.int64), s, side="right") - 1
     inside = (w >= 0) & ops["kernel"].to_numpy()
     place = pd.Series(s).groupby(np.where(inside, w, -1)).rank(method="first").to_numpy(np.int64)
-    kind = pd.factorize(it["kind"].astype(str))[0] if "kind" in it else np.zeros(len(it), int)
+    kind = pd.factorize(it["work"])[0] if "work" in it else \
+        pd.factorize(it["kind"].astype(str))[0] if "kind" in it else np.zeros(len(it), int)
     key = np.where(inside, kind[np.clip(w, 0, None)].astype(np.int64) * (1 << 32) + place, -1)
     ok = clean & inside
     med = pd.Series(length[ok]).groupby(key[ok]).median()

@@ -4,7 +4,8 @@ Recorded before and after every run of ``nsightlab capture`` into its manifest: 
 SM and memory clocks, power, temperature and the compute processes on it (other than the
 capture's own are work outside the trace), and the host's load. Read through NVML
 (``nvidia-ml-py``) where it is installed, else ``nvidia-smi``; where neither exists nothing is
-recorded and ``state`` says why (once per capture).
+recorded and ``state`` says why (once per capture). What a manifest's states say is read by
+``nsightlab.read.machine`` (diff and report read it there).
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import os
 import shutil
 import subprocess
 import time
+
+from nsightlab.read.machine import summary, words  # noqa: F401  (machine.words, .summary)
 
 #: nvidia-smi's query fields, in the order ``_from_smi`` reads them
 SMI_FIELDS = ("index", "name", "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu")
@@ -94,34 +97,3 @@ def _from_smi() -> list[dict]:
             uuid, pid = (x.strip() for x in line.split(","))
             gpus[index[uuid]]["processes"].append(int(pid))
     return gpus
-
-
-def words(before: dict | None, after: dict | None, own: set[int] | None = None) -> list[str]:
-    """What a person should know of the machine around one run, in words: other processes on
-    the GPUs, clocks well below the fastest seen, a busy host; [] when nothing stands out."""
-    out = []
-    for side, s in (("before", before), ("after", after)):
-        for g in (s or {}).get("gpus", []):
-            others = [p for p in g.get("processes", []) if p not in (own or set())]
-            if others and side == "before":
-                out.append(f"GPU {g['index']} ran {len(others)} other process"
-                           f"{'es' if len(others) > 1 else ''} before the run (pids "
-                           f"{', '.join(map(str, others[:4]))}): their work is not in the trace")
-    load = (before or {}).get("host_load")
-    cpus = os.cpu_count() or 1
-    if load and load[0] > 0.75 * cpus:
-        out.append(f"the host was loaded before the run (load {load[0]:.1f} on {cpus} CPUs): "
-                   "its pace moves the launches")
-    return out
-
-
-def summary(states: list[dict]) -> dict:
-    """The mean SM clock, power and temperature of the first GPU over ``states`` (the
-    before and after of every run), and the most other processes seen; {} without data."""
-    gpus = [s["gpus"][0] for s in states if s and s.get("gpus")]
-    if not gpus:
-        return {}
-    mean = lambda k: float(sum(g[k] for g in gpus if g.get(k) is not None)  # noqa: E731
-                           / max(sum(g.get(k) is not None for g in gpus), 1))
-    return {"sm_mhz": mean("sm_mhz"), "mem_mhz": mean("mem_mhz"), "power_w": mean("power_w"),
-            "temp_c": mean("temp_c"), "samples": len(gpus)}

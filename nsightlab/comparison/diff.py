@@ -120,23 +120,19 @@ class Diff(Result):
 def runs_of(x) -> list:
     """The runs of one side: a list or tuple as given, 'A1,A2,A3' split, a capture made with
     ``--repeat`` as its runs (``runs/N/report.sqlite`` after the first), else ``[x]``."""
-    import json
-
     if isinstance(x, (list, tuple)):
         return list(x)
     if isinstance(x, str) and "," in x and not Path(x).exists():
         return [y for y in x.split(",") if y]
     if not isinstance(x, Report):
         from nsightlab.read.locate import default_store
+        from nsightlab.read.machine import runs_in
 
         for folder in (Path(x), default_store() / str(x)):
-            man = folder / "manifest.json"
-            if folder.is_dir() and man.is_file():
-                try:
-                    runs = json.loads(man.read_text()).get("runs") or []
-                except (OSError, ValueError):
-                    runs = []
-                more = [folder / r["sqlite"] for r in runs[1:] if (folder / r["sqlite"]).is_file()]
+            runs = runs_in(folder) if folder.is_dir() else None
+            if runs is not None:
+                more = [folder / str(r.get("sqlite")) for r in runs[1:]
+                        if (folder / str(r.get("sqlite"))).is_file()]
                 return [x, *more]
     return [x]
 
@@ -699,7 +695,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         "a_queued_ns": pa.pace.get("queued_ns", float("nan")),
         "b_queued_ns": pb.pace.get("queued_ns", float("nan")),
         "run_to_run": "in the interval" if runs else "unknown: one run per side",
-        "a_machine": pa.machine, "b_machine": pb.machine,
+        "a_machine": pa.machine or None, "b_machine": pb.machine or None,
     }
 
 
@@ -768,6 +764,8 @@ def _outside_work(pa: RunProfile, pb: RunProfile, delta: float, base: float) -> 
     """Words for a run whose kernels waited to start with the GPU idle in the trace, more than
     the other's (``RunProfile.pace`` queued_ns): the GPU was busy with work the trace does not
     hold (another process); "" otherwise."""
+    if pa.pace.get("others_traced") or pb.pace.get("others_traced"):
+        return ""  # their kernels waited for other processes' in the trace: not outside it
     qa, qb = pa.pace.get("queued_ns", 0.0), pb.pace.get("queued_ns", 0.0)
     d = qb - qa
     if abs(d) < QUEUED_PCT / 100 * base or abs(d) < QUEUED_SHARE * abs(delta):

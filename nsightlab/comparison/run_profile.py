@@ -32,6 +32,7 @@ from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
 from nsightlab.read.frames import pick_rows, release_memory
 from nsightlab.read import trace
+from nsightlab.read.machine import of_report
 from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
@@ -214,36 +215,8 @@ def _compute(report: Report, label: str) -> RunProfile:
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
         main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
         runtimes=runtime.identify(report).to_dict("records"),
-        settings=_ort_settings(report.source), machine=_machine(report.source),
+        settings=_ort_settings(report.source), machine=of_report(report.source),
         **_work_and_pace(report, queued))
-
-
-def _machine(source) -> dict:
-    """The machine's state around the run from its capture's manifest (``nsightlab capture``
-    records it): the first GPU's mean clocks, power and temperature, and what stands out in
-    words; {} for a report outside a capture, or one recorded without NVML/nvidia-smi."""
-    import json
-    from pathlib import Path
-
-    from nsightlab.capture import machine
-
-    p = Path(source)
-    for folder in (p, p.parent, p.parent.parent.parent):  # capture, report.sqlite, runs/N/
-        man = folder / "manifest.json"
-        if man.is_file():
-            try:
-                runs = json.loads(man.read_text()).get("runs") or []
-            except (OSError, ValueError):
-                return {}
-            rel = str(p.relative_to(folder)) if p != folder else "report.sqlite"
-            run = next((r for r in runs if r.get("sqlite") == rel), runs[0] if runs else None)
-            if not run:
-                return {}
-            states = [run.get("machine_before"), run.get("machine_after")]
-            out = machine.summary([x for x in states if x])
-            words = machine.words(*states)
-            return {**out, "words": words} if out or words else {}
-    return {}
 
 
 #: iteration times kept per run for intervals (the first ones of the loop)
@@ -272,8 +245,12 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
     # the profile's iterations are the budget's steady ones (``_steady_iterations``)
     q = queued[(steady["kind"] == kinds.MAIN).to_numpy()] \
         if len(queued) == len(steady) and (steady["kind"] == kinds.MAIN).any() else queued
+    from nsightlab.read.split import of_one_process
+
     pace = {"kernel_ns": med("kernels_ns"), "host_ns": med("idle_host_ns") + med("idle_launch_ns"),
-            "sync_ns": med("idle_sync_ns"), "queued_ns": float(np.median(q)) if len(q) else 0.0}
+            "sync_ns": med("idle_sync_ns"), "queued_ns": float(np.median(q)) if len(q) else 0.0,
+            # one process of several: its kernels waited for the others', which the trace holds
+            "others_traced": of_one_process(report)}
     work = {}
     wt = out.get("work")
     if wt is not None and len(wt) and "work" in main and str(wt["level"].iloc[0]) != "none":

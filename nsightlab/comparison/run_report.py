@@ -781,7 +781,7 @@ def _outside_wait(p: RunProfile | None, b) -> str:
     no traced GPU work running (``RunProfile.pace`` queued_ns): the GPU was busy with work
     the trace does not hold (another process), so its idle is neither launch overhead nor
     something a CUDA graph removes; "" otherwise."""
-    if p is None or not p.pace or not p.iteration_ns:
+    if p is None or not p.pace or not p.iteration_ns or p.pace.get("others_traced"):
         return ""
     q = p.pace.get("queued_ns", 0.0)
     launch = float(b.get("idle_launch_ns", 0.0)) + float(b.get("idle_unattributed_ns", 0.0))

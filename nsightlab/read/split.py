@@ -20,6 +20,8 @@ table's, not a process's.
 """
 from __future__ import annotations
 
+import re
+
 import os
 import sqlite3
 import tempfile
@@ -112,3 +114,10 @@ def _write(report: Report, pid: int, out: Path, empty: set[str] = frozenset()) -
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def of_one_process(report: Report) -> bool:
+    """Whether ``report`` is one process's report cut out of a report of several
+    (``of_process``'s exports, pid-N.sqlite / pid-N-cut.sqlite): the other processes' GPU
+    work is then in the trace, only not in this report."""
+    return re.fullmatch(r"pid-\d+(-cut)?\.sqlite", Path(report.path).name) is not None
