@@ -506,7 +506,7 @@ def _add_parts(row: dict, use: pd.DataFrame, wall: float) -> None:
 
 
 def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
-                params: dict | None = None, work: pd.DataFrame | None = None) -> pd.DataFrame:
+                params: dict | None = None, works: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per GPU and kind of iteration (the main kind first, then the others, the
     outliers and the warm-up; ``nsightlab.analysis.kinds``): which iterations (``pattern``,
     ``which``), how many, their median / min / max / mean wall time, their total time and its
@@ -542,7 +542,7 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                    "share_pct": 100.0 * float(w.sum()) / loop_ns if loop_ns else float("nan"),
                    "period": next((x.period for x in loop.kinds if x.name == name), None),
                    "basis": basis.get(name, "pace"),
-                   "work": _work_words(work, ids, label, name) if ids is not None else ""}
+                   "work": _work_words(works, ids, label, name) if ids is not None else ""}
             _add_parts(row, mine, row["mean_ns"])
             for c in BYTES:
                 row[c] = float(mine[c].mean()) if c in mine else 0.0
@@ -568,29 +568,22 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
     return pd.DataFrame(out, columns=cols)
 
 
-def _work_words(work: pd.DataFrame | None, ids: np.ndarray, label: np.ndarray,
+def _work_words(works: pd.DataFrame | None, ids: np.ndarray, label: np.ndarray,
                 name: str) -> str:
     """What the usual work of kind ``name`` runs against the main kind's, in words
     (``work.difference``); "" for the main kind, the same work, or no work table."""
     import json
 
-    from nsightlab.analysis.work import difference
-
-    if work is None or not len(work) or name == kinds.MAIN:
+    if works is None or not len(works) or name == kinds.MAIN:
         return ""
-    def usual(rows: np.ndarray) -> int | None:
-        if not len(rows):
-            return None
-        v, c = np.unique(ids[rows], return_counts=True)
-        return int(v[c.argmax()])
-
-    mine, main = usual(np.flatnonzero(label == name)), usual(np.flatnonzero(label == kinds.MAIN))
+    mine = kinds.usual_work(ids, label == name)
+    main = kinds.usual_work(ids, label == kinds.MAIN)
     if mine is None or main is None or mine == main:
         return ""
-    tok = {int(r.work): json.loads(r.tokens) for r in work.itertuples()}
+    tok = {int(r.work): json.loads(r.tokens) for r in works.itertuples()}
     if mine not in tok or main not in tok:
         return ""
-    return difference(tok[main], tok[mine])
+    return work.difference(tok[main], tok[mine])
 
 
 def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:

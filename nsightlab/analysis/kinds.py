@@ -101,7 +101,7 @@ def classify(wall, cycle: int = 0, work=None) -> Loop:
       autotune, lazy initialisation: each one-off within ``WORK_WARMUP_GAP`` of the last),
       then, within the main kind of work, a slower start only where it is significant;
     - every other work that recurs is a kind of work, with its pattern (every Nth, a cycle,
-      a phase, scattered); work seen once or twice is one kind, "other work";
+      a phase, scattered); work seen once or twice is judged by its pace with the main kind;
     - the pace of the main kind of work is sorted out by time (``_by_time``: kinds of pace,
       a trend, outliers), and only there.
 
@@ -144,13 +144,13 @@ def _work_warm_up(ids: np.ndarray) -> int:
     """The warm-up by work: leading iterations whose work never comes back, each within
     ``WORK_WARMUP_GAP`` of the last (a one-off later in the loop is not warm-up), in the
     first half of the run."""
-    n = len(ids)
-    last = {int(v): i for i, v in enumerate(ids)}
+    _, inverse, count = np.unique(ids, return_inverse=True, return_counts=True)
+    once = count[inverse.reshape(-1)] == 1
     k = 0
-    for i in range(min(n // 2, WARMUP_SEARCH)):
+    for i in range(min(len(ids) // 2, WARMUP_SEARCH)):
         if i > k + WORK_WARMUP_GAP - 1:
             break
-        if last[int(ids[i])] == i and np.count_nonzero(ids == ids[i]) == 1:
+        if once[i]:
             k = i + 1
     return k
 
@@ -186,10 +186,7 @@ def _pace_of_main(w: np.ndarray, main_rows: np.ndarray, k: int, work_kinds: list
     kinds = [x for x in kinds if x.name]
     out = [Kind(MAIN, np.flatnonzero(label == MAIN), MAIN, "")] + kinds
     out[0].words = _main_words(out[0].rows, k, n, len(out) > 1)
-    trend = None
-    if pace.trend is not None:
-        trend = pace.trend
-    return Loop(label, k, out, trend, unit)
+    return Loop(label, k, out, pace.trend, unit)
 
 
 def _by_time(wall, cycle: int = 0) -> Loop:
@@ -280,20 +277,15 @@ def describe(wall, label, work=None) -> Loop:
     k = int((label == WARM_UP).sum())
     names = [MAIN] + sorted({x for x in label if x not in (MAIN, WARM_UP, OUTLIER)})
     ids = None if work is None or len(work) != n else np.asarray(work, np.int64)
-
-    def usual(rows: np.ndarray) -> int:
-        v, c = np.unique(ids[rows], return_counts=True)
-        return int(v[c.argmax()])
-
-    main_id = usual(np.flatnonzero(label == MAIN)) if ids is not None and \
-        (label == MAIN).any() else None
+    main_id = usual_work(ids, label == MAIN) if ids is not None else None
     out = []
     for name in names:
         rows = np.flatnonzero(label == name)
         if name == MAIN:
             out.append(Kind(MAIN, rows, MAIN, _main_words(rows, k, n, len(names) > 1)))
         elif len(rows):
-            basis = "work" if main_id is not None and usual(rows) != main_id else "pace"
+            basis = "work" if main_id is not None and usual_work(ids, rows) != main_id \
+                else "pace"
             out.append(Kind(name, rows, *_pattern(rows, k, n), basis=basis))
     fit = _trend_line(w[k:]) if n >= 4 else None
     trend = _trend_words(w[k:], label[k:]) if fit is not None else None
@@ -302,6 +294,16 @@ def describe(wall, label, work=None) -> Loop:
         from nsightlab.analysis.work import cycle as work_cycle
         unit = work_cycle(ids[k:])
     return Loop(label, k, out, trend, unit)
+
+
+def usual_work(ids: np.ndarray, rows) -> int | None:
+    """The most common work id of iterations ``rows`` (positions or a mask); None for
+    none."""
+    got = ids[rows]
+    if not len(got):
+        return None
+    v, c = np.unique(got, return_counts=True)
+    return int(v[c.argmax()])
 
 
 def _l1(x: np.ndarray) -> float:
@@ -429,8 +431,7 @@ def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
     b = int(np.ceil(n / CP_POINTS))
     nb = n // b
     y = np.median(x[:nb * b].reshape(nb, b), axis=1)
-    d = np.diff(y)
-    s = max(1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2), 1e-4)
+    s = max(_step_sigma(y), 1e-4)
     ends = pelt(y, CP_BETA * s * s * np.log(nb))
     edges = [0] + [e * b for e in ends[:-1]] + [n]
     base = float(np.median(x))
@@ -451,12 +452,17 @@ def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
 CUSUM_GATE = 1.0
 
 
+def _step_sigma(x: np.ndarray) -> float:
+    """The noise of a series from its neighbour differences (robust sigma / sqrt 2): a change
+    of level moves one difference, not the spread."""
+    return _sigma(np.diff(x)) / np.sqrt(2)
+
+
 def _drifts(x: np.ndarray) -> bool:
     """Whether log times ``x`` may change level at all: the largest excursion of their
     cumulative sum around the median, against the noise of neighbour differences (robust
     to a change of level); a stationary loop skips the change-point search and its import."""
-    d = np.diff(x)
-    s = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2)
+    s = _step_sigma(x)
     if s <= 0:
         return bool(np.ptp(x) > 0)
     c = np.cumsum(x - np.median(x))

@@ -570,8 +570,9 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     gpu = pace.ratio(pa.main_kernel_walls, pb.main_kernel_walls)
     if not np.isfinite(gpu["low"]):  # too few iterations for an interval: 2% is a change
         gpu["significant"] = abs(pb.kernel_ns - pa.kernel_ns) >= 0.02 * max(pa.kernel_ns, 1.0)
-    if not same and pa.work and pb.work:
-        text = "the work changed: " + work.difference(pa.work, pb.work)
+    change = work.difference(pa.work, pb.work) if not same and pa.work and pb.work else ""
+    if change:
+        text = "the work changed: " + change
         if touched["kernels"]:
             ta, tb = touched["a_ns"], touched["b_ns"]
             text += (f"; the kernels it touched take {_ms(ta)} -> {_ms(tb)} per iteration"
@@ -688,8 +689,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         "runtime_change": _runtime_change(pa, pb),
         "runtime_causes": runtime_causes(pa, pb),
         "interval": interval, "kernel_interval": gpu, "same_work": same,
-        "work_change": "" if same or not (pa.work and pb.work) else
-        work.difference(pa.work, pb.work),
+        "work_change": change,
         "touched_a_ns": touched["a_ns"], "touched_b_ns": touched["b_ns"],
         "identical_kernel_ratio": gpu_pace,
         "a_queued_ns": pa.pace.get("queued_ns", float("nan")),
@@ -727,7 +727,7 @@ CLOCK_PCT = 5.0
 
 
 def _machine_words(pa: RunProfile, pb: RunProfile) -> list[str]:
-    """The machines' state where the captures recorded it (``capture.machine``): SM clocks
+    """The machines' state where the captures recorded it (``read.machine``): SM clocks
     apart, other processes on the GPU, a loaded host."""
     ma, mb = pa.machine or {}, pb.machine or {}
     out = []

@@ -33,6 +33,7 @@ from nsightlab.errors import NsightlabError
 from nsightlab.read.frames import pick_rows, release_memory
 from nsightlab.read import trace
 from nsightlab.read.machine import of_report
+from nsightlab.read.split import of_one_process
 from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
@@ -92,7 +93,7 @@ class RunProfile:
     #                                           (``analysis.work`` tokens with counts; empty
     #                                           where the work is unknown)
     machine: dict = field(default_factory=dict)  # the capture's machine state, where
-    #                                              recorded (``capture.machine.summary``, words)
+    #                                              recorded (``read.machine.of_report``)
     pace: dict = field(default_factory=dict)  # medians over the main kind's iterations:
     #                                           kernel_ns (GPU busy), host_ns (host work and
     #                                           launch idle), sync_ns, queued_ns (GPU idle with
@@ -245,8 +246,6 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
     # the profile's iterations are the budget's steady ones (``_steady_iterations``)
     q = queued[(steady["kind"] == kinds.MAIN).to_numpy()] \
         if len(queued) == len(steady) and (steady["kind"] == kinds.MAIN).any() else queued
-    from nsightlab.read.split import of_one_process
-
     pace = {"kernel_ns": med("kernels_ns"), "host_ns": med("idle_host_ns") + med("idle_launch_ns"),
             "sync_ns": med("idle_sync_ns"), "queued_ns": float(np.median(q)) if len(q) else 0.0,
             # one process of several: its kernels waited for the others', which the trace holds
@@ -266,6 +265,7 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
 #: a kernel waits this long after its launch call returned before the wait counts (the
 #: launch latency of an idle GPU is a few microseconds)
 QUEUE_SLACK_NS = 20_000
+#: kernels taken at a time for it (bounded scratch at 8M launches)
 QUEUE_CHUNK = 1 << 20
 
 
