@@ -306,13 +306,16 @@ def test_capture_flags_are_the_options_fields():
 
 def _start_capture(store, name, pidfile):
     """A real `nsightlab capture NAME --no-nsys -- python ...` whose workload writes its pid
-    and sleeps, started as a separate process."""
+    and sleeps, started as a separate process the way a shell starts a background job (and
+    README's test command under a loaded CI): with SIGINT ignored."""
     code = (f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); "
             "time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-m", "nsightlab.cli", "capture", name, "--store",
                              str(store), "--no-nsys", "--quiet", "--", sys.executable, "-c", code],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(300):
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 120  # a start on a loaded 2-core machine; polled, not slept
+    while time.monotonic() < deadline and proc.poll() is None:
         if pidfile.exists() and pidfile.read_text():
             return proc, int(pidfile.read_text())
         time.sleep(0.05)
@@ -370,6 +373,26 @@ def test_repeat_makes_each_run_its_own_report_with_the_machine_around_it(tmp_pat
     from nsightlab.comparison.diff import runs_of
     assert [Path(str(x)).name for x in runs_of(str(store / "r"))] == ["r", "report.sqlite",
                                                                        "report.sqlite"]
+
+
+@pytest.mark.skipif(not HAS_NSYS, reason="nsys is not installed")
+def test_several_configurations_interleave_their_runs(tmp_path):
+    """Real nsys: NAME,NAME with {name} in the command makes one capture per name, their runs
+    interleaved (the workloads write the order they ran in: a b a b); a name's command is
+    its own."""
+    store, order = tmp_path / "store", tmp_path / "order"
+    code = f"open({str(order)!r}, 'a').write('{{name}} ')"
+    res = invoke("capture", "a,b", "--store", str(store), "--repeat", "2", "--trace", "osrt",
+                 "--quiet", "--", sys.executable, "-c", code)
+    assert res.exit_code == 0, res.output
+    assert order.read_text().split() == ["a", "b", "a", "b"]
+    for name in "ab":
+        m = json.loads((store / name / "manifest.json").read_text())
+        assert [r["run"] for r in m["runs"]] == [1, 2] and m["command"][-1].endswith(f"'{name} ')")
+    dry = invoke("capture", "x,y", "--dry-run", "--trtexec", "m_{name}.onnx", "--precision",
+                 "{name}")
+    assert dry.exit_code == 2 and "--precision x: give one of" in dry.output, dry.output
+    assert invoke("capture", "a,a", "--no-nsys", "--", "true").exit_code == 2
 
 
 def test_machine_state_from_a_stand_in_nvidia_smi(tmp_path, monkeypatch):

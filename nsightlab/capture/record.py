@@ -14,6 +14,7 @@ nothing behind; a workload that fails keeps its partial report and logs, marked
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import hashlib
 import json
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from nsightlab.errors import NsightlabError, UsageError
@@ -120,6 +121,9 @@ class Options:
         if self.repeat > 1 and not self.use_nsys:
             raise UsageError("--repeat runs the workload under nsys again: it needs nsys "
                              "(leave out --no-nsys)")
+        if self.precision not in PRECISION_FLAGS:
+            raise UsageError(f"--precision {self.precision}: give one of "
+                             f"{', '.join(PRECISION_FLAGS)}")
         if self.ncu_count is not None and self.ncu_count < 1:
             raise NsightlabError(f"--ncu-count {self.ncu_count}: give a positive number of kernels")
 
@@ -347,12 +351,16 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def _signals_interrupt():
-    """SIGTERM and SIGHUP raise ``Interrupted`` in the main thread while a capture runs."""
+    """While a capture runs, SIGINT raises KeyboardInterrupt and SIGTERM and SIGHUP raise
+    ``Interrupted`` in the main thread, whatever was inherited: a shell starts a background
+    job with SIGINT ignored, and an ignored signal would stay ignored in the workload too (a
+    handled one is reset to the default in every program started)."""
     def raise_(signum, frame):
         raise Interrupted(signal.Signals(signum).name)
 
     old = {}
     if threading.current_thread() is threading.main_thread():
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
         for sig in (signal.SIGTERM, signal.SIGHUP):
             old[sig] = signal.signal(sig, raise_)
     try:
@@ -402,90 +410,144 @@ def capture(opts: Options, echo=None, progress=None) -> Path:
     time (a second one is refused); SIGINT, SIGTERM and SIGHUP stop the steps' process groups
     and leave nothing in the store.
     """
-    opts.validate()
-    store = store_dir(opts)
-    final = store / opts.name
-    tools = resolve_tools(opts, dry_run=False)
-    store.mkdir(parents=True, exist_ok=True)
-    with _name_lock(store, opts.name), _signals_interrupt():
-        if final.exists() and not opts.force:
-            raise NsightlabError(f"{final}: a capture named {opts.name!r} exists; choose another "
-                                 "name or pass --force to replace it")
-        return _capture(opts, store, final, tools, echo, progress)
+    return capture_many([opts], echo, progress)[0]
 
 
-def _capture(opts: Options, store: Path, final: Path, tools: dict, echo, progress) -> Path:
-    """The capture itself, under the name lock (see ``capture``)."""
-    from nsightlab._version import __version__
+def configurations(opts: Options) -> list[Options]:
+    """The captures that ``opts`` asks for: one per name of ``NAME[,NAME...]``, ``{name}`` in
+    the command and in every text option replaced by that name (``fp16,bf16 -- python
+    bench.py {name}``). One name is ``opts`` itself."""
+    names = opts.name.split(",")
+    if len(names) == 1:
+        return [opts]
+    if len(set(names)) != len(names):
+        raise UsageError(f"{opts.name}: each name once")
+    out = []
+    for name in names:
+        each = copy.deepcopy(opts)
+        each.name = name
+        for f in fields(Options):
+            v = getattr(each, f.name)
+            if isinstance(v, str):
+                setattr(each, f.name, v.replace("{name}", name))
+            elif isinstance(v, list):
+                setattr(each, f.name, [x.replace("{name}", name) if isinstance(x, str) else x
+                                       for x in v])
+        out.append(each)
+    return out
 
-    say = progress or (lambda msg: None)
-    if opts.trtexec:
-        engine_path(opts).parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile_dir(store, opts.name))
-    manifest: dict = {
-        "name": opts.name, "nsightlab_version": __version__,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "preset": _preset(opts), "command": None, "steps": [], "status": "running",
-        "tools": {k: {"path": v, "version": tool_version(v) if k != "trtexec" else None}
-                  for k, v in tools.items() if v},
-        "messages": [], "problems": [],
-    }
-    try:
-        steps = plan(opts, work, tools)
+
+def capture_many(configs: list[Options], echo=None, progress=None) -> list[Path]:
+    """Capture several configurations to be compared, their runs interleaved (A1 B1 A2 B2
+    ..., with ``repeat``), so that a drift of the machine's pace falls on every side alike;
+    returns their folders. A workload that fails keeps its capture (``status: failed``) and
+    the others go on; the error after the last run names it. As ``capture`` otherwise."""
+    with _signals_interrupt(), contextlib.ExitStack() as locks:
+        for opts in configs:
+            opts.validate()
+        stores = [store_dir(o) for o in configs]
+        tools = [resolve_tools(o, dry_run=False) for o in configs]
+        for store in stores:
+            store.mkdir(parents=True, exist_ok=True)
+        for opts, store in zip(configs, stores):
+            locks.enter_context(_name_lock(store, opts.name))
+            if (store / opts.name).exists() and not opts.force:
+                raise NsightlabError(f"{store / opts.name}: a capture named {opts.name!r} exists; "
+                                     "choose another name or pass --force to replace it")
+        say = progress or (lambda msg: None)
+        each = [_Making(o, s, s / o.name, t) for o, s, t in zip(configs, stores, tools)]
+        several = len(each) > 1
+        try:
+            for m in each:
+                m.first(echo, (lambda msg, n=m.opts.name: say(f"{n}: {msg}")) if several else say)
+            for run in range(2, max(o.repeat for o in configs) + 1):
+                for m in each:
+                    if run <= m.opts.repeat and not m.manifest["exit_code"]:
+                        m.again(run, echo, (lambda msg, n=m.opts.name: say(f"{n}: {msg}"))
+                                if several else say)
+            paths = [m.end(say) for m in each]
+        except BaseException:  # Ctrl-C included: nothing half-written stays behind
+            for m in each:
+                m.drop()
+            raise
+    failed = [m for m in each if m.manifest["status"] != "ok"]
+    if failed:
+        raise NsightlabError("; ".join(
+            f"capture {m.opts.name!r} failed: {'; '.join(m.manifest['messages']) or 'see its logs'}"
+            f"; the partial capture is kept in {m.final} (status: failed)" for m in failed))
+    return paths
+
+
+class _Making:
+    """One capture being made, in its temporary folder: its first run (with the engine build,
+    ncu and the export), the runs again (``repeat``), then the artifacts and the rename."""
+
+    def __init__(self, opts: Options, store: Path, final: Path, tools: dict) -> None:
+        from nsightlab._version import __version__
+
+        self.opts, self.final, self.tools = opts, final, tools
+        if opts.trtexec:
+            engine_path(opts).parent.mkdir(parents=True, exist_ok=True)
+        self.work = Path(tempfile_dir(store, opts.name))
+        self.manifest: dict = {
+            "name": opts.name, "nsightlab_version": __version__,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "preset": _preset(opts), "command": None, "steps": [], "status": "running",
+            "tools": {k: {"path": v, "version": tool_version(v) if k != "trtexec" else None}
+                      for k, v in tools.items() if v},
+            "messages": [], "problems": [], "exit_code": 0,
+        }
+
+    def first(self, echo, say) -> None:
+        steps = plan(self.opts, self.work, self.tools)
+        manifest = self.manifest
         manifest["command"] = next((s.argv for s in steps if s.workload), None)
         manifest["runs"] = [{"run": 1, "sqlite": "report.sqlite",
                              "machine_before": machine.state()}]
-        manifest["exit_code"] = _run_steps([s for s in steps if s.kind != "export"], work,
+        manifest["exit_code"] = _run_steps([s for s in steps if s.kind != "export"], self.work,
                                            manifest, echo, say)
         manifest["runs"][0]["machine_after"] = machine.state()
+        if any(step.kind == "export" for step in steps):
+            _export(self.work, self.tools, manifest, say)
+
+    def again(self, run: int, echo, say) -> None:
+        """Run ``run`` with --repeat: the workload under nsys again (not the engine build, not
+        ncu), its report and SQLite export in runs/RUN/, the machine's state around it."""
+        opts, work, manifest = self.opts, self.work, self.manifest
+        into = work / "runs" / str(run)
+        into.mkdir(parents=True)
+        steps = [s for s in plan(opts, into, self.tools) if s.name in ("nsys", "export")]
         for step in steps:
-            if step.kind == "export":
-                _export(work, tools, manifest, say)
-        for run in range(2, opts.repeat + 1):
-            if manifest["exit_code"]:
-                break
-            _repeat(opts, work, tools, manifest, run, echo, say)
-        _collect(work, manifest, say)
-        _say_machine(manifest)
-    except BaseException:  # Ctrl-C included: nothing half-written stays behind
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    _finish(work, final, manifest)
-    if manifest["status"] != "ok":
-        why = "; ".join(manifest["messages"]) or "see its logs"
-        raise NsightlabError(f"capture {opts.name!r} failed: {why}; the partial capture is kept "
-                             f"in {final} (status: failed)")
-    return final
+            step.name = f"{step.name}-{run}"
+        say(f"run {run} of {opts.repeat}")
+        entry = {"run": run, "sqlite": f"runs/{run}/report.sqlite",
+                 "machine_before": machine.state()}
+        manifest["runs"].append(entry)
+        rc = _run_steps([s for s in steps if s.kind != "export"], work, manifest, echo, say)
+        entry["machine_after"] = machine.state()
+        if rc:
+            manifest["exit_code"] = rc
+            return
+        if (into / "report.nsys-rep").is_file():
+            say(f"export: runs/{run}/report.nsys-rep -> report.sqlite")
+            try:
+                nsys_cli.export_sqlite(into / "report.nsys-rep", into / "report.sqlite",
+                                       Path(self.tools["nsys"]))
+            except NsightlabError as e:
+                manifest["problems"].append(f"run {run}: {e}")
+        else:
+            manifest["problems"].append(f"run {run}: nsys wrote no report; see logs/nsys-{run}.log")
 
+    def end(self, say) -> Path:
+        _collect(self.work, self.manifest, say)
+        _say_machine(self.manifest)
+        _finish(self.work, self.final, self.manifest)
+        self.work = None
+        return self.final
 
-def _repeat(opts: Options, work: Path, tools: dict, manifest: dict, run: int, echo,
-            say) -> None:
-    """Run ``run`` of a capture with --repeat: the workload under nsys again (not the engine
-    build, not ncu), its report and SQLite export in runs/RUN/, the machine's state around
-    it in the manifest."""
-    into = work / "runs" / str(run)
-    into.mkdir(parents=True)
-    steps = [s for s in plan(opts, into, tools) if s.name in ("nsys", "export")]
-    for step in steps:
-        step.name = f"{step.name}-{run}"
-    say(f"run {run} of {opts.repeat}")
-    entry = {"run": run, "sqlite": f"runs/{run}/report.sqlite",
-             "machine_before": machine.state()}
-    manifest["runs"].append(entry)
-    rc = _run_steps([s for s in steps if s.kind != "export"], work, manifest, echo, say)
-    entry["machine_after"] = machine.state()
-    if rc:
-        manifest["exit_code"] = rc
-        return
-    if (into / "report.nsys-rep").is_file():
-        say(f"export: runs/{run}/report.nsys-rep -> report.sqlite")
-        try:
-            nsys_cli.export_sqlite(into / "report.nsys-rep", into / "report.sqlite",
-                                   Path(tools["nsys"]))
-        except NsightlabError as e:
-            manifest["problems"].append(f"run {run}: {e}")
-    else:
-        manifest["problems"].append(f"run {run}: nsys wrote no report; see logs/nsys-{run}.log")
+    def drop(self) -> None:
+        if self.work is not None:
+            shutil.rmtree(self.work, ignore_errors=True)
 
 
 def _say_machine(manifest: dict) -> None:

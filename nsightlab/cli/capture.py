@@ -40,8 +40,8 @@ PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly
 @click.option("--trtexec", type=click.Path(dir_okay=False), metavar="MODEL.onnx",
               help="Preset: build a TensorRT engine once, then profile inference only.")
 @click.option("--trtexec-path", help="trtexec executable [NSIGHTLAB_TRTEXEC, PATH].")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp16",
-              show_default=True, help="trtexec engine precision (Q/DQ models: strongly typed).")
+@click.option("--precision", default="fp16", show_default=True, metavar="|".join(PRECISIONS),
+              help="trtexec engine precision (Q/DQ models: strongly typed).")
 @click.option("--shapes", help="trtexec --shapes, e.g. input:1x3x224x224.")
 @click.option("--batch", type=int, help="trtexec --batch (implicit-batch engines).")
 @click.option("--cuda-graph", is_flag=True,
@@ -59,7 +59,8 @@ PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly
 @click.option("--warmup", type=int, default=5, show_default=True, help="ORT warm-up runs.")
 @click.option("--repeat", type=int, default=1, show_default=True, metavar="N",
               help="Run the workload N times under nsys, each run its own report (runs/N/): "
-                   "diff then puts the spread between runs into its interval.")
+                   "diff then puts the spread between runs into its interval. With several "
+                   "NAMEs the runs interleave: A1 B1 A2 B2 ...")
 @click.option("--io-binding", is_flag=True,
               help="ORT: bind inputs and outputs on the device once (io_binding) instead of "
                    "copying NumPy arrays in and out every run.")
@@ -67,6 +68,10 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
     """Run a workload under Nsight Systems (and/or Nsight Compute) and keep it as capture NAME:
     the reports, their SQLite export and Parquet tables, logs and a manifest, in ./captures/NAME
     (or --store). Every other command then opens it by NAME.
+
+    Several configurations to compare: NAME,NAME,... with {name} in the command or in any
+    option; one capture per name, their runs interleaved (A1 B1 A2 B2 ... with --repeat) so
+    that the machine's drift falls on every side alike.
 
     \b
     Examples:
@@ -79,6 +84,8 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
       nsightlab capture blk3 --no-nsys --ncu --ncu-nvtx block3/ -- python vit_workload.py fp16
       nsightlab capture fp16 --dry-run --trtexec vit.onnx
       nsightlab capture a --repeat 3 -- python bench.py fp16    # 3 runs: run-to-run spread
+      nsightlab capture fp16,bf16 --repeat 3 -- python bench.py {name}   # then: diff fp16 bf16
+      nsightlab capture fp16,fp8 --trtexec vit_{name}.onnx --precision {name} --repeat 3
 
     Around every run the GPU's clocks, power, temperature and other processes, and the host's
     load, go into the manifest (NVML, else nvidia-smi): diff and report say what stands out.
@@ -86,16 +93,17 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
     from nsightlab.capture import record as cap
     from nsightlab.cli.options import progress
 
-    opts = cap.Options(**options)  # the click names are Options' field names
+    configs = cap.configurations(cap.Options(**options))  # click names are Options' fields
     if dry_run:
-        opts.validate(check_files=False)
-        tools = cap.resolve_tools(opts, dry_run=True)
-        for step in cap.plan(opts, cap.store_dir(opts) / opts.name, tools):
-            click.echo(str(step))
+        for opts in configs:
+            opts.validate(check_files=False)
+            tools = cap.resolve_tools(opts, dry_run=True)
+            for step in cap.plan(opts, cap.store_dir(opts) / opts.name, tools):
+                click.echo(f"{opts.name}: {step}" if len(configs) > 1 else str(step))
         return
     echo = None if quiet else (lambda line: click.echo(line, err=True))
-    path = cap.capture(opts, echo=echo, progress=progress)
-    click.echo(f"captured {opts.name} in {path}")
+    for opts, path in zip(configs, cap.capture_many(configs, echo=echo, progress=progress)):
+        click.echo(f"captured {opts.name} in {path}")
 
 
 @click.command()
