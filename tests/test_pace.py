@@ -269,6 +269,28 @@ def test_several_runs_per_side_put_the_spread_between_runs_in_the_interval(run, 
         one["interval"]["high"] - one["interval"]["low"]
 
 
+def test_compare_takes_several_reports_per_run(run, cache_dir):
+    """compare through the CLI: 'a1,a2' as the baseline, one report of the same script
+    against it: the row says 2 reports, its speed-up interval matches the diff's (the spread
+    between the baseline's reports in it) and holds 1 ('~': the same code)."""
+    from click.testing import CliRunner
+
+    from nsightlab.cli import cli
+
+    a = f"{run('aa_vits25_a')},{run('host_vits100_a')}"
+    lineup = nsightlab.compare([a, run("aa_vits25_b")])
+    s = lineup.summary
+    assert list(s["reports"]) == [2, 1]
+    iv = nsightlab.diff([run("aa_vits25_a"), run("host_vits100_a")], run("aa_vits25_b")) \
+        .headline["interval"]
+    assert s["speedup_low"].iloc[1] == pytest.approx(1 / iv["high"])
+    assert s["speedup_high"].iloc[1] == pytest.approx(1 / iv["low"])
+    out = CliRunner().invoke(cli, ["compare", a, str(run("aa_vits25_b"))])
+    assert out.exit_code == 0, out.output
+    assert "95% CI" in out.output and "reports" in out.output
+    assert (" ~" in out.output) == (s["speedup_low"].iloc[1] <= 1 <= s["speedup_high"].iloc[1])
+
+
 def test_apart_agrees_with_scipys_mann_whitney_u():
     """``kinds.apart`` decides samples that do not overlap by the exact chance of their order
     (no scipy.stats import): the same decision as scipy's exact test, and scipy's beside."""

@@ -19,7 +19,7 @@ import pandas as pd
 from nsightlab.analysis import budget, completeness, kinds, runtime
 from nsightlab.core.labels import run_labels
 from nsightlab.analysis.budget import iteration_ranges
-from nsightlab.comparison.diff import Diff, compare as diff_profiles, process_of
+from nsightlab.comparison.diff import Diff, compare as diff_profiles, process_of, runs_of
 from nsightlab.comparison.run_profile import (RunProfile, batch_of, iteration_walls,
                                                latency_stats, profile)
 from nsightlab.core.result import Result, json_records, json_value
@@ -34,9 +34,11 @@ LATENCY = ("mean", "p50", "p95", "p99", "min", "max")
 class Lineup(Result):
     """Runs side by side. Tables:
 
-    - ``summary``: one row per run: run, iterations, iteration_source, latency_{mean,p50,p95,
-      p99,min,max}_ns, iterations_per_s, batch, items_per_s, speedup (baseline mean latency /
-      this run's), kernel_ns, busy_pct, conversion_ns (precision-conversion kernels this run
+    - ``summary``: one row per run: run, reports (how many runs of it: a capture made with
+      --repeat, or 'a1,a2'), iterations, iteration_source, latency_{mean,p50,p95,p99,min,max}_ns,
+      iterations_per_s, batch, items_per_s, speedup (baseline mean latency / this run's),
+      speedup_low / speedup_high (the 95% interval of the speed-up of the medians, the spread
+      between reports included; ``analysis.pace``), kernel_ns, busy_pct, conversion_ns (precision-conversion kernels this run
       adds over the baseline), copies_ns, tensor_kernel_time_pct, tensor_active_pct, verdict,
       and for ONNX Runtime runs (captures made with --ort) execution_providers (node time
       share per EP), ort_fallback_pct, ort_memcpy_pct; a run without GPU kernels (CPU EP) is
@@ -88,10 +90,15 @@ class Lineup(Result):
 def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
             labels: list[str] | None = None, **open_options) -> Lineup:
     """Line up ``runs`` (Reports, or anything ``nsightlab.open`` takes) against the first.
-    ``batch``: items per iteration for throughput, when the capture manifest does not say."""
+    A run may be several reports of the same code (a list, 'a1,a2', or a capture made with
+    ``--repeat``): its tables are the first report's, and its speed-up's interval holds the
+    spread between them. ``batch``: items per iteration for throughput, when the capture
+    manifest does not say."""
     if len(runs) < 2:
         raise ValueError("compare needs at least two runs (the first is the baseline)")
     open_options = {"prefetch": ("kernels", "cuda_api"), **open_options}
+    sides = [runs_of(r) for r in runs]
+    runs = [side[0] for side in sides]
     reports = [as_report(r, **open_options) for r in runs]
     labels = labels or run_labels([str(r) if not isinstance(r, Report) else str(r.source)
                                    for r in runs])
@@ -104,10 +111,13 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
         like = got if i == 0 else like
         notes += said
     profiles = [_profile(r, lab) for r, lab in zip(reports, labels)]
+    more = [[profile(process_of(as_report(x, **open_options), str(x), None, lab, like)[0])
+             for x in side[1:]] if p.kernels else [] for side, p, lab in
+            zip(sides, profiles, labels)]
     diffs = []
-    for r, p in zip(reports[1:], profiles[1:]):
+    for r, p, extra in zip(reports[1:], profiles[1:], more[1:]):
         if profiles[0].kernels and p.kernels:
-            diffs.append(diff_profiles(profiles[0], p))  # labels short, paths in the JSON
+            diffs.append(diff_profiles(profiles[0], p, more[0], extra))  # labels short
             diffs[-1].headline.update(a_path=str(reports[0].source), b_path=str(r.source))
     batches = [batch or batch_of(r) for r in reports]
     base = profiles[0].latency.get("mean_ns") or profiles[0].iteration_ns
@@ -115,12 +125,16 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     for i, (p, r, b) in enumerate(zip(profiles, reports, batches)):
         lat = p.latency or {"mean_ns": p.iteration_ns}
         mean = lat.get("mean_ns") or p.iteration_ns
-        row = {"run": p.label, "runtime": p.runtime, "iterations": p.iterations,
+        interval = _interval(diffs, p) if i else {"low": 1.0, "high": 1.0}
+        row = {"run": p.label, "reports": len(sides[i]), "runtime": p.runtime,
+               "iterations": p.iterations,
                "iteration_source": p.iteration_source,
                **{f"latency_{k}_ns": lat.get(f"{k}_ns", float("nan")) for k in LATENCY},
                "iterations_per_s": 1e9 / mean if mean else float("nan"), "batch": b,
                "items_per_s": b * 1e9 / mean if b and mean else float("nan"),
                "speedup": base / mean if mean else float("nan"),
+               "speedup_low": 1 / interval["high"] if interval["high"] else float("nan"),
+               "speedup_high": 1 / interval["low"] if interval["low"] else float("nan"),
                "kernel_ns": p.kernel_ns, "busy_pct": p.busy_pct,
                "conversion_ns": _conversion(diffs, p) if i else 0.0,
                "copies_ns": sum(p.budget.get(f"{c}_ns", 0.0) for c in budget.COPY_PARTS),
@@ -207,6 +221,13 @@ def _profile(report: Report, label: str) -> RunProfile:
 def _cpu_walls(report: Report) -> np.ndarray:
     r = iteration_ranges(report)
     return (r["end_ns"] - r["start_ns"]).to_numpy(float) if len(r) else np.array([], float)
+
+
+def _interval(diffs: list[Diff], p: RunProfile) -> dict:
+    """The 95% interval of this run's iteration time over the baseline's (its diff's)."""
+    d = next((d for d in diffs if d.b is p or d.b.label == p.label), None)
+    nan = float("nan")
+    return d.headline["interval"] if d is not None else {"low": nan, "high": nan}
 
 
 def _conversion(diffs: list[Diff], p: RunProfile) -> float:

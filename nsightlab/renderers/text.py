@@ -11,8 +11,10 @@ import io
 import re
 from functools import singledispatch
 
+import numpy as np
 import pandas as pd
 
+from nsightlab.analysis import pace
 from nsightlab.analysis.budget import parts_table
 from nsightlab.comparison.diff import Diff, slot_labels
 from nsightlab.comparison.lineup import Lineup
@@ -235,6 +237,18 @@ def _one(v: float) -> str:
     return "" if pd.isna(v) else f"{v:.1f}"
 
 
+def _speedup_ci(s: pd.DataFrame) -> list[str]:
+    """Each run's speed-up interval; '~' where it holds 1 (no measurable difference, as
+    benchstat prints it); the baseline and runs too short for an interval blank."""
+    out = []
+    for i, (lo, hi) in enumerate(zip(s["speedup_low"], s["speedup_high"])):
+        if i == 0 or not (np.isfinite(lo) and np.isfinite(hi)):
+            out.append("")
+        else:
+            out.append(f"{pace.span(lo, hi)}" + (" ~" if lo <= 1 <= hi else ""))
+    return out
+
+
 @render.register
 def _(l: Lineup, limit: int | None = 12) -> str:
     s = l.summary
@@ -246,8 +260,10 @@ def _(l: Lineup, limit: int | None = 12) -> str:
         "min_ms": s["latency_min_ns"] / 1e6, "max_ms": s["latency_max_ns"] / 1e6,
         "iter/s": s["iterations_per_s"].map(_one), **({"items/s": s["items_per_s"]}
                                            if s["items_per_s"].notna().any() else {}),
-        "speedup": s["speedup"].round(3), "kernel_ms": s["kernel_ns"] / 1e6,
-        "busy_%": s["busy_pct"].map(_one),
+        "speedup": s["speedup"].round(3), **({"95% CI": _speedup_ci(s)} if "speedup_low" in s
+                                             else {}),
+        **({"reports": s["reports"]} if "reports" in s and (s["reports"] > 1).any() else {}),
+        "kernel_ms": s["kernel_ns"] / 1e6, "busy_%": s["busy_pct"].map(_one),
         "conversion_ms": s["conversion_ns"] / 1e6, "copies_ms": s["copies_ns"] / 1e6,
         "tensor_%": s["tensor_active_pct"].fillna(s["tensor_kernel_time_pct"]).map(_one),
         "verdict": s["verdict"]})
