@@ -84,7 +84,7 @@ def check(name: str, truth: dict, b, kinds_t) -> list[str]:
 
 def main(dirs: list[str]) -> int:
     from nsightlab.analysis import kinds as K
-    from nsightlab.comparison import run_report
+    from nsightlab.run import report as run_report
     import nsightlab.recipe_runner as R
     import nsightlab
 

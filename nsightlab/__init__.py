@@ -16,18 +16,19 @@ import importlib
 from nsightlab._version import __version__
 from nsightlab.errors import NsightlabError
 
-#: public name -> module that defines it
+#: public name -> module that defines it (and the name there, where it differs)
 _LAZY = {"open": "read.opener", "Report": "read.report", "TABLES": "read.tables",
          "diff": "comparison.diff", "compare": "comparison.lineup", "open_ncu": "formats.ncu",
-         "processes": "analysis.processes"}
+         "processes": "analysis.processes", "report": "run.report:build"}
 __all__ = ["NsightlabError", "Report", "TABLES", "compare", "diff", "open", "open_ncu",
-           "processes", "__version__"]
+           "processes", "report", "__version__"]
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        value = getattr(module, name)
+        where, _, attr = _LAZY[name].partition(":")
+        module = importlib.import_module(f".{where}", __name__)
+        value = getattr(module, attr or name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'nsightlab' has no attribute {name!r}")

@@ -1,9 +1,9 @@
 """The layer order of the package, lowest first: the one place it is declared.
 
 Data flows up: a path is located and exported (``read``), its tables are read into Arrow and
-pandas through the Parquet cache (``read``), analysed (``analysis``, the recipes), compared
-(``comparison``) and shown (``renderers``); ``capture`` makes new reports and the command line
-drives it all. A module may import from its own layer and the layers below, never from a
+pandas through the Parquet cache (``read``), analysed (``analysis``, the recipes), made into
+one run's model and report (``run``), compared (``comparison``) and shown (``renderers``);
+``capture`` makes new reports and the command line drives it all. A module may import from its own layer and the layers below, never from a
 layer above, and no two modules import each other, directly or round a loop
 (``tests/test_layers.py`` checks both on every import, those inside functions included).
 Only the package root's lazy ``__getattr__`` reaches up, to hand out ``nsightlab.open`` and
@@ -11,8 +11,8 @@ the other entry points.
 
 Where new code goes: a new input format in ``formats``; a new table or reader in ``read``; a
 new analysis, verdict rule or iteration finder in ``analysis``; a new recipe in ``recipes/``
-(it imports only ``nsightlab.recipe_api``); a new comparison in ``comparison``; a new output
-in ``renderers``.
+(it imports only ``nsightlab.recipe_api``); a new fact of one run, or a line of its report, in
+``run``; a new comparison in ``comparison``; a new output in ``renderers``.
 """
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("recipe runner", ("nsightlab.recipe_runner",)),
     ("recipe API", ("nsightlab.recipe_api",)),
     ("built-in recipes", ("nsightlab._recipes",)),
-    ("comparison: run profile, diff, compare, gate, layers, ORT placement",
-     ("nsightlab.comparison",)),
+    ("run: one run's model (processes, iterations, work, pace, budget) and its report",
+     ("nsightlab.run",)),
+    ("comparison: diff, compare, gate, layers, ORT placement", ("nsightlab.comparison",)),
     ("presentation: renderers and charts", ("nsightlab.renderers",)),
     ("capture: record runs, export artifacts", ("nsightlab.capture",)),
     ("entry points: open, diff, compare, Report, TABLES, open_ncu", ("nsightlab",)),

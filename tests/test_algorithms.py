@@ -11,7 +11,7 @@ import pytest
 
 from nsightlab.comparison.diff import _match_slots
 from nsightlab.analysis.launches import first_of_call, match
-from nsightlab.comparison.run_profile import _containing, _occurrence
+from nsightlab.run.model import _containing, _occurrence
 from nsightlab.analysis.stats import Groups, describe
 
 

@@ -193,7 +193,7 @@ def test_unclosed_ranges_and_no_iteration_ranges_synthetic_from_real(sqlite_of, 
 def test_tensorrt_inferences_are_iterations_and_its_layers_are_layers(sqlite_of, cache_dir):
     """pub-realcugan-trt10 (TensorRT 10): one ExecutionContext::enqueue range per inference,
     with a range per engine layer inside it."""
-    from nsightlab.comparison.run_profile import profile
+    from nsightlab.run.model import profile
 
     p = profile(nsightlab.open(sqlite_of("pub-realcugan-trt10")))
     assert p.iterations == 137 and "ExecutionContext::enqueue" in p.iteration_source
@@ -295,7 +295,7 @@ def test_launches_outside_iterations_left_out_but_counted(stem, sqlite_of, cache
     """The run profile leaves launches outside every iteration range out of its launch table
     before building it (memory) and still reports their kernel time: the same as the whole
     launch table filtered afterwards."""
-    from nsightlab.comparison import run_profile as profile
+    from nsightlab.run import model as profile
     from nsightlab.analysis.launches import launches
 
     report = nsightlab.open(sqlite_of(stem))

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 import nsightlab
 from nsightlab.analysis import runtime
 from nsightlab.cli import cli
-from nsightlab.comparison import ort_placement, ort_timeline, remedies, run_report
+from nsightlab.comparison import ort_placement, ort_timeline
+from nsightlab.run import remedies, report as run_report
 from nsightlab.comparison.diff import diff
 from nsightlab.formats import ort_profile
 

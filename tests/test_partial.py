@@ -18,7 +18,7 @@ import nsightlab.recipe_runner as R
 from conftest import xz_fixtures
 from nsightlab.analysis import completeness
 from nsightlab.cli import cli
-from nsightlab.comparison import run_report
+from nsightlab.run import report as run_report
 
 PARTIAL = Path(__file__).parent / "data" / "partial"
 

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import nsightlab
 from nsightlab.analysis import processes
 from nsightlab.cli import cli
-from nsightlab.comparison import run_report
+from nsightlab.run import report as run_report
 from nsightlab.renderers.text import render
 
 DATA = Path(__file__).parent / "data" / "procs"
@@ -327,7 +327,7 @@ def test_a_process_reads_its_big_tables_cut_from_the_whole_reports_cache(tmp_pat
 
 def test_reports_built_apart_are_those_built_here(tmp_path, monkeypatch):
     """Past ``APART_KERNELS`` the processes' reports are built in interpreters of their own
-    (``python -m nsightlab.comparison.apart``), reopening each process's export and cut
+    (``python -m nsightlab.run.apart``), reopening each process's export and cut
     cache: the same report as built on threads here."""
     said, real = [], run_report._start_apart
     for apart in (False, True):
@@ -375,7 +375,7 @@ def test_a_process_whose_interpreter_cannot_build_its_report_is_built_here(tmp_p
     real = subprocess.Popen
 
     def dead(args, **kw):
-        if "nsightlab.comparison.apart" in args:
+        if "nsightlab.run.apart" in args:
             args = [args[0], "-c", "raise SystemExit(1)"]
         return real(args, **kw)
 

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import nsightlab
+import nsightlab.recipe_runner as R
 from nsightlab.read.tables import TABLES
 
 
@@ -75,6 +77,43 @@ def test_gpu_metrics_long_form(sqlite_of, cache_dir):
     tensor = g[g["metric"] == "Tensor Active [Throughput %]"]["value"]
     assert tensor.between(0, 100).all() and tensor.max() > 50
     assert set(g["gpu"]) == {0}
+
+
+def test_sm_clock_from_gpu_metrics_in_report_and_diff(sqlite_of, cache_dir):
+    """The SM (GPC) clock inside the iterations, from the samples in SQL: report says it fell
+    below what the run reached (H200 under GEMMs: ~1,720 MHz against 1,980), diff says
+    two runs' clocks apart, the trace's over the capture's record."""
+    import dataclasses
+    import sqlite3
+
+    from nsightlab.comparison import diff as D
+    from nsightlab.run.model import profile
+
+    path = sqlite_of("h200-vit-fp16-gpumetrics")
+    r = nsightlab.open(path)
+    p = profile(r, "a")
+    it = R.run("budget", r)["iterations"]
+    con = sqlite3.connect(path)
+    rows = con.execute(
+        "SELECT g.timestamp, g.value FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS m ON "
+        "g.typeId = m.typeId AND g.metricId = m.metricId WHERE m.metricName LIKE "
+        "'GPC Clock Frequency%' ORDER BY g.timestamp").fetchall()
+    t, v = np.array(rows, float).T
+    v = v / 1e6  # the export stores Hz under the name's [MHz]
+    centre = t + np.median(np.diff(t)) // 2
+    inside = np.zeros(len(t), bool)
+    for lo, hi in zip(it["start_ns"], it["end_ns"]):
+        inside |= (centre >= lo) & (centre <= hi)
+    assert p.machine["trace_sm_mhz"] == pytest.approx(v[inside].mean(), rel=1e-3)
+    assert p.machine["trace_sm_mhz_max"] == pytest.approx(v.max(), abs=1)  # MHz, read as integers
+    text = nsightlab.report(r).findings
+    said = [f for f in text if f.startswith("the SM clock averaged")]
+    assert len(said) == 1 and f"{p.machine['trace_sm_mhz']:,.0f} MHz inside" in said[0]
+    slow = dataclasses.replace(p, machine={"trace_sm_mhz": v.mean(), "trace_sm_mhz_max": v.max()})
+    words = D._machine_words(p, slow)
+    assert words == [f"B's SM clock averaged {v.mean():,.0f} MHz inside its iterations (GPU "
+                     f"metrics), A's {p.machine['trace_sm_mhz']:,.0f} MHz"]
+    assert D._machine_words(p, p) == []
 
 
 def test_graph_replayed_kernels_carry_graph_node_ids(sqlite_of, cache_dir):

@@ -144,7 +144,7 @@ def test_text_columns_come_out_as_plain_text(sqlite_of, cache_dir):
 
 
 def test_run_profile_is_kept_in_the_result_store(sqlite_of, cache_dir):
-    from nsightlab.comparison.run_profile import profile
+    from nsightlab.run.model import profile
 
     r = nsightlab.open(sqlite_of("h200-vit-fp16"))
     first = profile(r, "x")
@@ -159,7 +159,7 @@ def test_run_profile_is_kept_in_the_result_store(sqlite_of, cache_dir):
 def test_every_result_object_saves_the_same_way(sqlite_of, cache_dir, tmp_path):
     """A recipe run, a diff and a run report: tables(), to_json() and an atomic save(dir)
     with one manifest shape."""
-    from nsightlab.comparison import run_report as summary
+    from nsightlab.run import report as summary
 
     path = sqlite_of("h200-vit-fp16-syncy")
     results_ = {"recipe": R.run("sync_gaps", path), "diff": nsightlab.diff(path, path),
@@ -190,7 +190,7 @@ def test_results_show_themselves_in_a_notebook(sqlite_of, cache_dir):
     import pydoc
 
     import nsightlab
-    from nsightlab.comparison import run_report
+    from nsightlab.run import report as run_report
 
     path = sqlite_of("h200-vit-fp16")
     d = nsightlab.diff(path, path)
@@ -212,7 +212,7 @@ def test_report_error_beside_the_profile_does_not_wait_for_it(sqlite_of, cache_d
     import threading
 
     from nsightlab import recipe_runner
-    from nsightlab.comparison import run_report
+    from nsightlab.run import report as run_report
 
     path = sqlite_of("h200-vit-fp16")
     started, release, finished = threading.Event(), threading.Event(), threading.Event()

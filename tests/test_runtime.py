@@ -114,7 +114,7 @@ def test_compare_has_a_runtime_column(tmp_path, cache_dir):
 def test_launch_bound_pytorch_gets_pytorch_remedies(sqlite_of, cache_dir):
     """The real launch-bound PyTorch loop (h200-launchbound): CUDA graphs in PyTorch's terms,
     not trtexec's."""
-    from nsightlab.comparison import run_report
+    from nsightlab.run import report as run_report
 
     rr = run_report.build(sqlite_of("h200-launchbound"))
     todo = next(f for f in rr.findings if f.startswith("what to do"))
@@ -126,7 +126,7 @@ def test_remedies_in_each_runtimes_terms_on_made_up_advice():
     """Made-up advice strings (no TensorRT or CUDA-EP launch-bound trace here): each generic
     remedy is said in the runtime's terms, unknown runtimes get the CUDA calls."""
     from nsightlab.analysis import budget
-    from nsightlab.comparison import remedies
+    from nsightlab.run import remedies
 
     advice = (f"capture the loop as a CUDA graph {budget.GRAPH_HOW}; pin it {budget.PIN_HOW}; "
               f"remove it from the loop {budget.SYNC_HOW}")
@@ -142,7 +142,7 @@ def test_remedies_in_each_runtimes_terms_on_made_up_advice():
 def test_trtexec_checks_stay_quiet_on_a_compute_bound_tensorrt_app(sqlite_of, cache_dir):
     """A public TensorRT 10 application: its enqueue ranges (median 1.3 ms) are far below the
     GPU compute (101 ms per inference), no copies: none of trtexec's warnings applies."""
-    from nsightlab.comparison import run_report
+    from nsightlab.run import report as run_report
 
     rr = run_report.build(sqlite_of("pub-realcugan-trt10"))
     text = "\n".join(rr.findings)
@@ -156,7 +156,7 @@ def test_trtexec_checks_on_fake_numbers():
     end-of-run warnings, each on its own rule, and none on a balanced inference."""
     import pandas as pd
 
-    from nsightlab.comparison import remedies
+    from nsightlab.run import remedies
 
     bound = pd.Series({"kernels_ns": 1e6, "h2d_pageable_ns": 1.5e6, "h2d_pinned_ns": 0.0,
                        "d2h_pageable_ns": 0.0, "d2h_pinned_ns": 2e5, "wall_cov_pct": 12.0})

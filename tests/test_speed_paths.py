@@ -342,7 +342,7 @@ def test_occurrence_of_each_launch_equals_counting_row_by_row():
     """The run profile's slot of a launch (``_occurrence``: earlier launches of its group in
     its iteration) by one stable sort, on 300 random cases (few groups, thousands of groups,
     group codes far apart, one iteration or many) equals a count row by row."""
-    from nsightlab.comparison import run_profile as rp
+    from nsightlab.run import model as rp
 
     rng = np.random.default_rng(9)
     for case in range(300):
@@ -386,7 +386,7 @@ def test_api_sums_per_iteration_by_slices_equal_bincounts(monkeypatch, chunk):
     every call was located by a search and counted by bincounts. Same sums for random
     ranges (touching, gapped, empty, calls on their edges), in chunks of any size; and
     ``_slices`` declines calls out of order and overlapping ranges."""
-    from nsightlab.comparison import run_profile as rp
+    from nsightlab.run import model as rp
 
     monkeypatch.setattr(rp, "API_CHUNK", chunk)
     rng = np.random.default_rng(7)
@@ -416,7 +416,7 @@ def test_launch_calls_per_iteration_by_slices_equal_bincounts():
     are summed slice by slice (``reduceat``), others by bincounts. Same numbers, same
     dtypes, for sorted and unsorted iterations, empty iterations, and graph launches (a
     call's time counted once: ``first_of_call``)."""
-    from nsightlab.comparison import run_profile as rp
+    from nsightlab.run import model as rp
 
     rng = np.random.default_rng(3)
     for trial in range(300):
@@ -448,7 +448,7 @@ def test_api_sums_part_by_part_equal_the_whole_columns(sqlite_of, tmp_path, monk
     and later)."""
     from conftest import SHUFFLE, edited_copy
     from nsightlab.analysis import budget
-    from nsightlab.comparison import run_profile
+    from nsightlab.run import model as run_profile
     from nsightlab.read import parallel, reader, workers
 
     path = edited_copy(sqlite_of(stem), tmp_path / f"{stem}.sqlite",

@@ -13,7 +13,7 @@ import nsightlab
 from nsightlab.comparison import trt_layers
 from nsightlab.cli import cli
 from nsightlab.comparison.diff import compare
-from nsightlab.comparison.run_profile import profile
+from nsightlab.run.model import profile
 
 TRT = Path(__file__).parent.parent.parent / "shared" / "fixtures" / "trtexec"
 needs_trex = pytest.mark.skipif(not (TRT / "pub-trex-resnet-a100-qat.profile.json").is_file(),

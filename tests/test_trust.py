@@ -167,7 +167,7 @@ def _answers(path: Path) -> dict[str, object]:
             continue
         for t, df in tables.items():
             out[f"{name}/{t}"] = _canonical(df)
-    from nsightlab.comparison import run_report
+    from nsightlab.run import report as run_report
 
     for t, df in run_report.build(path).tables().items():
         out[f"report/{t}"] = _canonical(df)

@@ -760,7 +760,7 @@ def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict
     return word, evidence, " ".join(_advice(row, share, copies, by_sync, graphs, params))
 
 
-#: how, in the advice's own words; ``comparison.remedies`` says each in a runtime's terms
+#: how, in the advice's own words; ``run.remedies`` says each in a runtime's terms
 GRAPH_HOW = "(torch.cuda.graphs, torch.compile mode='reduce-overhead', trtexec --useCudaGraph)"
 PIN_HOW = "(pin_memory=True / cudaHostAlloc)"
 ASYNC_HOW = "(pinned memory, non_blocking=True)"
@@ -768,7 +768,7 @@ SYNC_HOW = "(.item(), .cpu(), torch.cuda.synchronize())"
 
 
 #: the communication advice's pointer to every rank's trace, which a report of the whole job
-#: (``run_report``) replaces with its own straggler line
+#: (``run.report``) replaces with its own straggler line
 READ_EVERY_RANK = (", so read every rank together (nsightlab report of the whole job, or of each "
                    "rank's report at once) for the one the others wait for; then ")
 

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from nsightlab.cli import capture, compare, info, recipe, table
+from nsightlab.cli import capture, compare, info, recipe, report, table
 from nsightlab.errors import NsightlabError, UsageError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -69,7 +69,7 @@ def cli() -> None:
     answer_cache.new_command()  # each command says its warnings once (a process may run many)
 
 
-for _module in (capture, compare, info, recipe, table):
+for _module in (capture, compare, info, recipe, report, table):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

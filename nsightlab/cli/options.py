@@ -149,3 +149,23 @@ def import_beside(module: str) -> None:
 
     threading.Thread(target=importlib.import_module, args=(module,), daemon=True,
                      name=f"import {module}").start()
+
+
+def chart_options(f):
+    """--html FILE / --png DIR, for commands whose result has charts."""
+    f = click.option("--png", "png_dir", type=click.Path(file_okay=False),
+                     help="Save the charts as PNG here.")(f)
+    return click.option("--html", "html_file", type=click.Path(dir_okay=False),
+                        help="Write a self-contained HTML report with charts (opens offline).")(f)
+
+
+def charts_out(result, html_file: str | None, png_dir: str | None) -> None:
+    """--html FILE and --png DIR, for any result with charts."""
+    from nsightlab.renderers import emit
+
+    if html_file:
+        wrote(emit(result, "html", html_file), html_file)
+    if png_dir:
+        from nsightlab.renderers import charts
+
+        wrote(charts.save_pngs(charts.charts_for(result), png_dir), png_dir)

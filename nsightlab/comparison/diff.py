@@ -1,7 +1,7 @@
 """``nsightlab.diff(a, b)``: where two runs differ, per iteration, and why.
 
 Runs are lined up per iteration, kernel class, precision, layer and kernel slot (see
-``nsightlab.comparison.run_profile``). Kernels only in B are precision-conversion work when they convert:
+``nsightlab.run.model``). Kernels only in B are precision-conversion work when they convert:
 kernels named for FP8/FP4/INT8, Q/DQ and quantize kernels anywhere; casts, abs/amax reductions
 and scale multiplies/divides/clamps only in a layer whose math (GEMM, conv, attention) changed
 precision (names alone cannot tell a divide-by-scale from any other divide, the context can).
@@ -23,7 +23,7 @@ import pandas as pd
 from nsightlab.analysis import budget, kinds, pace, work
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison import trt_layers
-from nsightlab.comparison.run_profile import ITERATION_LAYER, OUTSIDE, RunProfile, profile
+from nsightlab.run.model import ITERATION_LAYER, OUTSIDE, RunProfile, profile
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.core.labels import run_labels
 from nsightlab.core.units import fmt_ms as _ms, kernel_label
@@ -731,9 +731,12 @@ def _machine_words(pa: RunProfile, pb: RunProfile) -> list[str]:
     apart, other processes on the GPU, a loaded host."""
     ma, mb = pa.machine or {}, pb.machine or {}
     out = []
-    a, b = ma.get("sm_mhz"), mb.get("sm_mhz")
+    a, b = ma.get("trace_sm_mhz"), mb.get("trace_sm_mhz")
+    where = "inside its iterations (GPU metrics)"
+    if not (a and b):  # else the capture's record around each run
+        a, b, where = ma.get("sm_mhz"), mb.get("sm_mhz"), "around its run"
     if a and b and abs(b / a - 1) * 100 >= CLOCK_PCT:
-        out.append(f"B's SM clock averaged {b:,.0f} MHz around its run, A's {a:,.0f} MHz")
+        out.append(f"B's SM clock averaged {b:,.0f} MHz {where}, A's {a:,.0f} MHz")
     for r, m in (("A", ma), ("B", mb)):
         out += [f"{r}: {w}" for w in m.get("words", [])]
     return out

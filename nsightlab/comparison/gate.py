@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nsightlab.comparison.run_profile import RunProfile, layer_key
+from nsightlab.run.model import RunProfile, layer_key
 from nsightlab.errors import UsageError
 
 EXIT_FAILED = 3

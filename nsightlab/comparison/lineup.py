@@ -20,7 +20,7 @@ from nsightlab.analysis import budget, completeness, kinds, runtime
 from nsightlab.core.labels import run_labels
 from nsightlab.analysis.budget import iteration_ranges
 from nsightlab.comparison.diff import Diff, compare as diff_profiles, process_of, runs_of
-from nsightlab.comparison.run_profile import (RunProfile, batch_of, iteration_walls,
+from nsightlab.run.model import (RunProfile, batch_of, iteration_walls,
                                                latency_stats, profile)
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.errors import NsightlabError

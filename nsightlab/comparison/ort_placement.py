@@ -27,7 +27,7 @@ import pandas as pd
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.errors import NotAReportError
 from nsightlab.comparison.ort_timeline import profile_events
-from nsightlab.comparison.remedies import ort_record
+from nsightlab.run.remedies import ort_record
 from nsightlab.formats import ort_profile
 
 GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider",

@@ -16,7 +16,7 @@ import pandas as pd
 from nsightlab.analysis.classify import CLASSES
 from nsightlab.comparison.diff import Diff
 from nsightlab.comparison.lineup import Lineup
-from nsightlab.comparison.run_report import RunReport
+from nsightlab.run.report import RunReport
 
 alt.data_transformers.disable_max_rows()
 WIDTH = 560

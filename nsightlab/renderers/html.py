@@ -13,7 +13,7 @@ import pandas as pd
 from nsightlab.analysis.budget import parts_table
 from nsightlab.comparison.diff import Diff, slot_labels
 from nsightlab.comparison.lineup import Lineup
-from nsightlab.comparison.run_report import RunReport
+from nsightlab.run.report import RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
 from nsightlab.core.units import kernel_label, ms_columns
 from nsightlab.recipe_runner import RunResult

@@ -19,8 +19,8 @@ from nsightlab.analysis.budget import parts_table
 from nsightlab.comparison.diff import Diff, slot_labels
 from nsightlab.comparison.lineup import Lineup
 from nsightlab.comparison.ort_placement import Placement
-from nsightlab.comparison.run_profile import OUTSIDE
-from nsightlab.comparison.run_report import ProcessesReport, RunReport
+from nsightlab.run.model import OUTSIDE
+from nsightlab.run.report import ProcessesReport, RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
 from nsightlab.core.units import kernel_label, ms_columns
 from nsightlab.read.metadata import ReportInfos

@@ -1,4 +1,4 @@
-"""One run, summarized per iteration: the common ground on which two runs are compared.
+"""One run's model, per iteration: the common ground on which runs are compared.
 
 FP16 and FP8/NVFP4 engines run *different* kernels, so runs are lined up where they agree:
 per iteration (NVTX ranges named ``iterN`` / ``iteration N`` / ``stepN``, in any domain, or
@@ -216,7 +216,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
         main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
         runtimes=runtime.identify(report).to_dict("records"),
-        settings=_ort_settings(report.source), machine=of_report(report.source),
+        settings=_ort_settings(report.source), machine=_machine(report, spans),
         **_work_and_pace(report, queued))
 
 
@@ -845,6 +845,18 @@ def _tensor_core(report: Report, lk: pd.DataFrame, spans: pd.DataFrame) -> dict:
     return out
 
 
+def _machine(report: Report, spans: pd.DataFrame) -> dict:
+    """The machine's state: the capture's record around the run (``read.machine``) and, with
+    GPU metrics, the SM clock inside the iterations (``trace_sm_mhz``) and the most it reached
+    in the run (``trace_sm_mhz_max``)."""
+    out = of_report(report.source)
+    if len(spans):
+        clock = gm.sm_clock(report, spans["s"].to_numpy(), spans["e"].to_numpy())
+        if clock:
+            out = {**out, "trace_sm_mhz": clock["sm_mhz"], "trace_sm_mhz_max": clock["sm_mhz_max"]}
+    return out
+
+
 def batch_of(report: Report) -> int | None:
     """Items per iteration from the capture manifest of ``report`` (its trtexec ``batch``, or
     the first dimension of its first ``shapes`` entry); None when it does not say."""
@@ -860,7 +872,7 @@ def batch_of(report: Report) -> int | None:
 def _ort_settings(source) -> dict:
     """What the ORT runner's record (an ``--ort`` capture's ``ort_run.json``) says of how the
     run was made: io_binding, cuda_graph, profiler_on; {} for any other run."""
-    from nsightlab.comparison.remedies import ort_record
+    from nsightlab.run.remedies import ort_record
     from nsightlab.read.metadata import capture_manifest
 
     rec = ort_record(source)

@@ -1,9 +1,9 @@
-"""One process's run report, built in an interpreter of its own (``run_report._start_apart``).
+"""One process's run report, built in an interpreter of its own (``run.report._start_apart``).
 
-Started as ``python -m nsightlab.comparison.apart OUT`` while the whole report's big tables
+Started as ``python -m nsightlab.run.apart OUT`` while the whole report's big tables
 are read, with its arguments pickled on stdin (the whole report's export, cache folder and
 source, the pid, the label): it imports what the report needs, then waits for a second
-message, the tables cut from the whole report's cache (``run_report._go``; stdin closed
+message, the tables cut from the whole report's cache (``run.report._go``; stdin closed
 instead: it ends). It then reopens that process's Report from the files the parent wrote
 (its export, its cache entries) and writes the pickled ``RunReport``, or the error, to OUT,
 which the parent reads once this interpreter has ended.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def build(path: str, cache_root: str, source: str, pid: int, label: str, cut: tuple):
-    from nsightlab.comparison.run_report import _one
+    from nsightlab.run.report import _one
     from nsightlab.read import split
     from nsightlab.read.report import Report
 
@@ -31,7 +31,7 @@ def main() -> None:
     out = Path(sys.argv[1])
     try:
         args = pickle.load(sys.stdin.buffer)
-        import nsightlab.comparison.run_report  # noqa: F401  (while the parent reads)
+        import nsightlab.run.report  # noqa: F401  (while the parent reads)
 
         cut = pickle.load(sys.stdin.buffer)
     except (EOFError, KeyboardInterrupt):  # not wanted (no GPU work), or the parent stopped

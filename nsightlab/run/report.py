@@ -16,12 +16,12 @@ import numpy as np
 import pandas as pd
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, kinds, processes, steady, stretch
+from nsightlab.analysis import budget, completeness, gpu_metrics as gm, kinds, processes, steady, stretch
 from nsightlab.analysis.budget import busy_pct, iteration_ranges
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.launches import want_pairs
-from nsightlab.comparison import remedies
-from nsightlab.comparison.run_profile import RunProfile, profile
+from nsightlab.run import remedies
+from nsightlab.run.model import RunProfile, profile
 from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.core.units import fmt_ms as _ms
@@ -271,7 +271,7 @@ APART_KERNELS = 1_000_000
 
 
 def _start_apart(whole: Report, pids: list[int], label: str) -> dict | None:
-    """Start an interpreter for each process's report (``comparison.apart``): each imports
+    """Start an interpreter for each process's report (``run.apart``): each imports
     what it needs while the big tables are read, then waits for ``_go``. The started
     children by pid: (process, its answer's file); None when the report holds fewer than
     ``APART_KERNELS`` kernels or has no cache (then the reports are built here, on
@@ -291,7 +291,7 @@ def _start_apart(whole: Report, pids: list[int], label: str) -> dict | None:
             # a name later runs remove if this process is killed (``remove_stale``)
             out = folder / f".run.{os.getpid()}.tmp"
             out.unlink(missing_ok=True)
-            child = subprocess.Popen([sys.executable, "-m", "nsightlab.comparison.apart",
+            child = subprocess.Popen([sys.executable, "-m", "nsightlab.run.apart",
                                       str(out)], stdin=subprocess.PIPE)
             started[pid] = (child, out)
             _tell(child, (str(whole.path), str(whole.cache.root), str(whole.source), pid,
@@ -860,6 +860,11 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
     if conv > 0.05 * it:
         out.append(f"quantize/cast kernels take {_ms(conv)} per iteration "
                    f"({100 * conv / it:.0f}%): precision conversion is not free")
+    clock, most = p.machine.get("trace_sm_mhz"), p.machine.get("trace_sm_mhz_max")
+    if clock and most and clock < (1 - gm.CLOCK_DROP_PCT / 100) * most:
+        out.append(f"the SM clock averaged {clock:,.0f} MHz inside the iterations, below the "
+                   f"{most:,.0f} MHz it reached in the run (GPU metrics): power, thermal or "
+                   "application clock limits slow the GPU's kernels")
     if p.tensor_core.get("source") == "gpu_metrics" and len(tc):
         out.append(f"Tensor Active {p.tensor_core['tensor_active_pct']:.0f}% on average inside the "
                    f"iterations ({tc.iloc[0]['tensor_active_avg_pct']:.0f}% over all GPU activity)")
