@@ -68,6 +68,9 @@ DTYPES = {"device_id": np.int32, "start_ns": np.int64, "end_ns": np.int64,
           "api_start_ns": np.float64, "part": np.int8}
 #: the iteration name when there are no iteration ranges
 WHOLE_RUN = "(whole run)"
+#: the verdict of a run in which nothing repeats (set-up and one pass, a run that ended before
+#: its loop, a trace with almost no GPU work): what its time went to, and no steady-state verdict
+NO_LOOP = "no loop"
 #: host time between two iteration ranges still counted in the first (Python loop overhead)
 TILE_GAP_NS = 200_000
 TILE_GAP_FRACTION = 0.05
@@ -81,7 +84,7 @@ def iteration_ranges(report: Report) -> pd.DataFrame:
     # a range instead of 29)
     nvtx = report.nvtx(["name", "kind"])
     rows = np.flatnonzero((nvtx["kind"] != "mark").to_numpy()
-                          & base_name_matches(nvtx["name"], ITERATION))
+                          & base_name_matches(nvtx["name"], iterations.iteration_pattern(report)))
     del nvtx
     iters = report.take("nvtx", ["name", "depth", "start_ns", "end_ns"], rows)
     if len(iters):
@@ -99,8 +102,10 @@ def ranges(report: Report) -> tuple[pd.DataFrame, str]:
     them, else iterations found in the trace (``iterations.find``); empty when neither."""
     iters = iteration_ranges(report)
     if len(iters):
-        return iters, (f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}"
-                       "...), wall-clock")
+        first = base_name(iters["name"].iloc[0])
+        how = "" if ITERATION.match(first) else (", numbered ranges that follow each other and "
+                                                 "launch the work")
+        return iters, f"{len(iters)} NVTX iteration ranges ({first}...{how}), wall-clock"
     found = iterations.find(report)
     return found.ranges, (found.source if len(found.ranges)
                           else f"no NVTX iteration ranges, and {found.source}")
@@ -480,9 +485,10 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                "main_med_ns": float(np.median(main)) if len(main) else st["p50_ns"]}
         _add_parts(row, use, wall)
         row["verdict"], row["evidence"], row["advice"] = verdict(row, by_sync, graphs, params)
-        if (g["name"] == WHOLE_RUN).all():
-            row["evidence"] += ("; the whole run, set-up included (no iterations found: name "
-                                "one NVTX range per iteration, iterN, for a steady-state verdict)")
+        if (g["name"] == WHOLE_RUN).all():  # nothing repeats: no steady state to judge
+            row["verdict"], row["advice"] = NO_LOOP, ""
+            row["evidence"] = ("the whole span of GPU activity, set-up included, "
+                               + row["evidence"].replace("per iteration ", "", 1))
         elif loop_words(st):
             row["evidence"] += "; " + loop_words(st)
         rows.append(row)
@@ -591,8 +597,10 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
     kernel although kernel launch calls were made inside them: the trace lacks their kernels
     (the kernel trace stopped, buffers were lost, the capture was cut). None otherwise. The
     launch calls are read only when some iteration has no kernel time."""
-    if not len(table) or (table["name"] == WHOLE_RUN).all():
+    if not len(table):
         return None
+    if (table["name"] == WHOLE_RUN).all():
+        return _untraced_run(report)
     first = table[table["device_id"] == table["device_id"].iloc[0]]
     empty = first["kernels_ns"].to_numpy() == 0
     if not empty.any() or not report.has_rows("cuda_api"):
@@ -620,6 +628,10 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
 LOOKUP = "cuGetProcAddress"
 #: iterations without any CUDA call or GPU work, of all, that say the launches went unrecorded
 UNTRACED_SHARE = 0.8
+#: in a run without iterations, the share of its CUDA calls that are entry-point look-ups
+#: which, with a tracer older than the driver, says launches went unrecorded (nsys 2023.4 on
+#: CUDA 13: 880 of 1,160)
+LOOKUP_SHARE = 0.5
 
 
 def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.Series,
@@ -639,7 +651,7 @@ def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.
     bare = idle & (calls == 0)
     if bare.sum() < max(2, UNTRACED_SHARE * len(first)):
         return None
-    older = _older_than_driver(report)
+    older = ending.older_than_driver(report)
     if older is None:  # a loop that ran on the CPU, or launches lost some other way: the
         return None    # versions do not say the tracer missed them
     lookups = int(names.astype(str).str.startswith(LOOKUP).sum())
@@ -656,29 +668,25 @@ def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.
                        "runtime; verdicts are withheld"}
 
 
-#: the first nsys release of each CUDA major's CUPTI (2023.1 shipped CUPTI 12, 2025.3
-#: CUPTI 13): an older nsys traces an application on a newer driver through an older CUPTI
-NSYS_FOR_CUDA = {12: (2023, 1), 13: (2025, 3)}
-
-
-def _older_than_driver(report: Report) -> str | None:
-    """Words saying the tracer is older than the driver's CUDA (the CUPTI nsys loaded, as
-    its diagnostics name it, else nsys's own release against ``NSYS_FOR_CUDA``); None when
-    the report does not show it."""
-    cuda = report.drivers.get("cuda")
-    if not cuda:
+def _untraced_run(report: Report) -> dict | None:
+    """``partial`` for a run without iterations whose tracer is older than the driver's CUDA
+    and whose CUDA calls are mostly driver entry-point look-ups: the calls made through them,
+    the launches among them, went unrecorded (the GPU work recorded is what came before)."""
+    older = ending.older_than_driver(report)
+    if older is None or not report.has_rows("cuda_api"):
         return None
-    major = int(cuda.split(".")[0])
-    said = next((t for t in ending.diagnostics(report) or [] if "libcupti.so." in t), None)
-    m = re.search(r"libcupti\.so\.(\d+)", said or "")
-    if m:
-        return (f"nsys loaded CUPTI {m.group(1)} for a driver of CUDA {cuda}"
-                if int(m.group(1)) < major else None)
-    v = re.match(r"(\d{4})\.(\d+)", report.nsys_version or "")
-    need = NSYS_FOR_CUDA.get(major)
-    if not v or not need or (int(v.group(1)), int(v.group(2))) >= need:
+    names = report.cuda_api(["name"])["name"].astype(str)
+    lookups = int(names.str.startswith(LOOKUP).sum())
+    if lookups < LOOKUP_SHARE * len(names):
         return None
-    return f"recorded by nsys {report.nsys_version} on a driver for CUDA {cuda}"
+    ops = sum(report.row_count(t) for t in ("kernels", "memcpy", "memset", "graph_execs"))
+    return {"check": "launches_untraced", "severity": "partial",
+            "message": f"launches not recorded: {lookups:,} of the {len(names):,} CUDA calls "
+                       f"recorded are {LOOKUP} look-ups, against {ops:,} GPU operations, and "
+                       f"no iterations were found; {older}: an nsys older than the "
+                       "application's CUDA misses launches made through driver entry points; "
+                       "profile with an nsys at least as new as the CUDA runtime; verdicts are "
+                       "withheld"}
 
 
 def trace_findings(report: Report, out: dict, checked: list[dict]) -> list[dict]:

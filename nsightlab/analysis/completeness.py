@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from nsightlab.analysis import ending, engine
-from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches
+from nsightlab.analysis.iterations import base_name, base_name_matches, iteration_pattern
 from nsightlab.read import tables
 from nsightlab.read.metadata import traced
 from nsightlab.read.parallel import readers
@@ -131,7 +131,8 @@ def _check(report: Report) -> list[dict]:
                 + (f"; nsys: \"{ending.stopped_early(report)}\"" if lost else "")
                 + "; verdicts on GPU time are withheld"))
     open_ranges = _open_ranges(report)
-    open_iterations = [r for r in open_ranges if ITERATION.match(base_name(r))]
+    named = iteration_pattern(report)
+    open_iterations = [r for r in open_ranges if named.match(base_name(r))]
     if open_iterations and kernels:
         out.append(_f("iteration_open", "partial",
                       f"iteration range {open_iterations[-1]} never closed around its work: "
@@ -162,11 +163,12 @@ def _check(report: Report) -> list[dict]:
 
 
 def _iteration_ranges(report: Report) -> int:
-    """NVTX ranges named as iterations (``ITERATION``)."""
+    """NVTX ranges named as iterations (``iterations.iteration_pattern``)."""
     if not report.has_rows("nvtx"):
         return 0
     n = report.nvtx(["name", "kind"])
-    return int(((n["kind"] != "mark").to_numpy() & base_name_matches(n["name"], ITERATION)).sum())
+    return int(((n["kind"] != "mark").to_numpy()
+                & base_name_matches(n["name"], iteration_pattern(report))).sum())
 
 
 def quality(report: Report, names, every_table: bool = True) -> list[dict]:

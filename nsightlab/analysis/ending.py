@@ -238,3 +238,28 @@ def _short(text: str) -> str:
 
 def _f(check: str, severity: str, message: str) -> dict:
     return {"check": check, "severity": severity, "message": message}
+
+
+#: the first nsys release of each CUDA major's CUPTI (2023.1 shipped CUPTI 12, 2025.3
+#: CUPTI 13): an older nsys traces an application on a newer driver through an older CUPTI
+NSYS_FOR_CUDA = {12: (2023, 1), 13: (2025, 3)}
+
+
+def older_than_driver(report: Report) -> str | None:
+    """Words saying the tracer is older than the driver's CUDA (the CUPTI nsys loaded, as
+    its diagnostics name it, else nsys's own release against ``NSYS_FOR_CUDA``); None when
+    the report does not show it."""
+    cuda = report.drivers.get("cuda")
+    if not cuda:
+        return None
+    major = int(cuda.split(".")[0])
+    said = next((t for t in diagnostics(report) or [] if "libcupti.so." in t), None)
+    m = re.search(r"libcupti\.so\.(\d+)", said or "")
+    if m:
+        return (f"nsys loaded CUPTI {m.group(1)} for a driver of CUDA {cuda}"
+                if int(m.group(1)) < major else None)
+    v = re.match(r"(\d{4})\.(\d+)", report.nsys_version or "")
+    need = NSYS_FOR_CUDA.get(major)
+    if not v or not need or (int(v.group(1)), int(v.group(2))) >= need:
+        return None
+    return f"recorded by nsys {report.nsys_version} on a driver for CUDA {cuda}"

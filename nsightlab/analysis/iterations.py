@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from nsightlab.analysis import ending
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.launches import pairs
 from nsightlab.read.report import Report
@@ -47,6 +48,19 @@ ITERATION = re.compile(r"(?i)^((iter|iteration|step|batch)[ _-]?\d+|ExecutionCon
 
 
 _DOMAIN = re.compile(r"^[^:]*:(?!:)")
+#: a range name with a running number: its base and the number (replay3, req_12, sample-7)
+NUMBERED = re.compile(r"^(?P<base>[A-Za-z][A-Za-z_. \-]{0,40}?)[ _.\-]?(?P<n>\d{1,7})$")
+#: numbered ranges that are parts of a pass (layers, stages) or around many passes, never
+#: its iterations
+NOT_ITERATIONS = re.compile(
+    r"(?i)^(block|blk|layer|layers|h|stage|head|encoder|decoder|enc|dec|conv|attn|attention|"
+    r"mlp|ffn|module|bottleneck|res|resblock|transformer|down|up|level|op|node|kernel|part|"
+    r"chunk|shard|rank|gpu|device|stream|thread|worker|epoch|layer_?norm|ln|norm|expert)$")
+#: the fewest numbered ranges that can be a loop's iterations
+MIN_NUMBERED = 3
+#: share of numbered ranges that must each hold a launch call to be the run's iterations
+#: (where fewer launches than ranges were recorded, an old tracer's, it cannot be checked)
+NUMBERED_HOLD = 0.8
 
 
 def base_name(name: str) -> str:
@@ -66,6 +80,81 @@ def base_name_matches(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
         return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
     return np.array([bool(pattern.match(base_name(n))) for n in names], bool)
 
+_PATTERN: "weakref.WeakKeyDictionary[Report, re.Pattern]" = weakref.WeakKeyDictionary()
+
+
+def iteration_pattern(report: Report) -> re.Pattern:
+    """The names of this run's iteration ranges: ``ITERATION`` (iterN, stepN, batchN,
+    TensorRT's enqueue) where the run has such ranges; else ranges of one name with a running
+    number (replayN, reqN, sampleN, ...) that are not layers (``NOT_ITERATIONS``), at least
+    ``MIN_NUMBERED``, one after another, that launch work (``NUMBERED_HOLD`` of them hold a
+    launch call, or the tracer is older than the driver's CUDA: launches may be unrecorded),
+    the outermost such name; else ``ITERATION``. Decided once per report."""
+    if report not in _PATTERN:
+        _PATTERN[report] = _pattern(report)
+    return _PATTERN[report]
+
+
+def _pattern(report: Report) -> re.Pattern:
+    if not report.has_rows("nvtx"):
+        return ITERATION
+    n = report.nvtx(["name", "kind"])
+    ranges = (n["kind"] != "mark").to_numpy()
+    if (ranges & base_name_matches(n["name"], ITERATION)).any():
+        return ITERATION
+    names = n["name"].astype("category")
+    bases: dict[str, str] = {}
+    for c in names.cat.categories:
+        m = NUMBERED.match(base_name(str(c)))
+        if m and not NOT_ITERATIONS.match(m["base"].strip(" _.-")):
+            bases[str(c)] = m["base"].strip(" _.-").lower()
+    if not bases:
+        return ITERATION
+    base_of = names.map(bases).astype(object).to_numpy()
+    rows = np.flatnonzero(ranges & pd.notna(base_of))
+    got = report.take("nvtx", ["depth", "start_ns", "end_ns"], rows).assign(base=base_of[rows])
+    api = old = None
+    best = None
+    for base, g in got.groupby("base", sort=True):
+        g = g[g["depth"] == g["depth"].min()].sort_values("start_ns")
+        lo, hi = g["start_ns"].to_numpy(np.int64), g["end_ns"].fillna(np.iinfo(np.int64).max) \
+            .to_numpy(np.int64)
+        if len(g) < MIN_NUMBERED or (hi[:-1] > lo[1:]).any():  # a loop's ranges follow each other
+            continue
+        if api is None:
+            api = _launch_starts(report)
+        # each range launches work; where the tracer is older than the driver's CUDA, the
+        # launches may have gone unrecorded (``budget.empty_iterations`` then says so)
+        first = np.searchsorted(api, lo, side="left")
+        launching = (first < len(api)) & (api[np.minimum(first, len(api) - 1)] <= hi) \
+            if len(api) else np.zeros(len(lo), bool)
+        if launching.mean() < NUMBERED_HOLD:
+            if old is None:
+                old = ending.older_than_driver(report) is not None
+            if not old:
+                continue
+        key = (int(g["depth"].iloc[0]), -len(g))
+        if best is None or key < best[0]:
+            best = (key, base)
+    if best is None:
+        return ITERATION
+    return re.compile(rf"(?i)^{re.escape(best[1])}[ _.\-]?\d{{1,7}}$")
+
+
+def _launch_starts(report: Report) -> np.ndarray:
+    """The start times of the run's kernel and graph launch calls, sorted."""
+
+    if not report.has_rows("cuda_api"):
+        return np.array([], np.int64)
+    names = report.cuda_api(["name"])["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    launch = np.array([bool(re.match(ending.LAUNCH_CALLS, str(c))) for c in names.cat.categories], bool)
+    codes = names.cat.codes.to_numpy()
+    rows = np.flatnonzero((codes >= 0) & launch[np.maximum(codes, 0)])
+    return np.sort(report.take("cuda_api", ["start_ns"], rows)["start_ns"].to_numpy(np.int64))
+
+
 #: a level must repeat at least this often to be a loop
 MIN_REPEATS = 3
 #: a unit this short with no boundary evidence is not an iteration: nothing tells the loop's
@@ -74,6 +163,11 @@ MIN_UNIT_OPS = 2
 #: share of a level's units that must be alike (the same operations as the most common unit)
 #: for the level to count
 MIN_ALIKE = 0.6
+#: a repeat with nothing marking its boundaries (no syncs, graph launches or host gaps) is the
+#: loop only where it holds this share of the GPU's busy time: less is the blocks of one pass
+#: between work that does not repeat (a run that ended after its first pass: 12%; the
+#: asynchronous loops with truth: 73% and more)
+MIN_UNMARKED_COVERAGE = 0.3
 #: share of its boundaries that must carry host/GPU evidence for a level to be "evidenced"
 MIN_EVIDENCE = 0.7
 #: share of the GPU's busy time the units must hold
@@ -216,8 +310,11 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
     if not levels:
         return Found(_no_ranges(), "no repeating sequence of GPU operations", levels=[])
     # a level whose units launch no kernel is data movement (set-up copies of same-shaped
-    # weights): the loop only where nothing else repeats
-    levels = [lv for lv in levels if lv["computes"]] or levels
+    # weights, one sync each): never the loop
+    levels = [lv for lv in levels if lv["computes"]]
+    if not levels:
+        return Found(_no_ranges(), "only set-up copies repeat (no kernel in the repeating "
+                     "sequence)", levels=[])
     evidenced = [lv for lv in levels if lv["evidence"] >= MIN_EVIDENCE]
     if evidenced:  # the innermost level, of those holding the loop, whose boundaries are
         # where host and GPU meet (a decode step: not the layer inside, not the call around)
@@ -238,6 +335,11 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
     else:  # a fully asynchronous loop: the outermost level that repeats
         alike = [lv for lv in levels if lv["alike"] >= 0.8] or levels
         best = min(alike, key=lambda lv: (lv["count"], -lv["alike"]))
+        if best["coverage"] < MIN_UNMARKED_COVERAGE:  # the layers of one pass, not a loop
+            return Found(_no_ranges(), f"a {best['length']}-operation sequence repeated "
+                         f"{best['count']:,} times in {100 * best['coverage']:.0f}% of the GPU's "
+                         "busy time with nothing marking iterations: layers of one pass, not a "
+                         "loop", levels=[])
     if best["evidence"] < MIN_EVIDENCE and best["length"] <= MIN_UNIT_OPS:
         return Found(_no_ranges(), f"a {best['length']}-operation sequence repeated "
                      f"{best['count']:,} times with nothing marking iterations (no syncs, graph "

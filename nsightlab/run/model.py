@@ -22,7 +22,7 @@ from pandas.api.types import union_categoricals
 
 from nsightlab import recipe_runner as recipes
 from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, kinds, runtime
-from nsightlab.analysis.budget import ITERATION, base_name, base_name_matches
+from nsightlab.analysis.budget import base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches, want_pairs
 from nsightlab.analysis.stats import first_rows
@@ -401,7 +401,8 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
     ranges = nvtx[nvtx["kind"] != "mark"].copy()
     ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
-    iters = ranges[base_name_matches(ranges["name"], ITERATION)].sort_values("start_ns")
+    iters = ranges[base_name_matches(ranges["name"], iterations.iteration_pattern(report))] \
+        .sort_values("start_ns")
     if len(iters) or not gpu_work(report):
         return ranges, _uncut(report, iters), ""
     found, source = budget.ranges(report)

@@ -637,10 +637,13 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
         rr.outside = _outside(r, it, budget_)
     rr.ort_record = remedies.ort_record(r.source)
     rr.findings = findings(rr, ks)
+    no_loop = len(budget_) and (budget_["verdict"] == budget.NO_LOOP).all() and not rr.partial
+    if no_loop:  # said first: there is no steady state, and why the trace has none
+        rr.findings.insert(0, _no_loop(r, budget_.iloc[0]))
     if job:  # every rank is here: the job's straggler line says who the others wait for
         rr.findings = [f.replace(budget.READ_EVERY_RANK, " (the straggler line above says "
                                  "which rank the others wait for); then ") for f in rr.findings]
-    if b is not None and p is not None and not rr.partial and len(budget_):
+    if b is not None and p is not None and not rr.partial and len(budget_) and not no_loop:
         own = remedies.findings(p.runtime, budget_.iloc[0], _first_gpu(b["iterations"]), ks,
                                 rr.ort_record, remedies.trt_enqueue(r, p)
                                 if p.runtime == "TensorRT" else None)
@@ -670,6 +673,35 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
     if memory:
         rr.findings.append(memory)
     return rr
+
+
+#: a run with fewer kernels than this, and nothing that repeats, did almost no GPU work
+FEW_KERNELS = 10
+
+
+def _no_loop(r: Report, b: pd.Series) -> str:
+    """The first words on a run in which nothing repeats: what the trace holds (set-up copies
+    and one pass, or almost no GPU work) and how it ended (the capture stopped, the workload's
+    exit code where a capture recorded it)."""
+    from nsightlab.analysis import ending
+
+    kernels = r.row_count("kernels") + r.row_count("graph_execs")
+    copies = r.table("memcpy", ["bytes"]) if r.has_rows("memcpy") else pd.DataFrame({"bytes": []})
+    moved = float(copies["bytes"].sum())
+    size = f"{moved / 2**20:,.1f} MB" if moved >= 2**20 else f"{moved:,.0f} bytes"
+    span = float(b["wall_ns"])  # the span of GPU activity
+    work = (f"{kernels:,} kernel{'s' if kernels != 1 else ''} and {len(copies):,} "
+            f"cop{'ies' if len(copies) != 1 else 'y'} ({size})")
+    stopped, code = ending.stopped_early(r), ending.exit_code(r)
+    end = (f"then the capture stopped while the run went on (nsys: {stopped[:100]})" if stopped
+           else f"then the run ended (exit code {code})" if code
+           else "then the run ended, or the capture stopped (the trace does not say which)")
+    if kernels < FEW_KERNELS:
+        return (f"no loop: almost no GPU work in the trace ({work} in {_ms(span)} of GPU "
+                f"activity): nothing repeats and nothing on the GPU to speed up; {end}")
+    return (f"no loop: nothing repeats in the trace: set-up and one pass ({work}, the GPU busy "
+            f"{busy_pct(b):.0f}% of {_ms(span)}); {end}. No steady-state verdict: capture the "
+            "loop itself (one NVTX range per iteration, iterN, makes it exact)")
 
 
 def _first_gpu(it: pd.DataFrame) -> pd.DataFrame:
@@ -825,12 +857,15 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
                 out.append(f"{gpu}the main kind ({m['which']}, median {_ms(m['med_ns'])}): "
                            f"{m['verdict']}")
                 out.append(f"{gpu}the loop, every kind by its time: {b['verdict']}: {b['evidence']}")
+            elif b["verdict"] == budget.NO_LOOP:  # where its time went, no verdict
+                out.append(f"{gpu}{b['evidence']}")
             else:
                 out.append(f"{gpu}{b['verdict']}: {b['evidence']}")
             if b["advice"]:
                 out.append(f"{gpu}what to do: " + remedies.in_terms(
                     b["advice"], p.runtime if p else "unknown", rr.ort_record))
             if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
+                    b["verdict"] != budget.NO_LOOP and \
                     "remove it from the loop" not in b["advice"] and \
                     "the GPU idled after" not in b["advice"]:  # said there already
                 top = rr.sync_idle.iloc[0]
