@@ -261,8 +261,18 @@ def compare(pa: RunProfile, pb: RunProfile, more_a: list | None = None,
                          warnings, more_a or [], more_b or [])
     if not headline["kernel_interval"]["significant"]:  # no shares of a change in the noise
         by_class["delta_share_pct"] = np.nan
+    if graph_level_side(pa, pb):  # one side's kernels are hidden in graph executions
+        by_class["delta_ns"] = by_class["delta_share_pct"] = np.nan
     return Diff(pa, pb, headline, by_class.reset_index(drop=True), by_precision, by_layer,
                 kernels, conversion, only_b, overheads, tensor_core, budget_parts)
+
+
+def graph_level_side(pa: RunProfile, pb: RunProfile) -> str:
+    """'A' or 'B' when that run alone was traced at graph level (its graph replays recorded
+    as whole executions, their kernels hidden): kernel classes, precisions and layers of the
+    two do not compare; '' otherwise."""
+    level = [any(w.get("check") == "graph_level_trace" for w in p.warnings) for p in (pa, pb)]
+    return "" if level[0] == level[1] else "A" if level[0] else "B"
 
 
 def _one_layer(p: RunProfile) -> RunProfile:
@@ -570,7 +580,18 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     gpu = pace.ratio(pa.main_kernel_walls, pb.main_kernel_walls)
     if not np.isfinite(gpu["low"]):  # too few iterations for an interval: 2% is a change
         gpu["significant"] = abs(pb.kernel_ns - pa.kernel_ns) >= 0.02 * max(pa.kernel_ns, 1.0)
+    hidden = graph_level_side(pa, pb)
     change = work.difference(pa.work, pb.work) if not same and pa.work and pb.work else ""
+    if hidden:  # one side's kernels are hidden in whole-graph executions: no kernel compare
+        p, other = (pb, pa) if hidden == "B" else (pa, pb)
+        change = ""
+        parts.append(
+            f"{hidden} replays a CUDA graph whose kernels were not recorded one by one (traced "
+            f"at graph level), so its kernels cannot be compared with "
+            f"{'A' if hidden == 'B' else 'B'}'s; what compares: the iteration time, the launches "
+            f"({pa.kernels:.0f} -> {pb.kernels:.0f} per iteration: kernels or whole graphs) and "
+            f"the host's time; to compare kernels, profile {hidden} with "
+            "--cuda-graph-trace=node")
     if change:
         text = "the work changed: " + change
         if touched["kernels"]:
@@ -633,13 +654,13 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
                 text += (f" (B launches {pb.kernels:.0f} kernels per iteration, A "
                          f"{pa.kernels:.0f})")
         parts.append(text)
-    if abs(kernel_delta) >= 0.05 * base or (named and "GPU work" in named):
+    if not hidden and (abs(kernel_delta) >= 0.05 * base or (named and "GPU work" in named)):
         reason = _kernel_reason(kernels, by_layer, by_class, kernel_delta)
         parts.append("kernel time: " + reason + _overlap_note(pa, pb))
         if gemm_a and abs(gemm_change) >= 5 and "gemm" not in reason:  # what a precision is for
             parts.append(f"its GEMMs take {abs(gemm_change):.0f}% "
                          f"{'less' if gemm_change < 0 else 'more'} time ({_ms(gemm_a)} -> {_ms(gemm_b)})")
-    if conversion_ns > 0.05 * base:
+    if conversion_ns > 0.05 * base and not hidden:
         tail = ""
         if delta > 0:
             tail = (", more than the whole regression" if conversion_ns > delta
@@ -878,8 +899,10 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
     math = _math_counts(pa).to_frame("a").join(_math_counts(pb).to_frame("b"), how="outer")
     math = math.fillna(0)
     differs = math[(math.max(axis=1) > 1) & (math.max(axis=1) > 1.25 * math.min(axis=1))]
-    if len(differs) and not _runtime_change(pa, pb):  # two runtimes launch the same math
-        # differently (fusion, library choice): that is the comparison, not a sign of two models
+    if len(differs) and not _runtime_change(pa, pb) and not graph_level_side(pa, pb):
+        # two runtimes launch the same math
+        # differently (fusion, library choice): that is the comparison, not a sign of two
+        # models; a graph-level trace hides its kernels in whole-graph executions
         out.append("their math kernels differ (" + ", ".join(
             f"{c}: A {r.a:.0f}, B {r.b:.0f} per iteration" for c, r in differs.iterrows())
             + "): are they the same model? (a precision change replaces math kernels, it "
