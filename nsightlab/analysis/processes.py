@@ -35,8 +35,9 @@ RANK_IN_NAME = re.compile(r"rank\D{0,20}?(\d+)", re.IGNORECASE)
 #: NCCL kernel counts that differ by up to this share (%) are one job's collectives with the
 #: trace's end inside a step; more, and they are not matched
 TRUNCATED_PCT = 10.0
-#: a rank that arrived last to this share (%) of its collectives is the one the others wait for
-STRAGGLER_PCT = 80.0
+#: a rank that caused this share (%) of the waiting in its collectives (the others spinning for
+#: it to arrive) is the one the others wait for: twice all the others' together
+STRAGGLER_CAUSED_PCT = 200 / 3
 #: the MPS control daemon and server, as the process table names them
 MPS = ("nvidia-cuda-mps",)
 
@@ -272,7 +273,8 @@ def collectives(report: Report, procs: pd.DataFrame, windows: dict | None = None
     it arrived last to: TraceLens's ``times_arrived_last``), ``nccl_ns``, ``exposed_ns`` (NCCL
     time no compute kernel of the same GPU overlaps), split into ``exposed_wait_ns`` (spinning
     for a peer) and ``exposed_transfer_ns``. ``straggler``: the rank the others wait for, when
-    one arrived last to ``STRAGGLER_PCT`` of its collectives. None unless two or more ranks
+    the waiting it caused (``caused_wait_ns``: the others' spin in the collectives it arrived
+    last to) is ``STRAGGLER_CAUSED_PCT`` of all. None unless two or more ranks
     are known; ``mismatch`` when their NCCL kernel counts differ by more than
     ``TRUNCATED_PCT`` (fewer: the first collectives of each are matched; ``counts`` says).
     ``groups``: the groups of ranks the collectives ran on, with how many each;
@@ -340,14 +342,21 @@ def matched(nccl: dict, compute: dict, rank_of: dict, windows: dict | None = Non
                      "nccl_ns": float((ends[i] - starts[i]).sum()) / n,
                      "exposed_ns": exposed / n, "exposed_wait_ns": exposed_wait / n,
                      "exposed_transfer_ns": (exposed - exposed_wait) / n, "per": n,
+                     "caused_wait_ns": float(c.caused[i].sum()) / n,
                      # nsys's nccl_gpu_overlap_trace: NCCL kernel time that compute kernels
                      # of the same GPU overlap, as a share of the NCCL kernel time
                      "overlap_pct": 100.0 * (1 - exposed / max(_length(busy), 1))})
     t = pd.DataFrame(rows)
-    share = 100.0 * t["last"] / t["collectives"].clip(lower=1)
-    top = t.loc[share.idxmax()]
-    return {"ranks": t, "straggler": int(top["pid"]) if share.max() >= STRAGGLER_PCT else None,
-            "straggler_last_pct": float(share.max()), "counts": counts,
+    # the straggler is the rank whose lateness the others spend their waits on: most of the
+    # wait it caused, not a fixed share of arrivals (rank 1 of a DDP job with twice rank 0's
+    # batch arrived last to 78% of the collectives and caused 90% of the waiting)
+    caused = t["caused_wait_ns"]
+    top = t.loc[caused.idxmax()] if caused.sum() > 0 else t.iloc[0]
+    share = caused.max() / caused.sum() * 100 if caused.sum() > 0 else 0.0
+    last_pct = 100.0 * top["last"] / max(top["collectives"], 1)
+    return {"ranks": t, "straggler": int(top["pid"]) if share >= STRAGGLER_CAUSED_PCT else None,
+            "straggler_last_pct": float(last_pct), "straggler_caused_pct": float(share),
+            "counts": counts,
             # a collective ends on its members together: how far apart they end checks clocks
             "ends_apart_ns": float(np.median(c.spread)) if len(c.spread) else 0.0,
             "groups": c.groups([rank_of[p] for p in per])}
@@ -392,7 +401,9 @@ class Collectives:
     (memory linear in the kernels however many ranks). ``member``: the rank is in a
     collective of two or more there; ``skew``: how long its kernel spun for the last of its
     collective's members (at most the kernel's length); ``last``: it arrived last (the
-    lowest rank of those that arrived together); ``spread``: each collective's ends' spread."""
+    lowest rank of those that arrived together); ``caused``: the others' skew in the
+    collectives it arrived last to (the wait it made them spin); ``spread``: each
+    collective's ends' spread."""
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray, group: np.ndarray):
         ranks, places = ends.shape
@@ -415,6 +426,11 @@ class Collectives:
         self.skew[rank, place] = np.where(size > 1, np.minimum(latest - s, e - s), 0)
         self.last = np.zeros((ranks, places), bool)
         self.last[rank, place] = (size > 1) & (last == rank)
+        # the wait each collective's last member made the others spin, on that member
+        self.caused = np.zeros((ranks, places), np.int64)
+        waited = np.add.reduceat(np.where(size > 1, np.minimum(latest - s, e - s), 0), first)
+        np.add.at(self.caused, (last[first].clip(max=ranks - 1), place[first]),
+                  np.where(last[first] < ranks, waited, 0))
         many = sizes > 1
         self.spread = (np.maximum.reduceat(e, first) - np.minimum.reduceat(e, first))[many]
         self._runs = (rank, first, many)

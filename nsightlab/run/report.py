@@ -557,10 +557,11 @@ def _straggler(pr: "ProcessesReport") -> str:
                      f"{_ms(b['idle_host_ns'])}, after host syncs {_ms(b['idle_sync_ns'])}, "
                      f"waiting for launches {_ms(b['idle_launch_ns'])})")
     rank = int(t.loc[s, "rank"])
-    return (f"straggler: rank {rank} (pid {s}) arrived last to {c['straggler_last_pct']:.0f}% of "
-            f"the {int(t.loc[s, 'collectives'])} collectives; the other rank(s) spin in NCCL "
-            f"waiting for it {_ms(wait)} per iteration (exposed: no compute of theirs overlaps)"
-            + cause)
+    return (f"straggler: rank {rank} (pid {s}): the other rank(s) spin in NCCL waiting for it "
+            f"{_ms(wait)} per iteration (exposed: no compute of theirs overlaps), "
+            f"{c.get('straggler_caused_pct', 100):.0f}% of the waiting in the collectives; it "
+            f"arrived last to {c['straggler_last_pct']:.0f}% of the "
+            f"{int(t.loc[s, 'collectives'])} collectives" + cause)
 
 
 def pick(procs: pd.DataFrame, process: int | str | None, rank: int | None, source) -> int:
