@@ -4,7 +4,8 @@
 
 Each case is (name, path, kind) where kind says what a correct run does with it:
 ``error`` (a one-line error naming the file, exit 1), ``warn:<table>:<rows left out>`` (a result,
-with those rows left out and a data-quality warning on stderr), ``partial`` (a result and a
+with those rows left out and a data-quality warning on stderr), ``damaged`` (a result, and one
+warning naming the file and its damaged kernel rows), ``partial`` (a result and a
 warning that part of the trace is lost), ``ok`` (a result, no warning; the
 answer may differ from the intact fixture's) or ``missing`` (a table nsightlab reads dropped: a
 result or a clean error). Nothing here is checked in: the cases are generated from the real
@@ -107,6 +108,25 @@ def cases(src: Path, out: Path, missing: bool = False) -> list[tuple[str, Path, 
     add("duplicated-kernels", _sql(src, out, "duplicated-kernels",
                                    f"INSERT INTO {K} SELECT * FROM {K} WHERE rowid % 31 = 0"),
         f"warn:kernels:{rows // 31}")
+    # rows no run records (issue 57): counted as they are, and said once, naming the file
+    add("start-at-zero", _sql(src, out, "start-at-zero", *UNCONSTRAIN,
+                              f"UPDATE {K} SET start = 0 WHERE rowid = 500"), "damaged")
+    add("end-bits-flipped", _sql(src, out, "end-bits-flipped", *UNCONSTRAIN,
+                                 f'UPDATE {K} SET "end" = ("end" | 2863311530) '
+                                 "WHERE rowid IN (700, 1900)"), "damaged")
+    add("names-of-nothing", _sql(src, out, "names-of-nothing", *UNCONSTRAIN,
+                                 f"UPDATE {K} SET demangledName = NULL, shortName = NULL "
+                                 "WHERE rowid % 312 = 5",
+                                 f"UPDATE {K} SET demangledName = 99999999, shortName = 99999999 "
+                                 "WHERE rowid % 312 = 6"), "damaged")
+    # a minimal export (other tools' fixture generators): the kernels without globalPid are
+    # the one process whose calls are traced
+    cols = ", ".join(f'"{r[1]}"' for r in sqlite3.connect(src).execute(
+        f"PRAGMA table_info({K})") if r[1] != "globalPid")
+    add("kernels-without-globalpid", _sql(src, out, "kernels-without-globalpid",
+                                          f"CREATE TABLE K_tmp AS SELECT {cols} FROM {K}",
+                                          f"DROP TABLE {K}", f"ALTER TABLE K_tmp RENAME TO {K}"),
+        "ok")
     # real data that looks odd: no warning, every row counted
     api = "CUPTI_ACTIVITY_KIND_RUNTIME"
     add("duplicated-api-calls", _sql(src, out, "duplicated-api-calls",
@@ -230,6 +250,11 @@ def outcome(kind: str, case: Path, args: list[str], res, good: str | None) -> tu
         said = warned or args[0] == "table" and "note:" in res.stderr or \
             args[0] == "report" and "PARTIAL:" in "\n".join(res.stdout.splitlines()[:12])
         return ("warning", "") if said else ("BAD", "a partial trace with no warning")
+    if kind == "damaged":  # said once, naming the file, by every command that reads kernels
+        said = [line for line in warned if "damaged kernel rows" in line]
+        if args[0] != "table" and (len(said) != 1 or case.name not in said[0]):
+            return "BAD", f"damaged rows not said once with the file: {res.stderr[-300:]!r}"
+        return "warning", ""
     if kind == "ok" and warned:
         return "BAD", f"real data called damage: {warned[0][:300]}"
     return "result", ""

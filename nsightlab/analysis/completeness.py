@@ -59,11 +59,94 @@ def check(report: Report, every_table: bool = False) -> list[dict]:
             "completeness", {}, [report.path], code_fingerprint(),
             lambda: ({}, {"findings": _check(report)}))
         found = attrs["findings"]
-    return ordered(found + quality(report, tables.CHECKED, every_table))
+    return ordered(found + quality(report, tables.CHECKED, every_table) + _damaged(report))
 
 
 #: the data-quality findings, said afresh by ``check``
-_QUALITY = ("invalid_timestamps", "duplicate_rows")
+_QUALITY = ("invalid_timestamps", "duplicate_rows", "damaged_kernels")
+
+
+def _damaged(report: Report) -> list[dict]:
+    """``damaged``, kept in the report's result store."""
+    if report.results is None:
+        return damaged(report)
+    _, attrs = report.results.get_or_compute(
+        "damaged", {}, [report.path], code_fingerprint(),
+        lambda: ({}, {"findings": damaged(report)}))
+    return attrs["findings"]
+
+
+#: a kernel may start this long (ns) before the call that launched it began (clock conversion)
+BEFORE_LAUNCH_NS = 1_000
+
+
+def damaged(report: Report) -> list[dict]:
+    """A warning naming the file when kernel rows carry what no run records: a kernel that
+    starts before the call that launched it, one that outlasts the next two kernels of its
+    stream (a stream runs its kernels one after another; programmatic dependent launch lets
+    only the next start early, and it still ends after), one longer than the whole session,
+    or one named by nothing (its name NULL, or an id with no string). They are counted as
+    they are: the numbers that count them are off. Reports of up to ``engine.MIN_ROWS``
+    kernels (a check in memory); [] when nothing is damaged."""
+    n = report.row_count("kernels")
+    if not n or n > engine.MIN_ROWS:
+        return []
+    from nsightlab.analysis.launches import pairs
+
+    k = report.kernels(["start_ns", "end_ns", "pid", "device_id", "stream_id", "name",
+                        "graph_node_id"])
+    start, end = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
+    said = []
+    before = 0
+    if report.has_rows("cuda_api"):
+        oi, ai = pairs(report, "kernels")
+        if len(oi):
+            api = report.take("cuda_api", ["start_ns"], ai)["start_ns"].to_numpy(np.int64)
+            before = int((start[oi] < api - BEFORE_LAUNCH_NS).sum())
+    if before:
+        said.append(f"{_n(before)} before the call that launched {_it(before)}")
+    order = np.lexsort((start, k["stream_id"].to_numpy(np.int64, na_value=-1),
+                        k["device_id"].to_numpy(np.int64, na_value=-1),
+                        k["pid"].to_numpy(np.int64, na_value=-1)))
+    group = (k["pid"].to_numpy(np.int64, na_value=-1) * 1_000_003
+             + k["device_id"].to_numpy(np.int64, na_value=-1) * 4_099
+             + k["stream_id"].to_numpy(np.int64, na_value=-1))[order]
+    e = end[order]
+    # a graph's parallel branches can run at once on the stream it was launched into
+    same = (group[2:] == group[:-2]) & (group[1:-1] == group[:-2]) \
+        & k["graph_node_id"].isna().to_numpy()[order][:-2]
+    outlast = int((same & (e[1:-1] <= e[:-2]) & (e[2:] <= e[:-2])
+                   & (e[2:] > start[order][2:])).sum())
+    if outlast:
+        said.append(f"{_n(outlast)} beyond the end of the next two kernels of {_its(outlast)} "
+                    "stream (a stream runs its kernels one after another)")
+    span = report.span_ns
+    longer = int((end - start > span[1] - span[0]).sum()) if span else 0
+    if longer:
+        said.append(f"{_n(longer)} longer than the whole session")
+    unnamed = int(k["name"].isna().sum())
+    if unnamed:
+        said.append(f"{unnamed:,} kernel{'s' if unnamed > 1 else ''} named by nothing (a NULL "
+                    "name, or an id with no string)")
+    if not said:
+        return []
+    return [_f("damaged_kernels", "warning",
+               f"{report.source.name} holds damaged kernel rows: {'; '.join(said)}; they are "
+               f"counted as they are (of {n:,} kernels), so the numbers that count them are "
+               "off: export the report again from its .nsys-rep (nsys export --type sqlite)")]
+
+
+def _n(count: int) -> str:
+    """'1 kernel runs' / '3 kernels run'."""
+    return "1 kernel runs" if count == 1 else f"{count:,} kernels run"
+
+
+def _it(count: int) -> str:
+    return "it" if count == 1 else "them"
+
+
+def _its(count: int) -> str:
+    return "its" if count == 1 else "their"
 
 
 def ordered(found: list[dict]) -> list[dict]:

@@ -22,7 +22,8 @@ from nsightlab.read.report import Report
 def _keys(pid: pd.Series, corr: pd.Series, one_pid: bool) -> np.ndarray:
     if one_pid:  # the usual case: the correlation id alone is the key (no 64-bit copy)
         return corr.to_numpy()
-    return (pid.to_numpy(np.int64) << 32) | corr.to_numpy(np.int64)
+    # a pid the export does not give (several processes, no globalPid) joins nothing
+    return (pid.to_numpy(np.int64, na_value=-1) << 32) | corr.to_numpy(np.int64, na_value=-1)
 
 
 def keys(a: pd.DataFrame, b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

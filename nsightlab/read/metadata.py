@@ -131,7 +131,8 @@ def session_start(db: ExportDB) -> int | None:
 def span(db: ExportDB) -> tuple[int, int] | None:
     """(start_ns, end_ns) of the collection on the events' clock: events are stamped from
     the session's start (ANALYSIS_DETAILS.startTime is their zero; checked on exports of nsys
-    2022.4 to 2026.2), so it is (0, stopTime - startTime); else the extent of GPU activity."""
+    2022.4 to 2026.2), so it is (0, stopTime - startTime); without ANALYSIS_DETAILS, from 0
+    (the events' clock still starts there) to the end of the last GPU activity."""
     if {"startTime", "stopTime"} <= set(db.columns("ANALYSIS_DETAILS")):
         row = db.query("SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS")[0]
         if row[0] is not None:
@@ -142,7 +143,15 @@ def span(db: ExportDB) -> tuple[int, int] | None:
             a, b = db.query(f'SELECT min(start), max("end") FROM {spec.source}')[0]
             if a is not None:
                 lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
-    return (int(lo), int(hi)) if lo is not None else None
+    if lo is None:
+        return None
+    # the events are still stamped from the session's start: it is at 0 (its end is unknown:
+    # the last event's); an export on an absolute clock keeps its first event
+    return (min(int(lo), 0) if int(lo) < SESSION_CLOCK_NS else int(lo)), int(hi)
+
+
+#: events stamped less than this (ns) after 0 are on the session's clock (an hour)
+SESSION_CLOCK_NS = 3_600 * 10**9
 
 
 def call_stacks(db: ExportDB, ids) -> dict[int, str]:

@@ -421,6 +421,25 @@ def select(db: ExportDB, table: str, *names: str, extra: str = "") -> str:
     return f"SELECT {pick(db, table, *names)}{', ' + extra if extra else ''} FROM {table}"
 
 
+def _pids(b: pa.RecordBatch, db: ExportDB | None) -> pa.Array:
+    """The process of each GPU row; rows without a ``globalPid`` (a minimal export's table
+    without the column, as other tools' fixture generators write them) are the one process
+    whose CUDA calls are traced, process 0 where none are, NULL where several are."""
+    g = b.column("globalPid")
+    if db is None or g.null_count < len(b) or not len(b):
+        return pid_of(g)
+    one = db.once("one_process", lambda: _one_process(db))
+    return pa.array(np.full(len(b), one, np.int32)) if one is not None else pid_of(g)
+
+
+def _one_process(db: ExportDB) -> int | None:
+    api = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if not db.has(api) or "globalTid" not in db.columns(api):
+        return 0
+    n, g = db.query(f"SELECT count(DISTINCT globalTid >> 24), min(globalTid >> 24) FROM {api}")[0]
+    return (int(g) & 0xFFFFFF if g is not None else 0) if n <= 1 else None
+
+
 def pid_of(g: pa.Array) -> pa.Array:
     """PID bits of a globalTid/globalPid (HW:8 VM:8 PID:24 TID:24)."""
     return pc.bit_wise_and(pc.shift_right(g.cast(I64), 24), 0xFFFFFF).cast(I32)
@@ -505,9 +524,9 @@ GRAPH_NODE = Column("graph_node_id", I64, "CUDA graph node that launched it (gra
 GPU_SOURCE = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId")
 
 
-def gpu_common(b: pa.RecordBatch) -> dict[str, pa.Array]:
+def gpu_common(b: pa.RecordBatch, db: ExportDB | None = None) -> dict[str, pa.Array]:
     return {"start_ns": b.column("start"), "end_ns": b.column("end"), "duration_ns": duration(b),
-            "pid": pid_of(b.column("globalPid")), "device_id": b.column("deviceId"),
+            "pid": _pids(b, db), "device_id": b.column("deviceId"),
             "context_id": b.column("contextId"), "stream_id": b.column("streamId"),
             "correlation_id": b.column("correlationId")}
 
@@ -528,7 +547,7 @@ def _kernel_sql(db: ExportDB, launch: bool = True) -> str:
 
 
 def _kernel_first(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
-    return {**gpu_common(b), "name": db.strings.lookup(b.column("nameId"))}
+    return {**gpu_common(b, db), "name": db.strings.lookup(b.column("nameId"))}
 
 
 def _kernel_launch(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
@@ -581,7 +600,7 @@ def _memcpy(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
     kind = labels(b.column("copyKind"), db.enum_labels("ENUM_CUDA_MEMCPY_OPER", COPY_KIND))
     name = pc.binary_join_element_wise("[CUDA memcpy ", kind.dictionary, "]", "")
     mem = db.enum_labels("ENUM_CUDA_MEM_KIND", MEM_KIND)
-    return {**gpu_common(b), "name": pa.DictionaryArray.from_arrays(kind.indices, name),
+    return {**gpu_common(b, db), "name": pa.DictionaryArray.from_arrays(kind.indices, name),
             "copy_kind": kind, "bytes": b.column("bytes"),
             "src_kind": labels(b.column("srcKind"), mem),
             "dst_kind": labels(b.column("dstKind"), mem),
@@ -616,7 +635,7 @@ MEMSET = TableSpec(
     ),
     **_integers(MS, *GPU_SOURCE, "bytes", "value", "memKind", "graphNodeId"),
     convert=lambda db, b: {
-        **gpu_common(b),
+        **gpu_common(b, db),
         "name": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(b), np.int32)),
                                                pa.array(["[CUDA memset]"])),
         "bytes": b.column("bytes"), "value": b.column("value"),
@@ -635,7 +654,7 @@ SYNCS = TableSpec(
     ),
     **_integers(SY, *GPU_SOURCE, "syncType", "eventId"),
     convert=lambda db, b: {
-        **gpu_common(b),
+        **gpu_common(b, db),
         "sync_type": labels(b.column("syncType"),
                             db.enum_labels("ENUM_CUPTI_SYNC_TYPE", SYNC_TYPE)),
         "event_id": b.column("eventId"),
@@ -654,7 +673,7 @@ GRAPH_EXECS = TableSpec(
     ),
     **_integers(GT, *GPU_SOURCE, "graphId", "graphExecId"),
     convert=lambda db, b: {
-        **gpu_common(b), "graph_id": b.column("graphId"),
+        **gpu_common(b, db), "graph_id": b.column("graphId"),
         "graph_exec_id": b.column("graphExecId"),
     },
 )

@@ -399,7 +399,10 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
             if run.get("before_ns") is not None:
                 lines.append(f"  session time in no number (start-up, set-up, teardown): "
                              f"{_dur(run['before_ns'])} before the first iteration, "
-                             f"{_dur(run['after_ns'])} after the last")
+                             f"{_dur(run['after_ns'])} after the last"
+                             + ("" if run.get("session_recorded", True) else
+                                " (the export has no ANALYSIS_DETAILS: the session's end is "
+                                "taken as its last GPU activity)"))
     # a partial trace is said here, in the first lines (and not again on stderr); the other
     # data warnings once, on stderr (``cli.options.say_warnings``)
     shown = [w for w in rr.warnings if w["severity"] == "partial"]

@@ -83,6 +83,7 @@ class RunReport(Result):
     unsteady: pd.DataFrame = field(default_factory=pd.DataFrame)  # warm-up and outliers, why
     kinds: pd.DataFrame = field(default_factory=pd.DataFrame)  # kinds of iteration, first GPU
     outside: tuple = (None, None)  # session time before the first iteration and after the last
+    session_recorded: bool = True  # the export's ANALYSIS_DETAILS says the session's span
     ort_record: dict = field(default_factory=dict)  # the ORT runner's record of an --ort capture
 
     def brief(self) -> str:
@@ -101,6 +102,7 @@ class RunReport(Result):
                 "iteration_ns": float(b["wall_ns"]) if b is not None else None,
                 "mean_ns": float(b["wall_ns"]) if b is not None else None,
                 "before_ns": self.outside[0], "after_ns": self.outside[1],
+                "session_recorded": self.session_recorded,
                 "kernel_ns": p.kernel_ns if p else None, "kernels": p.kernels if p else None,
                 "busy_pct": busy_pct(b) if b is not None else None,
                 **{k: (float(b[k]) if k.endswith("_ns") or k.endswith("_pct") else int(b[k]))
@@ -636,6 +638,7 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
         rr.kinds = k[k["device_id"] == k["device_id"].iloc[0]].reset_index(drop=True) \
             if len(k) else k
         rr.outside = _outside(r, it, budget_)
+        rr.session_recorded = r.db.has("ANALYSIS_DETAILS")
     rr.ort_record = remedies.ort_record(r.source)
     rr.findings = findings(rr, ks)
     no_loop = len(budget_) and (budget_["verdict"] == budget.NO_LOOP).all() and not rr.partial
