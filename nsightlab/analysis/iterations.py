@@ -190,6 +190,8 @@ HOST_GAP_NS = 1_000_000
 #: memsets count down from OTHER_TOKEN, graph executions from GRAPH_TOKEN
 OTHER_TOKEN = -1
 GRAPH_TOKEN = -(1 << 40)
+#: kernels compared by class (``_by_class``): their tokens from here up
+CLASS_TOKEN = 1 << 41
 
 
 @dataclass
@@ -306,7 +308,7 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
         sel = ops["device_id"] == dev
         ops = {c: v[sel] for c, v in ops.items()}
     cut, why = _boundaries(ops, syncs)
-    levels = _levels(ops, cut)
+    levels = _levels(ops, cut, lambda: _token_classes(report))
     if not levels:
         return Found(_no_ranges(), "no repeating sequence of GPU operations", levels=[])
     # a level whose units launch no kernel is data movement (set-up copies of same-shaped
@@ -315,6 +317,11 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
     if not levels:
         return Found(_no_ranges(), "only set-up copies repeat (no kernel in the repeating "
                      "sequence)", levels=[])
+    # a level alike only by its kernels' classes is the one seen by name where both are
+    # (within 10% of its count): the names decide
+    named = [lv["count"] for lv in levels if not lv.get("by_class")]
+    levels = [lv for lv in levels if not lv.get("by_class")
+              or not any(abs(c - lv["count"]) <= 0.1 * lv["count"] for c in named)]
     evidenced = [lv for lv in levels if lv["evidence"] >= MIN_EVIDENCE]
     if evidenced:  # the innermost level, of those holding the loop, whose boundaries are
         # where host and GPU meet (a decode step: not the layer inside, not the call around)
@@ -431,13 +438,14 @@ def _boundaries(ops: dict, syncs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
     return why > 0, why
 
 
-def _levels(ops: dict, cut: np.ndarray) -> list[dict]:
+def _levels(ops: dict, cut: np.ndarray, classes=None) -> list[dict]:
     """Every candidate level, as units (``starts``/``ends``, operation indices) with how alike
     they are, how many boundaries carry evidence and the share of busy time they hold. Units
     come from anchors (tokens occurring exactly ``count`` times, their occurrences moved back
     to the evidence just before them) and from the evidence itself (the segments between
     boundaries, grouped in the period that makes them most alike: a training step holds two
-    syncs, the optimizer's and the loss's)."""
+    syncs, the optimizer's and the loss's). ``classes()``: each kernel token's class (for units
+    alike by their work when not by their kernels' names)."""
     tok = ops["token"]
     n = len(tok)
     # tokens numbered by a hash (pandas), not a sort; small codes so that the stable sort
@@ -451,7 +459,7 @@ def _levels(ops: dict, cut: np.ndarray) -> list[dict]:
          "busy": np.concatenate([[0.0], np.cumsum((ops["end_ns"] - ops["start_ns"])
                                                   .astype(np.float64))]),
          "cut": cut, "token": tok, "kernel": (tok >= 0) | (tok <= GRAPH_TOKEN),
-         "hash": h, "inv": inv, "counts": counts}
+         "hash": h, "inv": inv, "counts": counts, "classes": classes}
     # every token's positions from one stable sort (not one pass over the run per anchor)
     order = np.argsort(inv, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -518,11 +526,45 @@ def _anchor_level(m: dict, q: np.ndarray, cuts: np.ndarray, n: int) -> dict | No
     if got is None:  # alike but for the operations that vary from step to step
         tolerant = _tolerant(m, len(q))
         got = _assess(tolerant, starts, ends) if tolerant is not None else None
+        if got is None and m.get("classes") is not None:  # alike by their work: the same
+            # classes of kernel, their variants apart (a decode step's copy and cast kernels
+            # that alternate from one token to the next)
+            got = _assess(_by_class(m), starts, ends)
+            if got:
+                got["by_class"] = True
         if got:
             got["tolerant"] = True
     if got:
         got["source"] = "anchor"
     return got
+
+
+def _by_class(m: dict) -> dict:
+    """``m`` with kernels compared by their class (``classify.kernel_class``), not their name;
+    copies, memsets and graph executions as they are. Made once per ``m``."""
+    if "by_class" not in m:
+        classes = m["classes"]()
+        tok = m["token"]
+        kernel = tok >= 0
+        kind = tok.astype(np.int64).copy()
+        if kernel.any() and len(classes):
+            kind[kernel] = CLASS_TOKEN + classes[np.minimum(tok[kernel], len(classes) - 1)]
+        inv = pd.factorize(kind)[0]
+        h = np.random.default_rng(1).integers(0, np.iinfo(np.int64).max, inv.max() + 1,
+                                              dtype=np.int64).astype(np.uint64)
+        m["by_class"] = {**m, "prefix": np.concatenate([[np.uint64(0)],
+                                                        np.cumsum(h[inv], dtype=np.uint64)])}
+    return m["by_class"]
+
+
+def _token_classes(report: Report) -> np.ndarray:
+    """Each kernel name's class, as a number, by its token (the name's category code)."""
+    from nsightlab.analysis.classify import kernel_class
+
+    names = report.table("kernels", ["name"])["name"]
+    cats = names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else []
+    codes = pd.factorize(pd.Series([kernel_class(str(c)) for c in cats], dtype=object))[0]
+    return np.asarray(codes, np.int64)
 
 
 def _tolerant(m: dict, count: int) -> dict | None:
