@@ -352,16 +352,18 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
                      f"{best['count']:,} times with nothing marking iterations (no syncs, graph "
                      "launches or host gaps between them)", levels=[])
     # the level around the iteration (a decode step's generate() call): evidenced, its count
-    # a divisor of the iterations' with 4 iterations or more in each (its first unit may
-    # differ: the warm-up call)
+    # a divisor of the iterations' (give or take the one unit the loop's edges add or cut)
+    # with 4 iterations or more in each (its first unit may differ: the warm-up call); the
+    # outermost such level (the calls, not a pattern of a few tokens inside them)
     outer = [lv for lv in evidenced if 4 * lv["count"] <= best["count"]
-             and best["count"] % lv["count"] == 0 and lv["alike"] >= MIN_ALIKE]
-    per_outer = best["count"] // max(lv["count"] for lv in outer) if outer else 0
+             and min((best["count"] + d) % lv["count"] for d in (-1, 0, 1)) == 0
+             and lv["alike"] >= MIN_ALIKE]
+    per_outer = round(best["count"] / min(lv["count"] for lv in outer)) if outer else 0
     ranges = _ranges(ops, best["starts"], best["ends"], tile=True)
     layers = _layers(ops, best, levels)
     reasons = _evidence_words(why, best["starts"]) if best["evidence"] >= MIN_EVIDENCE else \
         "none (an asynchronous loop): the outermost level that repeats"
-    shape = (f"{per_outer} iterations x {best['count'] // per_outer} outer units of "
+    shape = (f"{per_outer} iterations x {round(best['count'] / per_outer)} outer units of "
              if per_outer else f"{best['count']} iterations of ")
     alike = (" (but for kernels that change from one to the next: grids, KV lengths)"
              if best.get("tolerant") else "")
