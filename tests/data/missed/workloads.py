@@ -6,7 +6,8 @@ The truth comes from the workload, never from nsightlab: CUDA events around each
 decode step) with the host clock beside them, and what the workload knows it ran. Modes:
 
   dies        ViT-S fp16: weights copied in, one forward pass with NVTX block0..block11, then
-              an exception (the run ends before its loop): truth iterations 0, passes 1
+              an exception (the run ends before its loop): truth iterations 0, passes 1 (the
+              committed capture was made before the pre-hook returned None: it ended in block0)
   dies_bare   the same, no NVTX
   tiny        2 kernels and a 4-byte copy, then exit (no loop at all)
   replay      a small MLP captured as one CUDA graph and replayed ARG times (default 10) inside
@@ -68,9 +69,14 @@ if mode in ("dies", "dies_bare"):
     m = vit_s()
     x = torch.randn(16, 3, 224, 224).to(dev).half()
     if mode == "dies":
+        def push(i):  # a pre-hook that returns something replaces the block's input: None
+            def hook(mod, inp):
+                torch.cuda.nvtx.range_push(f"block{i}")
+            return hook
+
         for i, blk in enumerate(m.blocks):
-            blk.register_forward_pre_hook(lambda mod, inp, i=i: torch.cuda.nvtx.range_push(f"block{i}"))
-            blk.register_forward_hook(lambda mod, inp, out: torch.cuda.nvtx.range_pop())
+            blk.register_forward_pre_hook(push(i))
+            blk.register_forward_hook(lambda mod, inp, out: torch.cuda.nvtx.range_pop() and None)
     with torch.no_grad():
         timed("pass", lambda: m(x))
     write({"iterations": 0, "passes": 1, "ended": "exception after the first pass"})
@@ -80,7 +86,7 @@ if mode == "tiny":
     a = torch.ones(1, device=dev)
     b = (a + 1).sum()
     v = b.item()  # 4-byte copy to the host
-    write({"iterations": 0, "kernels": 2, "value": v})
+    write({"iterations": 0, "value": v})  # kernels: the fill, the add, the sum
     sys.exit(0)
 
 
