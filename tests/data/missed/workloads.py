@@ -69,14 +69,17 @@ if mode in ("dies", "dies_bare"):
     m = vit_s()
     x = torch.randn(16, 3, 224, 224).to(dev).half()
     if mode == "dies":
-        def push(i):  # a pre-hook that returns something replaces the block's input: None
+        def push(i):  # a hook that returns something replaces the block's input or output
             def hook(mod, inp):
                 torch.cuda.nvtx.range_push(f"block{i}")
             return hook
 
+        def pop(mod, inp, out):
+            torch.cuda.nvtx.range_pop()
+
         for i, blk in enumerate(m.blocks):
             blk.register_forward_pre_hook(push(i))
-            blk.register_forward_hook(lambda mod, inp, out: torch.cuda.nvtx.range_pop() and None)
+            blk.register_forward_hook(pop)
     with torch.no_grad():
         timed("pass", lambda: m(x))
     write({"iterations": 0, "passes": 1, "ended": "exception after the first pass"})
