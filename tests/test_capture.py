@@ -413,6 +413,7 @@ elif "--query-compute-apps" in q:
     fake_tool(tmp_path / "bin", "nvidia-smi", body)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setitem(sys.modules, "pynvml", None)  # NVML absent: nvidia-smi is read
+    monkeypatch.setattr(machine.os, "getloadavg", lambda: (0.5, 0.5, 0.5))  # an idle host
     s = machine.state()
     assert s["source"] == "nvidia-smi" and len(s["gpus"]) == 2
     assert s["gpus"][0]["sm_mhz"] == 1980 and s["gpus"][1]["power_w"] == 690.1

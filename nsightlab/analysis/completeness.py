@@ -91,18 +91,19 @@ def damaged(report: Report) -> list[dict]:
     n = report.row_count("kernels")
     if not n or n > engine.MIN_ROWS:
         return []
-    from nsightlab.analysis.launches import pairs
+    from nsightlab.analysis.launches import keys, match
 
     k = report.kernels(["start_ns", "end_ns", "pid", "device_id", "stream_id", "name",
-                        "graph_node_id"])
+                        "correlation_id"])
     start, end = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
     said = []
     before = 0
-    if report.has_rows("cuda_api"):
-        oi, ai = pairs(report, "kernels")
+    if report.has_rows("cuda_api"):  # joined here, in NumPy: the engine's pairs untouched
+        api = report.cuda_api(["pid", "correlation_id", "start_ns"])
+        oi, ai = match(*keys(k, api))
         if len(oi):
-            api = report.take("cuda_api", ["start_ns"], ai)["start_ns"].to_numpy(np.int64)
-            before = int((start[oi] < api - BEFORE_LAUNCH_NS).sum())
+            called = api["start_ns"].to_numpy(np.int64)[ai]
+            before = int((start[oi] < called - BEFORE_LAUNCH_NS).sum())
     if before:
         said.append(f"{_n(before)} before the call that launched {_it(before)}")
     order = np.lexsort((start, k["stream_id"].to_numpy(np.int64, na_value=-1),
@@ -112,9 +113,10 @@ def damaged(report: Report) -> list[dict]:
              + k["device_id"].to_numpy(np.int64, na_value=-1) * 4_099
              + k["stream_id"].to_numpy(np.int64, na_value=-1))[order]
     e = end[order]
-    # a graph's parallel branches can run at once on the stream it was launched into
+    # a graph's parallel branches can run at once on the stream it was launched into: not
+    # looked at where graph nodes were traced
     same = (group[2:] == group[:-2]) & (group[1:-1] == group[:-2]) \
-        & k["graph_node_id"].isna().to_numpy()[order][:-2]
+        & (not report.has_rows("cuda_graph_nodes"))
     outlast = int((same & (e[1:-1] <= e[:-2]) & (e[2:] <= e[:-2])
                    & (e[2:] > start[order][2:])).sum())
     if outlast:

@@ -366,7 +366,7 @@ def _(pr: ProcessesReport, limit: int | None = 8) -> str:
         lines.append(f"  {pr.straggler}")
     elif c and "ranks" in c:
         lines.append("  no straggler: no rank caused most of the waiting in the collectives "
-                     "(or the waits are under 5% of an iteration)")
+                     "(or the waits are under 10% of an iteration)")
     for p, rr in zip(pr.processes.itertuples(), pr.runs):
         lines += ["", f"== pid {p.pid} ({p.name}) ==", render(rr, limit)]
     return "\n".join(lines)

@@ -507,8 +507,6 @@ def _steady_windows(iters: dict) -> dict:
     return out
 
 
-#: a straggler whose peers' exposed wait is under this share of their iteration is not named
-STRAGGLER_WAIT_PCT = 5.0
 #: a straggler's GPU work or copies beyond its peers' by this share of its iteration is its cause
 CAUSE_PCT = 10.0
 
@@ -526,7 +524,8 @@ def _straggler(pr: "ProcessesReport") -> str:
     it = {p: float(r.budget.iloc[0]["wall_ns"]) for p, r in runs.items() if len(r.budget)}
     others = t.drop(index=s)
     wait = others["exposed_wait_ns"].mean()
-    if not it or wait < STRAGGLER_WAIT_PCT / 100 * np.mean([it[p] for p in others.index if p in it] or [1]):
+    if not it or wait < processes.STRAGGLER_WAIT_PCT / 100 * np.mean(
+            [it[p] for p in others.index if p in it] or [1]):
         return ""
     # its own iteration, NCCL apart: more GPU work, more copies, or its host (the GPU idle
     # while the host works, after its syncs, waiting for its launches)
