@@ -102,6 +102,10 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
     by class and precision, conversion overhead, copies, Tensor Core activity and each run's
     verdict; then every run against the baseline, with the reasons.
 
+    A run may be several reports of the same code ('a1.sqlite,a2.sqlite', or a capture made
+    with --repeat): its tables are its first report's, and its speed-up's 95% CI holds the
+    spread between them ('~': no measurable difference from the baseline).
+
     Tables (with -o DIR, one Parquet file each): summary, by_class, by_precision, latency,
     pairs. --html adds charts: latency distribution, class time, per-layer change.
 
@@ -111,6 +115,7 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
       nsightlab compare ort-cuda ort-trt trt --batch 64 --html runs.html
       nsightlab compare base.sqlite new.sqlite --json > lineup.json
       nsightlab compare main.sqlite pr.sqlite --fail-if 'latency_p95 > +5%'
+      nsightlab compare fp16 bf16          # captures made with capture fp16,bf16 --repeat 3
     """
     import_beside("scipy.special")
     import nsightlab
