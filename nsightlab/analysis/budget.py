@@ -57,7 +57,6 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
 from nsightlab.analysis import ending, iterations, kinds, steady, work
 from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
-from nsightlab.analysis.completeness import LAUNCH_CALLS
 from nsightlab.analysis.launches import pairs
 from nsightlab.analysis.timeline import covered, union
 from nsightlab.read.frames import release_memory
@@ -605,15 +604,12 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
     empty = first["kernels_ns"].to_numpy() == 0
     if not empty.any() or not report.has_rows("cuda_api"):
         return None
-    names = report.cuda_api(["name"])["name"]
-    wanted = [c for c in names.cat.categories if LAUNCH_CALLS.match(str(c))]
-    rows = np.flatnonzero(names.isin(wanted).to_numpy())
-    t = np.sort(report.take("cuda_api", ["start_ns"], rows)["start_ns"].to_numpy(np.int64))
+    t = iterations.launch_starts(report)
     lo, hi = first["start_ns"].to_numpy(np.int64), first["end_ns"].to_numpy(np.int64)
     launched = np.searchsorted(t, hi, "right") - np.searchsorted(t, lo, "left")
     bad = empty & (launched > 0)
     if not bad.any():
-        return _untraced(report, first, empty, names, len(rows), lo, hi)
+        return _untraced(report, first, empty, len(t), lo, hi)
     which = ", ".join(str(i) for i in first["iteration"].to_numpy()[bad][:5])
     return {"check": "iterations_without_gpu_work", "severity": "partial",
             "message": f"{int(bad.sum())} of {len(first)} iterations hold no kernel although "
@@ -634,8 +630,14 @@ UNTRACED_SHARE = 0.8
 LOOKUP_SHARE = 0.5
 
 
-def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.Series,
-              launches: int, lo: np.ndarray, hi: np.ndarray) -> dict | None:
+def _lookups(report: Report) -> tuple[int, int]:
+    """(the driver entry-point look-ups among the run's CUDA calls, all its CUDA calls)."""
+    names = report.cuda_api(["name"])["name"].astype(str)
+    return int(names.str.startswith(LOOKUP).sum()), len(names)
+
+
+def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, launches: int,
+              lo: np.ndarray, hi: np.ndarray) -> dict | None:
     """``partial`` when most iterations (``UNTRACED_SHARE``, 2 or more) hold no CUDA call
     and no GPU work at all while the process did launch GPU work outside them: the loop's launches went
     unrecorded (seen: nsys 2023.4 on the CUDA 13 runtime, whose calls go through driver entry
@@ -654,7 +656,7 @@ def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, names: pd.
     older = ending.older_than_driver(report)
     if older is None:  # a loop that ran on the CPU, or launches lost some other way: the
         return None    # versions do not say the tracer missed them
-    lookups = int(names.astype(str).str.startswith(LOOKUP).sum())
+    lookups = _lookups(report)[0]
     versions = (f"; {older}: an nsys older than the application's CUDA misses launches made "
                 "through driver entry points")
     wall = float(np.median(hi - lo)) / 1e6
@@ -675,13 +677,12 @@ def _untraced_run(report: Report) -> dict | None:
     older = ending.older_than_driver(report)
     if older is None or not report.has_rows("cuda_api"):
         return None
-    names = report.cuda_api(["name"])["name"].astype(str)
-    lookups = int(names.str.startswith(LOOKUP).sum())
-    if lookups < LOOKUP_SHARE * len(names):
+    lookups, calls = _lookups(report)
+    if lookups < LOOKUP_SHARE * calls:
         return None
     ops = sum(report.row_count(t) for t in ("kernels", "memcpy", "memset", "graph_execs"))
     return {"check": "launches_untraced", "severity": "partial",
-            "message": f"launches not recorded: {lookups:,} of the {len(names):,} CUDA calls "
+            "message": f"launches not recorded: {lookups:,} of the {calls:,} CUDA calls "
                        f"recorded are {LOOKUP} look-ups, against {ops:,} GPU operations, and "
                        f"no iterations were found; {older}: an nsys older than the "
                        "application's CUDA misses launches made through driver entry points; "

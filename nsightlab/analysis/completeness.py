@@ -106,17 +106,16 @@ def damaged(report: Report) -> list[dict]:
             before = int((start[oi] < called - BEFORE_LAUNCH_NS).sum())
     if before:
         said.append(f"{_n(before)} before the call that launched {_it(before)}")
-    order = np.lexsort((start, k["stream_id"].to_numpy(np.int64, na_value=-1),
-                        k["device_id"].to_numpy(np.int64, na_value=-1),
-                        k["pid"].to_numpy(np.int64, na_value=-1)))
-    group = (k["pid"].to_numpy(np.int64, na_value=-1) * 1_000_003
-             + k["device_id"].to_numpy(np.int64, na_value=-1) * 4_099
-             + k["stream_id"].to_numpy(np.int64, na_value=-1))[order]
+    where = [k[c].to_numpy(np.int64, na_value=-1) for c in ("stream_id", "device_id", "pid")]
+    order = np.lexsort((start, *where))
+    stream = np.ones(max(len(order) - 1, 0), bool)  # the next kernel runs on the same stream
+    for col in where:
+        col = col[order]
+        stream &= col[1:] == col[:-1]
     e = end[order]
     # a graph's parallel branches can run at once on the stream it was launched into: not
     # looked at where graph nodes were traced
-    same = (group[2:] == group[:-2]) & (group[1:-1] == group[:-2]) \
-        & (not report.has_rows("cuda_graph_nodes"))
+    same = stream[1:] & stream[:-1] & (not report.has_rows("cuda_graph_nodes"))
     outlast = int((same & (e[1:-1] <= e[:-2]) & (e[2:] <= e[:-2])
                    & (e[2:] > start[order][2:])).sum())
     if outlast:

@@ -96,15 +96,13 @@ def sm_clock(report: Report, lo: np.ndarray, hi: np.ndarray) -> dict:
     """The SM (GPC) clock from the trace's GPU metrics samples: its mean over the samples
     inside the windows [lo, hi] (the iterations) and the most it reached in the run, in MHz,
     of the GPU whose clock inside the windows is highest (the busy one); {} without samples.
-    nsys labels the metric MHz and stores Hz (H200, 2025.3): values above 1e5 are Hz."""
+    (nsys stores Hz under the metric's "[MHz]"; the read layer gives MHz.)"""
     s = samples(report, ("GPC Clock Frequency",))
     if s is None or not len(s) or not len(lo):
         return {}
     best = {}
     for _, g in s.groupby("gpu", sort=True):
         t, y = g["timestamp_ns"].to_numpy(), g["value"].to_numpy(float)
-        if np.nanmedian(y) > 1e5:
-            y = y / 1e6
         vals, counts = window_mean(t, y, lo, hi)
         if not counts.sum():
             continue

@@ -122,7 +122,7 @@ def _pattern(report: Report) -> re.Pattern:
         if len(g) < MIN_NUMBERED or (hi[:-1] > lo[1:]).any():  # a loop's ranges follow each other
             continue
         if api is None:
-            api = _launch_starts(report)
+            api = launch_starts(report)
         # each range launches work; where the tracer is older than the driver's CUDA, the
         # launches may have gone unrecorded (``budget.empty_iterations`` then says so)
         first = np.searchsorted(api, lo, side="left")
@@ -141,15 +141,15 @@ def _pattern(report: Report) -> re.Pattern:
     return re.compile(rf"(?i)^{re.escape(best[1])}[ _.\-]?\d{{1,7}}$")
 
 
-def _launch_starts(report: Report) -> np.ndarray:
+def launch_starts(report: Report) -> np.ndarray:
     """The start times of the run's kernel and graph launch calls, sorted."""
-
     if not report.has_rows("cuda_api"):
         return np.array([], np.int64)
     names = report.cuda_api(["name"])["name"]
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
-    launch = np.array([bool(re.match(ending.LAUNCH_CALLS, str(c))) for c in names.cat.categories], bool)
+    launch = np.array([bool(re.match(ending.LAUNCH_CALLS, str(c)))
+                       for c in names.cat.categories], bool)
     codes = names.cat.codes.to_numpy()
     rows = np.flatnonzero((codes >= 0) & launch[np.maximum(codes, 0)])
     return np.sort(report.take("cuda_api", ["start_ns"], rows)["start_ns"].to_numpy(np.int64))

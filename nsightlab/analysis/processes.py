@@ -435,13 +435,14 @@ class Collectives:
         last = np.minimum.reduceat(np.where(s == latest, rank, ranks), first)[run]
         self.member = np.zeros((ranks, places), bool)
         self.member[rank, place] = size > 1
+        spin = np.where(size > 1, np.minimum(latest - s, e - s), 0)
         self.skew = np.zeros((ranks, places), np.int64)
-        self.skew[rank, place] = np.where(size > 1, np.minimum(latest - s, e - s), 0)
+        self.skew[rank, place] = spin
         self.last = np.zeros((ranks, places), bool)
         self.last[rank, place] = (size > 1) & (last == rank)
         # the wait each collective's last member made the others spin, on that member
         self.caused = np.zeros((ranks, places), np.int64)
-        waited = np.add.reduceat(np.where(size > 1, np.minimum(latest - s, e - s), 0), first)
+        waited = np.add.reduceat(spin, first)
         np.add.at(self.caused, (last[first].clip(max=ranks - 1), place[first]),
                   np.where(last[first] < ranks, waited, 0))
         many = sizes > 1

@@ -164,12 +164,19 @@ def diff(a, b, a_process: int | None = None, b_process: int | None = None,
         like = {"rank": int(named.group(1))} if named else None
     rb, lb, wb, _ = process_of(rb, lb, b_process, "B", like)
     pa_, pb_ = profile(ra, la), profile(rb, lb)
-    extra = [[profile(process_of(as_report(x, **open_options), str(x), None, side, like)[0])
-              for x in xs] for xs, side in ((more_a, "A"), (more_b, "B"))]
+    extra = [more_runs(xs, side, like, open_options)
+             for xs, side in ((more_a, "A"), (more_b, "B"))]
     d = compare(pa_, pb_, *extra)
     d.headline["workload_warnings"] = [*wa, *wb, *d.headline["workload_warnings"]]
     d.headline["a_path"], d.headline["b_path"] = str(ra.source), str(rb.source)
     return d
+
+
+def more_runs(xs: list, side: str, like: dict | None, open_options: dict) -> list[RunProfile]:
+    """The profiles of a side's further runs (``runs_of``), each the process ``like`` the
+    first run's (``process_of``): the runs whose spread goes into the interval."""
+    return [profile(process_of(as_report(x, **open_options), str(x), None, side, like)[0])
+            for x in xs]
 
 
 def process_of(r: Report, label: str, pid: int | None, side: str, like: dict | None = None,
@@ -583,7 +590,6 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     hidden = graph_level_side(pa, pb)
     change = work.difference(pa.work, pb.work) if not same and pa.work and pb.work else ""
     if hidden:  # one side's kernels are hidden in whole-graph executions: no kernel compare
-        p, other = (pb, pa) if hidden == "B" else (pa, pb)
         change = ""
         parts.append(
             f"{hidden} replays a CUDA graph whose kernels were not recorded one by one (traced "

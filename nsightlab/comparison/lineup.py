@@ -19,7 +19,8 @@ import pandas as pd
 from nsightlab.analysis import budget, completeness, kinds, runtime
 from nsightlab.core.labels import run_labels
 from nsightlab.analysis.budget import iteration_ranges
-from nsightlab.comparison.diff import Diff, compare as diff_profiles, process_of, runs_of
+from nsightlab.comparison.diff import (Diff, compare as diff_profiles, more_runs, process_of,
+                                       runs_of)
 from nsightlab.run.model import (RunProfile, batch_of, iteration_walls,
                                                latency_stats, profile)
 from nsightlab.core.result import Result, json_records, json_value
@@ -111,9 +112,8 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
         like = got if i == 0 else like
         notes += said
     profiles = [_profile(r, lab) for r, lab in zip(reports, labels)]
-    more = [[profile(process_of(as_report(x, **open_options), str(x), None, lab, like)[0])
-             for x in side[1:]] if p.kernels else [] for side, p, lab in
-            zip(sides, profiles, labels)]
+    more = [more_runs(side[1:], lab, like, open_options) if p.kernels else []
+            for side, p, lab in zip(sides, profiles, labels)]
     diffs = []
     for r, p, extra in zip(reports[1:], profiles[1:], more[1:]):
         if profiles[0].kernels and p.kernels:
