@@ -39,8 +39,9 @@ def test_layer_name_tokens_and_roles(name, toks, role):
 @needs_trex
 def test_fp16_and_qat_engines_match(tmp_path):
     """Every compute layer pairs up (the QAT engine renumbers every ONNX node and adds weight and
-    Q/DQ tokens, so it is the shape signature that matches them), in order; precisions come
-    from the layer info's data types; standalone Q/DQ layers are conversion work of B."""
+    Q/DQ tokens, so it is the graph, each layer's producers, that matches them), in order;
+    precisions come from the layer info's data types; standalone Q/DQ layers are conversion
+    work of B."""
     a = trt_layers.engine_layers(TRT / "pub-trex-resnet-a100-fp16.profile.json")
     b = trt_layers.engine_layers(TRT / "pub-trex-resnet-a100-qat.profile.json")
     m = trt_layers.match(a, b)

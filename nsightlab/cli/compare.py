@@ -63,9 +63,16 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
     Sections (with -o DIR, one Parquet file each): headline, by_class, by_precision,
     by_layer, kernels, conversion, overheads, tensor_core; times in ns per iteration.
 
+    Several runs a side: give A or B as 'a1.sqlite,a2.sqlite,...', or a capture made with
+    `capture NAME --repeat N` (its runs/ are taken). The headline's times, ratio and 95%
+    interval are then over all the runs (the spread between runs is in the interval: one
+    run a side cannot show it); every other line and table is of the first run of each
+    side, and the output says so.
+
     \b
     Examples:
       nsightlab diff fp16 nvfp4
+      nsightlab diff a1.sqlite,a2.sqlite,a3.sqlite b1.sqlite,b2.sqlite
       nsightlab diff captures/examples/vit-fp16 captures/examples/vit-fp8 --html diff.html
       nsightlab diff a.sqlite b.nsys-rep --json > diff.json
       nsightlab diff fp16 fp8 -o diff/ --png diff/charts
@@ -160,8 +167,9 @@ def layers(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
     time, from trtexec exports alone: --exportProfile JSON (layer info found beside it as
     X.layers.json or X.graph.json), or capture folders made with --trtexec.
 
-    Layers match by name without Q/DQ, weight and Myelin tokens, then by layer kind and shapes
-    in engine order; standalone Q/DQ and reformat layers are listed as conversion work.
+    Layers match by the graph of the layer info (the layers that write their inputs, then their
+    names, kinds and shapes, in engine order), then as regions fused differently; standalone
+    Q/DQ and reformat layers are listed as conversion work.
     Tables (with -o DIR, one Parquet file each): layers, conversion, summary.
 
     \b

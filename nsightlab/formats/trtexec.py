@@ -21,6 +21,8 @@ from nsightlab.errors import NotAReportError
 # lowest precision first: a layer that reads INT8 and writes FP32 computes in INT8
 _PRECISION = [("nvfp4", r"fp4|e2m1"), ("fp8", r"fp8|e4m3"), ("int8", r"int8"), ("bf16", r"bf16"),
               ("fp16", r"fp16|half"), ("fp32", r"fp32|float"), ("int32", r"int32"), ("bool", r"bool")]
+_DETAILS = ["parameter_type", "kernel", "stride", "out_maps", "groups", "in_dims", "out_dims", "origin",
+            "in_precision", "out_precision", "inputs", "outputs"]
 
 
 def _load(path: str | Path):
@@ -77,7 +79,10 @@ def layer_info(path: str | Path) -> pd.DataFrame:
 def layer_details(path: str | Path) -> pd.DataFrame:
     """``--exportLayerInfo`` JSON with what identifies a layer across engines: name,
     layer_type, parameter_type, precision, kernel, stride, out_maps, groups, in_dims, out_dims
-    (shapes as text without the batch dimension, e.g. "64x56x56"); None where not recorded."""
+    (shapes as text without the batch dimension, e.g. "64x56x56"), origin (TensorRT's reason
+    for the layer: "QDQ", "REFORMAT"...), in_precision and out_precision (the lowest among the
+    inputs' and the outputs' formats: a quantize reads FP32 and writes INT8), and the graph:
+    inputs and outputs, lists of tensor names; None where not recorded."""
     base = layer_info(path)
     layers = [x for x in _load(path).get("Layers", []) if isinstance(x, (dict, str))]
 
@@ -89,14 +94,22 @@ def layer_details(path: str | Path) -> pd.DataFrame:
     def text(v) -> str | None:
         return None if v is None else "x".join(map(str, v)) if isinstance(v, list) else str(v)
 
+    def tensors(v) -> list[dict]:
+        return [t for t in v or [] if isinstance(t, dict)]
+
+    def lowest(ts: list[dict]) -> str | None:
+        return precision_of(" ".join(t.get("Format/Datatype") or "" for t in ts))
+
     extra = [{"parameter_type": x.get("ParameterType"), "kernel": text(x.get("Kernel")),
               "stride": text(x.get("Stride")), "out_maps": text(x.get("OutMaps")),
               "groups": text(x.get("Groups")), "in_dims": dims(x.get("Inputs")),
-              "out_dims": dims(x.get("Outputs"))} if isinstance(x, dict) else {}
-             for x in layers]
-    return pd.concat([base, pd.DataFrame(extra, index=base.index,
-                                         columns=["parameter_type", "kernel", "stride", "out_maps",
-                                                  "groups", "in_dims", "out_dims"])], axis=1)
+              "out_dims": dims(x.get("Outputs")), "origin": x.get("Origin"),
+              "in_precision": lowest(tensors(x.get("Inputs"))),
+              "out_precision": lowest(tensors(x.get("Outputs"))),
+              "inputs": [t.get("Name") for t in tensors(x.get("Inputs"))],
+              "outputs": [t.get("Name") for t in tensors(x.get("Outputs"))]}
+             if isinstance(x, dict) else {} for x in layers]
+    return pd.concat([base, pd.DataFrame(extra, index=base.index, columns=_DETAILS)], axis=1)
 
 
 def precision_of(fmt: str | None) -> str | None:
