@@ -55,6 +55,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     none_last,
 )
 from nsightlab.analysis import ending, iterations, kinds, steady, work
+from nsightlab.analysis.budget_parts import COPY_WORDS as _COPY_WORDS
 from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.launches import pairs
@@ -449,11 +450,7 @@ GROUPS = {"kernels": ("kernels",), "communication": ("communication",),
 VERDICTS = {"kernels": "compute-bound", "communication": "communication-bound",
             "copies": "copy-bound", "sync": "sync-bound",
             "launch": "launch-bound", "host": "host-bound"}
-COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
-              "h2d_pinned": "host-to-device copies (pinned)",
-              "d2h_pageable": "device-to-host copies into pageable memory",
-              "d2h_pinned": "device-to-host copies (pinned)", "d2d": "device-to-device copies",
-              "peer": "peer copies", "copy_other": "other copies", "memset": "memsets"}
+COPY_WORDS = {**_COPY_WORDS, "memset": "memsets"}
 
 
 def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,

@@ -22,6 +22,12 @@ BUSY_PARTS = ("kernels", "communication", *COPY_PARTS, "memset")
 #: kernel names of the communication part (NCCL's device kernels)
 COMM_PREFIX = "nccl"
 IDLE_PARTS = ("idle_sync", "idle_launch", "idle_host", "idle_unattributed")
+#: the copy parts as a sentence says them
+COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
+              "h2d_pinned": "host-to-device copies (pinned)",
+              "d2h_pageable": "device-to-host copies into pageable memory",
+              "d2h_pinned": "device-to-host copies (pinned)", "d2d": "device-to-device copies",
+              "peer": "peer copies", "copy_other": "other copies"}
 PARTS = (*BUSY_PARTS, *IDLE_PARTS)
 #: host time since the previous launch call under which idle GPU time counts as launch
 #: overhead (the framework issuing work: PyTorch eager dispatch is 5-50 us an op), not as host

@@ -6,18 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis.budget_parts import COPY_PARTS
+from nsightlab.analysis.budget_parts import COPY_PARTS, COPY_WORDS
 from nsightlab.analysis.kinds import MAIN, OUTLIER, WARM_UP
 
 #: budget parts (or groups of them), as the cause of a difference is said
 CAUSES = {"kernels": "kernel time", "communication": "exposed NCCL time", "idle_host": "host work with the GPU idle",
           "idle_sync": "GPU idle after host syncs", "idle_launch": "launch overhead",
           "idle_unattributed": "GPU idle (no cause known)", "memset": "memsets"}
-COPY_WORDS = {"h2d_pageable": "host-to-device copies from pageable memory",
-              "h2d_pinned": "host-to-device copies (pinned)",
-              "d2h_pageable": "device-to-host copies into pageable memory",
-              "d2h_pinned": "device-to-host copies (pinned)", "d2d": "device-to-device copies",
-              "peer": "peer copies", "copy_other": "other copies"}
 _BYTES = {"h2d": "h2d_bytes", "d2h": "d2h_bytes", "d2d": "d2d_bytes"}
 
 

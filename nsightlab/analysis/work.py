@@ -252,13 +252,15 @@ def _first_tokens(ids: np.ndarray, sums: _Sums) -> dict:
     return out
 
 
-def difference(a: dict, b: dict, most: int = 2) -> str:
+def difference(a: dict, b: dict, most: int = 2, a_shapes: dict | None = None,
+               b_shapes: dict | None = None) -> str:
     """What changed from work ``a`` to work ``b`` (token counts of one iteration each), in
     words: kernels replaced by other variants of the same class (and the precisions they
     moved between), kernels added or removed by class with their names, and copies, memsets,
     syncs and graph executions added or removed: '48 gemm, 37 elementwise kernels replaced
     by other variants (fp16 -> bf16); +192 elementwise, +96 reformat/copy kernels; +72
-    memsets'."""
+    memsets'; copies with their bytes where ``a_shapes``/``b_shapes`` (``shapes``) have
+    them: '-1 host-to-device copy from pageable memory (4.8 MB each)'."""
     from nsightlab.analysis.classify import kernel_class, precision
 
     def kernel(k: str) -> bool:
@@ -297,7 +299,12 @@ def difference(a: dict, b: dict, most: int = 2) -> str:
                      + (f" (and {rest} more class{'es' if rest > 1 else ''})" if rest > 0
                         else ""))
     for k, v in sorted(more.items()):
-        if not kernel(k):
+        if k.startswith("copy "):
+            label = _copy_label(k)
+            got = ((b_shapes if v > 0 else a_shapes) or {}).get(k, {}).get("bytes")
+            words.append(f"{v:+,} {label if abs(v) > 1 else label.replace('copies', 'copy', 1)}"
+                         + (f" ({_size(got)} each)" if got else ""))
+        elif not kernel(k):
             plural = {"memset": "memsets", "graph launch": "graph launches"}
             words.append(f"{v:+,} {plural.get(k, k) if abs(v) > 1 else k}")
     return "; ".join(words) or "the same operations"
@@ -316,3 +323,127 @@ def summary(tokens: dict) -> str:
     one = {"copies": "copy", "graph launches": "graph launch"}
     said = [f"{v:,} {k if v != 1 else one.get(k, k[:-1])}" for k, v in kinds.items() if v]
     return ", ".join(said) or "no GPU work"
+
+
+# Shapes: what one kind of work ran on. Within a run a kind of work is blind to them (a KV
+# cache grows, cuBLAS picks by shape); between two runs the same kernel on another grid, or a
+# copy of other bytes, is other work: a batch or an input size changed, not the GPU's pace.
+
+#: two runs' shapes of one kernel or copy differ beyond this (%): the same work's medians are
+#: equal, a batch or an input size moves them by its own factor
+SHAPE_PCT = 2.0
+#: the first iterations of a kind of work whose shapes are read
+SHAPE_ITERATIONS = 20
+_GRID = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+
+
+def shapes(report: Report, start, end) -> dict:
+    """What the windows [start, end] (iterations of one kind of work; the first
+    ``SHAPE_ITERATIONS``) ran on, by the tokens of ``signatures``' words, medians over the
+    windows: each kernel name's launches per iteration (``n``), blocks, threads and shared
+    memory per launch, and its most common launch (``grid``, ``block``: 'x x y x z'); each
+    copy token's copies (``n``) and bytes per copy."""
+    start = np.asarray(start, np.int64)[:SHAPE_ITERATIONS]
+    end = np.asarray(end, np.int64)[:SHAPE_ITERATIONS]
+    out: dict = {}
+    if not len(start):
+        return out
+    if report.has_rows("kernels"):
+        k = report.table("kernels", ["start_ns", "name"])
+        at = _at(start, end, k["start_ns"].to_numpy(np.int64))
+        rows = np.flatnonzero(at >= 0)
+        if len(rows):
+            f = report.launches_at(rows).fillna(0).astype(np.int64)
+            f["name"] = k["name"].astype(object).to_numpy()[rows]
+            f["name"] = f["name"].fillna("(no name)")
+            f["at"] = at[rows]
+            g = f["grid_x"] * f["grid_y"] * f["grid_z"]
+            f["blocks"], f["threads"] = g, g * f["block_x"] * f["block_y"] * f["block_z"]
+            f["smem"] = f["static_shared_bytes"] + f["dynamic_shared_bytes"]
+            for name, one in f.groupby("name", sort=False):
+                per = one.groupby("at")[["blocks", "threads", "smem"]].sum()
+                n = one.groupby("at").size()
+                top = one.groupby(_GRID).size().idxmax()
+                out[str(name)] = {
+                    "n": float(n.median()),
+                    **{c: float((per[c] / n).median()) for c in ("blocks", "threads", "smem")},
+                    "grid": " x ".join(map(str, top[:3])), "block": " x ".join(map(str, top[3:]))}
+    if report.has_rows("memcpy"):
+        from nsightlab.analysis.budget_parts import BUSY_PARTS, copy_codes
+        c = report.memcpy(["start_ns", "bytes", "copy_kind", "src_kind", "dst_kind"])
+        at = _at(start, end, c["start_ns"].to_numpy(np.int64))
+        ok = at >= 0
+        if ok.any():
+            f = pd.DataFrame({"at": at[ok], "part": copy_codes(c)[ok],
+                              "bytes": c["bytes"].fillna(0).to_numpy(np.float64)[ok]})
+            for part, one in f.groupby("part"):
+                per = one.groupby("at")["bytes"].agg(["sum", "size"])
+                out[f"copy {BUSY_PARTS[int(part)]}"] = {
+                    "n": float(per["size"].median()),
+                    "bytes": float((per["sum"] / per["size"]).median())}
+    return out
+
+
+def reshaped(a: dict, b: dict) -> list[dict]:
+    """The kernels and copies both runs' work holds whose shapes (``shapes``) differ by more
+    than ``SHAPE_PCT``: each a record of its token, ``kind`` ('kernel' or 'copy'), ``what``
+    changed ('grid', 'launch': the same blocks with other threads or shared memory, or
+    'bytes'), A's and B's value (blocks or bytes per launch or copy) and their ``ratio``."""
+    out = []
+    for tok in sorted(set(a) & set(b)):
+        x, y = a[tok], b[tok]
+        moved = [c for c in ("blocks", "threads", "smem", "bytes") if c in x and c in y
+                 and abs(y[c] - x[c]) > SHAPE_PCT / 100 * max(x[c], y[c])]
+        if not moved:
+            continue
+        key = "bytes" if "bytes" in x else "blocks"
+        what = "bytes" if key == "bytes" else "grid" if "blocks" in moved else "launch"
+        out.append({"token": tok, "kind": "copy" if key == "bytes" else "kernel", "what": what,
+                    "a": x[key], "b": y[key], "ratio": y[key] / x[key] if x[key] else np.inf,
+                    "n": y.get("n", 0.0),
+                    "a_launch": f"{x.get('grid', '')} blocks of {x.get('block', '')}",
+                    "b_launch": f"{y.get('grid', '')} blocks of {y.get('block', '')}"})
+    return out
+
+
+def _size(n: float) -> str:
+    """Bytes as people say them: '4.8 MB', '32.0 kB', '512 B'."""
+    return f"{n:,.0f} B" if n < 1e3 else f"{n / 1e3:,.1f} kB" if n < 1e6 else f"{n / 1e6:,.1f} MB"
+
+
+def _copy_label(token: str) -> str:
+    from nsightlab.analysis.budget_parts import COPY_WORDS
+    return COPY_WORDS.get(token.removeprefix("copy "), token)
+
+
+def reshape_words(changes: list[dict]) -> str:
+    """``reshaped`` in words: 'layer_norm_kernel runs on a 1.50x larger grid (256 x 1 x 1 ->
+    384 x 1 x 1 blocks)', '5 kernels (60 launches an iteration) run on larger grids (1.50x
+    the blocks)',
+    'host-to-device copies from pageable memory 4.8 MB -> 19.3 MB each'."""
+    from nsightlab.core.units import kernel_label
+
+    words = []
+    kern = [c for c in changes if c["kind"] == "kernel"]
+    grid = [c for c in kern if c["what"] == "grid"]
+    if len(grid) == 1:
+        c = grid[0]
+        size = f"a {c['ratio']:.2f}x larger" if c["ratio"] > 1 else f"a {1 / c['ratio']:.2f}x smaller"
+        words.append(f"{kernel_label(c['token'], 48)} runs on {size} grid "
+                     f"({c['a_launch']} -> {c['b_launch']})")
+    elif grid:
+        r = np.array([c["ratio"] for c in grid])
+        way = "larger" if (r > 1).all() else "smaller" if (r < 1).all() else "other"
+        lo, hi = float(r.min()), float(r.max())
+        factor = f"{np.median(r):.2f}x the blocks" if hi <= lo * 1.05 else \
+            f"{lo:.2f}-{hi:.2f}x the blocks"
+        n = sum(c["n"] for c in grid)
+        words.append(f"{len(grid)} kernels ({n:,.0f} launches an iteration) run on {way} "
+                     f"grids ({factor})")
+    launch = [c for c in kern if c["what"] == "launch"]
+    if launch:
+        words.append(f"{len(launch)} kernel{'s' if len(launch) > 1 else ''} launched with "
+                     "other blocks or shared memory on the same grid")
+    for c in (c for c in changes if c["kind"] == "copy"):
+        words.append(f"{_copy_label(c['token'])} {_size(c['a'])} -> {_size(c['b'])} each")
+    return "; ".join(words)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab.analysis import budget, kinds, pace, work
+from nsightlab.analysis.budget_parts import COMM_PREFIX
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison import trt_layers
 from nsightlab.run.model import ITERATION_LAYER, OUTSIDE, RunProfile, profile
@@ -174,9 +175,33 @@ def diff(a, b, a_process: int | None = None, b_process: int | None = None,
 
 def more_runs(xs: list, side: str, like: dict | None, open_options: dict) -> list[RunProfile]:
     """The profiles of a side's further runs (``runs_of``), each the process ``like`` the
-    first run's (``process_of``): the runs whose spread goes into the interval."""
-    return [profile(process_of(as_report(x, **open_options), str(x), None, side, like)[0])
-            for x in xs]
+    first run's (``process_of``), labelled by its path: the runs whose spread goes into the
+    interval."""
+    return [profile(*process_of(as_report(x, **open_options), _run_label(x), None, side,
+                                like)[:2]) for x in xs]
+
+
+def _run_label(x) -> str:
+    """A further run as people name it: its file's stem, or 'NAME run N' for a run of a
+    capture made with --repeat (captures/NAME/runs/N/report.sqlite)."""
+    p = Path(str(x))
+    if p.parent.parent.name == "runs":
+        return f"{p.parent.parent.parent.name} run {p.parent.name}"
+    return p.name.split(".")[0] if p.suffix in (".sqlite", ".nsys-rep", ".xz") else str(x)
+
+
+def runs_note(headline: dict) -> str:
+    """Which runs the tables are of, where a side has several: '' with one run a side."""
+    a, b = headline.get("a_runs") or [], headline.get("b_runs") or []
+    if len(a) < 2 and len(b) < 2:
+        return ""
+    said = lambda runs: f"{len(runs)} run{'s' if len(runs) > 1 else ''} (" + ", ".join(  # noqa: E731
+        map(str, runs)) + ")"
+    return (f"several runs: A {said(a)}, B {said(b)}. The headline's first words (times, ratio "
+            "and interval) are over all of them: the geometric mean of each side's run "
+            "medians, the spread between runs in the interval. The rest of the headline, and "
+            "every line and table below, is of the first run of each side alone (A "
+            f"{headline['a']}, B {headline['b']})")
 
 
 def process_of(r: Report, label: str, pid: int | None, side: str, like: dict | None = None,
@@ -372,6 +397,8 @@ def _layers(pa: RunProfile, pb: RunProfile) -> pd.DataFrame:
         rows.append({"layer": n, "b_layer": lb.loc[n, "b_layer"] if inb and "b_layer" in lb else n,
                      "a_ns": la.loc[n, "time_ns"] if ina else 0.0,
                      "b_ns": lb.loc[n, "time_ns"] if inb else 0.0,
+                     "a_se_ns": la.loc[n, "se_ns"] if ina and "se_ns" in la else np.nan,
+                     "b_se_ns": lb.loc[n, "se_ns"] if inb and "se_ns" in lb else np.nan,
                      "a_count": la.loc[n, "count"] if ina else 0.0,
                      "b_count": lb.loc[n, "count"] if inb else 0.0,
                      "a_math_precision": ga, "b_math_precision": gb,
@@ -379,6 +406,13 @@ def _layers(pa: RunProfile, pb: RunProfile) -> pd.DataFrame:
                      "status": "matched" if ina and inb else ("only_a" if ina else "only_b")})
     out = pd.DataFrame(rows)
     out["delta_ns"] = out["b_ns"] - out["a_ns"]
+    # the change's 95% noise band from each side's standard error per iteration (a layer on
+    # one side only has no noise: it is there or not)
+    se = np.sqrt(out["a_se_ns"].fillna(0) ** 2 + out["b_se_ns"].fillna(0) ** 2)
+    out["noise_ns"] = np.where(out["status"] == "matched", 1.96 * se, 0.0)
+    out.loc[(out["status"] == "matched") & out[["a_se_ns", "b_se_ns"]].isna().any(axis=1),
+            "noise_ns"] = np.nan
+    out["within_noise"] = out["delta_ns"].abs() <= out["noise_ns"]
     out[["a_count", "b_count"]] = out[["a_count", "b_count"]].round().astype("int64")
     return out.sort_values("delta_ns", key=abs, ascending=False, kind="stable").reset_index(drop=True)
 
@@ -565,8 +599,15 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     interval = pace.runs_ratio([a_walls] + [walls(p, a_main) for p in more_a],
                                [b_walls] + [walls(p, b_main) for p in more_b])
     runs = interval["runs"] > 1 or len(more_a) or len(more_b)
+    if runs and interval.get("a_run_medians") and interval.get("b_run_medians"):
+        # several runs a side: the headline's times are the runs' (geometric mean of their
+        # medians, as the interval's ratio), not the first run's
+        a_ns, b_ns = (float(np.exp(np.mean(np.log(interval[f"{s}_run_medians"]))))
+                      for s in ("a", "b"))
+        speedup, delta = a_ns / b_ns, b_ns - a_ns
     real = interval["significant"] or not np.isfinite(interval["low"])
-    same = bool(pa.work) and pa.work == pb.work
+    moved = work.reshaped(pa.shapes, pb.shapes) if pa.work and pb.work else []
+    same = bool(pa.work) and pa.work == pb.work and not moved
     ci = (f"; {100 * interval['level']:.0f}% CI {pace.span(interval['low'], interval['high'])}x"
           " of A's time" if np.isfinite(interval["low"]) else "")
     if same:
@@ -583,12 +624,15 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     else:
         word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
         parts.append(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})")
-    touched = _touched(kernels)
+    touched = _touched(kernels, {c["token"] for c in moved if c["kind"] == "kernel"})
     gpu = pace.ratio(pa.main_kernel_walls, pb.main_kernel_walls)
     if not np.isfinite(gpu["low"]):  # too few iterations for an interval: 2% is a change
         gpu["significant"] = abs(pb.kernel_ns - pa.kernel_ns) >= 0.02 * max(pa.kernel_ns, 1.0)
     hidden = graph_level_side(pa, pb)
-    change = work.difference(pa.work, pb.work) if not same and pa.work and pb.work else ""
+    change = "; ".join(w for w in (
+        work.difference(pa.work, pb.work, a_shapes=pa.shapes, b_shapes=pb.shapes)
+        if pa.work != pb.work else "", work.reshape_words(moved)) if w) \
+        if not same and pa.work and pb.work else ""
     if hidden:  # one side's kernels are hidden in whole-graph executions: no kernel compare
         change = ""
         parts.append(
@@ -716,12 +760,14 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         "runtime_change": _runtime_change(pa, pb),
         "runtime_causes": runtime_causes(pa, pb),
         "interval": interval, "kernel_interval": gpu, "same_work": same,
-        "work_change": change,
+        "work_change": change, "reshaped": moved,
         "touched_a_ns": touched["a_ns"], "touched_b_ns": touched["b_ns"],
         "identical_kernel_ratio": gpu_pace,
         "a_queued_ns": pa.pace.get("queued_ns", float("nan")),
         "b_queued_ns": pb.pace.get("queued_ns", float("nan")),
         "run_to_run": "in the interval" if runs else "unknown: one run per side",
+        "a_runs": [pa.label, *(p.label for p in more_a)],
+        "b_runs": [pb.label, *(p.label for p in more_b)],
         "a_machine": pa.machine or None, "b_machine": pb.machine or None,
     }
 
@@ -769,15 +815,22 @@ def _machine_words(pa: RunProfile, pb: RunProfile) -> list[str]:
     return out
 
 
-def _touched(kernels: pd.DataFrame) -> dict:
+def _touched(kernels: pd.DataFrame, reshaped: set = frozenset()) -> dict:
     """The kernels the change of work touched (slots whose kernel was replaced by another
-    name, added or removed) and the identical ones (the same name in the same slot): their
-    time per iteration in A and B, and the identical ones' ratio (B / A): their common
-    factor is the GPU's pace."""
+    name, added or removed, or whose kernel runs on other shapes: ``reshaped`` names) and
+    the identical ones (the same name on the same shapes in the same slot): their time per
+    iteration in A and B, and the identical ones' ratio (B / A): their common factor is the
+    GPU's pace."""
     if not len(kernels):
         return {"kernels": 0, "a_ns": 0.0, "b_ns": 0.0, "same_ns": 0.0, "same_a_ns": 0.0,
                 "same_b_ns": 0.0, "same_ratio": float("nan")}
-    same = (kernels["status"] == "matched") & (kernels["a_name"] == kernels["b_name"])
+    # NCCL's kernels spin until the last rank arrives: their time is waiting, neither
+    # touched work nor the GPU's pace
+    comm = kernels["a_name"].astype(str).str.startswith(COMM_PREFIX) \
+        | kernels["b_name"].astype(str).str.startswith(COMM_PREFIX)
+    kernels = kernels[~comm]
+    same = (kernels["status"] == "matched") & (kernels["a_name"] == kernels["b_name"]) \
+        & ~kernels["a_name"].isin(list(reshaped))
     t, k = kernels[~same], kernels[same]
     sa, sb = float(k["a_ns"].sum()), float(k["b_ns"].sum())
     return {"kernels": int(len(t)), "a_ns": float(t["a_ns"].sum()), "b_ns": float(t["b_ns"].sum()),
@@ -909,10 +962,15 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
         # two runtimes launch the same math
         # differently (fusion, library choice): that is the comparison, not a sign of two
         # models; a graph-level trace hides its kernels in whole-graph executions
-        out.append("their math kernels differ (" + ", ".join(
-            f"{c}: A {r.a:.0f}, B {r.b:.0f} per iteration" for c, r in differs.iterrows())
-            + "): are they the same model? (a precision change replaces math kernels, it "
-            "does not add or remove them)")
+        counts = ", ".join(f"{c}: A {r.a:.0f}, B {r.b:.0f} per iteration"
+                           for c, r in differs.iterrows())
+        if any(c["kind"] == "kernel" for c in work.reshaped(pa.shapes, pb.shapes)):
+            out.append(f"their math kernels differ ({counts}), and kernels of both run on "
+                       "other grids: the shapes changed (a batch or an input size), and "
+                       "libraries pick their kernels by shape")
+        else:
+            out.append(f"their math kernels differ ({counts}): are they the same model? (a "
+                       "precision change replaces math kernels, it does not add or remove them)")
     return out
 
 

@@ -278,6 +278,35 @@ class Report:
             return self.table(name, keep).iloc[rows].reset_index(drop=True)
         return self._reader.take(spec, keep, rows)
 
+    #: a kernel's launch configuration: nsightlab's columns and the export's
+    LAUNCH = {"grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ", "block_x": "blockX",
+              "block_y": "blockY", "block_z": "blockZ", "static_shared_bytes":
+              "staticSharedMemory", "dynamic_shared_bytes": "dynamicSharedMemory"}
+
+    def launches_at(self, rows) -> pd.DataFrame:
+        """The launch configuration (``LAUNCH``: grid, block, shared memory) of the kernels at
+        positions ``rows`` (sorted). A few iterations' kernels are read from SQLite by the
+        rowid span they cover, checked row by row against the cached start times (the launch
+        columns of an 8M-kernel table are not read whole for them); where the rows and the
+        export are not in step (a process's view, dropped duplicates) through ``take``."""
+        rows = np.asarray(rows, np.int64)
+        source = self.spec("kernels").source
+        if len(rows) and self.cut_from is None and self.spec("kernels").present(self.db) \
+                and set(self.LAUNCH.values()) <= set(self.db.columns(source)):
+            lo, hi = self.db.rowid_bounds(source)
+            n = self.row_count("kernels")
+            if lo is not None and hi - lo + 1 == n and rows[-1] < n:
+                got = pd.DataFrame(self.db.query(
+                    f'SELECT start, {", ".join(self.LAUNCH.values())} FROM "{source}" '
+                    "WHERE rowid >= ? AND rowid <= ? ORDER BY rowid",
+                    (int(lo + rows[0]), int(lo + rows[-1]))), columns=["start", *self.LAUNCH])
+                starts = self.table("kernels", ["start_ns"])["start_ns"].to_numpy(np.int64)
+                if len(got) == rows[-1] - rows[0] + 1:
+                    got = got.iloc[rows - rows[0]]
+                    if (got["start"].to_numpy(np.int64) == starts[rows]).all():
+                        return got[list(self.LAUNCH)].reset_index(drop=True)
+        return self.take("kernels", list(self.LAUNCH), rows)
+
     def prefetch(self, tables: list[str]) -> None:
         """Build the Parquet cache of ``tables`` now (those the report has), so later reads
         are fast; nothing without a cache."""

@@ -11,6 +11,7 @@ from functools import singledispatch
 from pathlib import Path
 
 import altair as alt
+import numpy as np
 import pandas as pd
 
 from nsightlab.analysis.classify import CLASSES
@@ -48,15 +49,33 @@ def class_chart(d: Diff) -> alt.Chart:
 
 
 def layer_chart(d: Diff) -> alt.Chart:
-    """Per-layer change of time per iteration (B - A), largest first."""
-    df = d.by_layer.assign(delta_ms=d.by_layer["delta_ns"] / 1e6).head(40)
-    return alt.Chart(df, title="Change per layer (B - A)").mark_bar().encode(
-        x=alt.X("delta_ms:Q", title="ms per iteration"),
-        y=alt.Y("layer:N", sort="-x", title=None),
-        color=alt.condition("datum.delta_ms > 0", alt.value("#d62728"), alt.value("#2ca02c")),
-        tooltip=["layer", "status", alt.Tooltip("delta_ms:Q", format=".3f"), "a_math_precision",
-                 "b_math_precision"],
-    ).properties(width=WIDTH)
+    """Per-layer change of time per iteration (B - A), largest first, with its 95% noise band
+    (each side's standard error per iteration): a change inside the band gets no bar, only
+    its band in grey; the axis always holds the bands, so a tiny change is never drawn
+    full-width."""
+    df = d.by_layer.head(40)
+    noise = df["noise_ns"] if "noise_ns" in df else pd.Series(np.nan, index=df.index)
+    inside = df["within_noise"].fillna(False).astype(bool) if "within_noise" in df else \
+        pd.Series(False, index=df.index)
+    df = df.assign(delta_ms=np.where(inside, 0.0, df["delta_ns"]) / 1e6,
+                   change_ms=df["delta_ns"] / 1e6, low_ms=-noise.fillna(0) / 1e6,
+                   high_ms=noise.fillna(0) / 1e6,
+                   reading=np.where(inside, "inside the noise", np.where(
+                       df["delta_ns"] > 0, "slower", "faster")))
+    base = alt.Chart(df, title="Change per layer (B - A), grey: the 95% noise band")
+    order = alt.Y("layer:N", sort=alt.EncodingSortField("change_ms", op="max", order="descending"),
+                  title=None)
+    band = base.mark_bar(color="#cccccc", opacity=0.6).encode(
+        x=alt.X("low_ms:Q", title="ms per iteration"), x2="high_ms:Q", y=order)
+    bars = base.mark_bar().encode(
+        x="delta_ms:Q", y=order,
+        color=alt.Color("reading:N", scale=alt.Scale(
+            domain=["slower", "faster", "inside the noise"],
+            range=["#d62728", "#2ca02c", "#999999"]), title=None),
+        tooltip=["layer", "status", "reading", alt.Tooltip("change_ms:Q", format=".4f"),
+                 alt.Tooltip("high_ms:Q", format=".4f", title="noise (+/- ms)"),
+                 "a_math_precision", "b_math_precision"])
+    return (band + bars).properties(width=WIDTH)
 
 
 def kernel_scatter(d: Diff) -> alt.Chart:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab.analysis.budget import parts_table
-from nsightlab.comparison.diff import Diff, slot_labels
+from nsightlab.comparison.diff import Diff, runs_note, slot_labels
 from nsightlab.comparison.lineup import Lineup
 from nsightlab.run.report import RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
@@ -105,10 +105,10 @@ def _(d: Diff) -> str:
     iv = h.get("interval") or {}
     if iv and pd.notna(iv.get("low")):
         summary.loc[len(summary)] = {
-            "": f"B / A, median iteration ({100 * iv['level']:.0f}% interval)",
-            "A": f"{iv['low']:.3f}-{iv['high']:.3f}", "B": (
-                f"{iv['ratio']:.3f}" + ("" if iv["significant"] else
-                                         " (no measurable difference)"))}
+            "": f"B / A, median iteration ({100 * iv['level']:.0f}% interval)", "A": "",
+            "B": f"{iv['ratio']:.3f} ({iv['low']:.3f}-{iv['high']:.3f})"
+                 + ("" if iv["significant"] else ", no measurable difference")}
+    several = runs_note(h)
     sections = [
         ("Verdict", "".join(f"<p class='verdict'>warning (workload): {html.escape(w)}</p>"
                             for w in h.get("workload_warnings", []))
@@ -119,6 +119,7 @@ def _(d: Diff) -> str:
                     f"{html.escape(h['a_verdict'])})<br>"
                     f"B: {html.escape(str(h['b']))} ({html.escape(h['b_iteration_source'])}; "
                     f"{html.escape(h['b_verdict'])})</p>"
+                    + (f"<p><b>{html.escape(several)}</b></p>" if several else "")
                     + table_html(summary)),
         ("By kernel class (per iteration)", table_html(d.by_class)),
         ("By precision (per iteration)", table_html(d.by_precision)),

@@ -16,7 +16,7 @@ import pandas as pd
 
 from nsightlab.analysis import pace
 from nsightlab.analysis.budget import parts_table
-from nsightlab.comparison.diff import Diff, slot_labels
+from nsightlab.comparison.diff import Diff, runs_note, slot_labels
 from nsightlab.comparison.lineup import Lineup
 from nsightlab.comparison.ort_placement import Placement
 from nsightlab.run.model import OUTSIDE
@@ -100,13 +100,15 @@ def _(d: Diff, limit: int | None = 12) -> str:
     change = [f"runtime change: {h['runtime_change']}"] if h.get("runtime_change") else \
         ["the runtime's settings differ:"] if h.get("runtime_causes") else []
     change += [f"  - {c}" for c in h.get("runtime_causes") or []]
+    several = runs_note(h)
     lines = [*warn, *([""] if warn else []), *change, h["verdict"], "",
+             *([several, ""] if several else []),
              f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']}); "
              f"{h['a_verdict']}",
              f"B {h['b']}: {h['b_iterations']} iterations ({h['b_iteration_source']}); "
              f"{h['b_verdict']}",
              f"per iteration: {h['a_iteration_ns'] / 1e6:.3f} ms -> {h['b_iteration_ns'] / 1e6:.3f} ms "
-             f"(speedup {h['speedup']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
+             f"(speedup {h['a_iteration_ns'] / h['b_iteration_ns']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
              f"GPU busy {h['a_busy_pct']:.0f}% -> {h['b_busy_pct']:.0f}%, "
              f"conversion overhead {h['conversion_overhead_ns'] / 1e6:.3f} ms",
              *([f"outside the iterations (warm-up, compile; not in the numbers below): kernels "

@@ -28,6 +28,7 @@ from nsightlab.analysis.launches import first_of_call, launches, want_pairs
 from nsightlab.analysis.stats import first_rows
 from nsightlab.analysis.timeline import busy_time, slice_reduce
 from nsightlab.analysis.processes import gpu_work
+from nsightlab.analysis.work import shapes as work_shapes
 from nsightlab.core.units import natural_key
 from nsightlab.errors import NsightlabError
 from nsightlab.read.frames import pick_rows, release_memory
@@ -92,6 +93,8 @@ class RunProfile:
     work: dict = field(default_factory=dict)  # the main kind's work: what one iteration runs
     #                                           (``analysis.work`` tokens with counts; empty
     #                                           where the work is unknown)
+    shapes: dict = field(default_factory=dict)  # what that work ran on: each kernel's grid,
+    #                                           each copy's bytes (``analysis.work.shapes``)
     machine: dict = field(default_factory=dict)  # the capture's machine state, where
     #                                              recorded (``read.machine.of_report``)
     pace: dict = field(default_factory=dict)  # medians over the main kind's iterations:
@@ -250,16 +253,18 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
             "sync_ns": med("idle_sync_ns"), "queued_ns": float(np.median(q)) if len(q) else 0.0,
             # one process of several: its kernels waited for the others', which the trace holds
             "others_traced": of_one_process(report)}
-    work = {}
+    work, shapes = {}, {}
     wt = out.get("work")
     if wt is not None and len(wt) and "work" in main and str(wt["level"].iloc[0]) != "none":
         usual = int(main["work"].mode().iloc[0])
         row = wt[wt["work"] == usual]
         work = json.loads(row["tokens"].iloc[0]) if len(row) else {}
+        same = main[main["work"] == usual]
+        shapes = work_shapes(report, same["start_ns"].to_numpy(), same["end_ns"].to_numpy())
     return {"walls": [float(x) for x in steady["wall_ns"].to_numpy()[:MAX_WALLS]],
             "main_walls": [float(x) for x in main["wall_ns"].to_numpy()[:MAX_WALLS]],
             "main_kernel_walls": [float(x) for x in main["kernels_ns"].to_numpy()[:MAX_WALLS]],
-            "work": work, "pace": pace}
+            "work": work, "shapes": shapes, "pace": pace}
 
 
 #: a kernel waits this long after its launch call returned before the wait counts (the
@@ -571,7 +576,8 @@ def _per_label(lk: pd.DataFrame, dur: np.ndarray, n: int):
     by_prec = pd.DataFrame({"precision": cats(prec, at // k), "kernel_class": cats(cls, at % k),
                             "time_ns": t / n})
     at, t, c = sums(lc, len(lay.cat.categories))
-    by_layer = pd.DataFrame({"layer": cats(lay, at), "time_ns": t / n, "count": c / n})
+    by_layer = pd.DataFrame({"layer": cats(lay, at), "time_ns": t / n, "count": c / n,
+                             "se_ns": _layer_se(lc, lk["iter"].to_numpy(), dur_f, n)[at]})
     by_layer["count"] = _counts(by_layer["count"])
     by_layer = by_layer.iloc[sorted(range(len(by_layer)),  # block2 before block10
                                     key=lambda i: natural_key(by_layer["layer"].iat[i]))
@@ -588,6 +594,23 @@ def _per_label(lk: pd.DataFrame, dur: np.ndarray, n: int):
     by_layer["math_precision"] = [",".join(sorted(seen[x] - {"unknown"})) if x in seen else ""
                                   for x in by_layer["layer"]]
     return by_class, by_prec, by_layer
+
+
+#: layers x iterations held for the layers' standard errors, at most
+SE_CELLS = 20_000_000
+
+
+def _layer_se(lc: np.ndarray, it: np.ndarray, dur: np.ndarray, n: int) -> np.ndarray:
+    """Each layer code's standard error of its mean time per iteration (the spread of its
+    per-iteration sums over sqrt(n)): a change per layer inside the noise is drawn as one;
+    NaN under 3 iterations or beyond ``SE_CELLS``."""
+    size = int(lc.max()) + 1 if len(lc) else 0
+    if n < 3 or size * n > SE_CELLS:
+        return np.full(size, np.nan)
+    ok = (lc >= 0) & (it >= 0) & (it < n)
+    per = np.bincount(lc[ok].astype(np.intp) * n + it[ok], weights=dur[ok],
+                      minlength=size * n).reshape(size, n)
+    return per.std(axis=1, ddof=1) / np.sqrt(n)
 
 
 def _busy_per_iteration(lk: pd.DataFrame) -> np.ndarray:

@@ -5,6 +5,7 @@
 #   bash capture.sh OUTDIR SPEC...
 # SPEC is NAME:MODE[:ARG[:HOW]]; HOW is 'node' (--cuda-graph-trace=node; else nsys's default,
 # graph level) or 'ddp' (two ranks under torchrun, one report of the whole job).
+# WORKLOADS=PATH runs another workloads file (tests/data/shapes uses this script).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: capture.sh OUTDIR SPEC...}; shift
@@ -15,8 +16,9 @@ for spec in "$@"; do
   [ $((SECONDS - t0)) -gt "${BUDGET_S:-480}" ] && { echo "== out of time before $name"; break; }
   base=(--trace=cuda,nvtx --sample=none --cpuctxsw=none --force-overwrite=true)
   [ "$how" = node ] && base+=(--cuda-graph-trace=node)
-  run=(python3 "$here/workloads.py" "$mode" "$out/$name.truth.json" ${arg:+"$arg"})
-  [ "$how" = ddp ] && run=(python3 -m torch.distributed.run --nproc_per_node=2 "$here/workloads.py"
+  wl=${WORKLOADS:-$here/workloads.py}
+  run=(python3 "$wl" "$mode" "$out/$name.truth.json" ${arg:+"$arg"})
+  [ "$how" = ddp ] && run=(python3 -m torch.distributed.run --nproc_per_node=2 "$wl"
                            "$mode" "$out/$name.truth.json" ${arg:+"$arg"})
   echo "== $name: $mode ${arg:-} ${how:-} (after $((SECONDS - t0)) s)"
   nsys profile "${base[@]}" -o "$out/$name" "${run[@]}" > "$out/$name.log" 2>&1
