@@ -136,3 +136,18 @@ def test_a_layer_change_inside_its_noise_is_marked(sqlite_of, cache_dir):
     blocks = d[d["layer"].str.fullmatch(r"block\d+")]
     assert len(blocks) == 12 and not blocks["within_noise"].any()
     assert (blocks["noise_ns"] > 0).all() and (blocks["noise_ns"] < 0.1 * blocks["delta_ns"].abs()).all()
+
+
+def test_the_layer_chart_draws_no_bar_for_a_change_inside_the_noise(sqlite_of, cache_dir):
+    """The HTML's 'Change per layer': a change inside its band has no bar (its band alone, in
+    grey), and the axis holds 2% of the largest layer either way (a 0.003 ms change of a
+    1.5 ms layer is not drawn full-width)."""
+    from nsightlab.renderers.charts import layer_chart
+
+    d = nsightlab.diff(sqlite_of("h200-vit-fp16"), sqlite_of("h200-vit-fp16"))
+    spec = layer_chart(d).to_dict()
+    rows = next(iter(spec["datasets"].values()))
+    assert rows and all(r["delta_ms"] == 0 and r["reading"] == "inside the noise" for r in rows)
+    lo, hi = spec["layer"][0]["encoding"]["x"]["scale"]["domain"]
+    biggest = max(max(r["a_ns"], r["b_ns"]) for r in rows) / 1e6
+    assert hi == -lo >= 0.02 * biggest

@@ -311,8 +311,10 @@ def _one_layer(p: RunProfile) -> RunProfile:
     """``p`` with all its layers as one, ``OUTSIDE``: for a diff whose runs share no layer."""
     bl = p.by_layer
     precisions = sorted({x for m in bl["math_precision"] for x in str(m).split(",") if x})
+    walls = np.asarray(p.main_kernel_walls, float)  # the kernels' time, iteration by iteration
     row = {"layer": OUTSIDE, "time_ns": float(bl["time_ns"].sum()),
-           "count": bl["count"].sum(), "math_precision": ",".join(precisions)}
+           "count": bl["count"].sum(), "math_precision": ",".join(precisions),
+           "se_ns": float(walls.std(ddof=1) / np.sqrt(len(walls))) if len(walls) > 2 else np.nan}
     if "b_layer" in bl:
         row["b_layer"] = OUTSIDE
     return replace(p, by_layer=pd.DataFrame([row]))

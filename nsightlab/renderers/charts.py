@@ -51,8 +51,8 @@ def class_chart(d: Diff) -> alt.Chart:
 def layer_chart(d: Diff) -> alt.Chart:
     """Per-layer change of time per iteration (B - A), largest first, with its 95% noise band
     (each side's standard error per iteration): a change inside the band gets no bar, only
-    its band in grey; the axis always holds the bands, so a tiny change is never drawn
-    full-width."""
+    its band in grey; the axis holds the bands and 2% of the largest layer either way, so a
+    tiny change is never drawn full-width."""
     df = d.by_layer.head(40)
     noise = df["noise_ns"] if "noise_ns" in df else pd.Series(np.nan, index=df.index)
     inside = df["within_noise"].fillna(False).astype(bool) if "within_noise" in df else \
@@ -62,11 +62,18 @@ def layer_chart(d: Diff) -> alt.Chart:
                    high_ms=noise.fillna(0) / 1e6,
                    reading=np.where(inside, "inside the noise", np.where(
                        df["delta_ns"] > 0, "slower", "faster")))
+    # the axis holds at least 2% of the largest layer's time either way: a change far below
+    # the layers' size is drawn small, not stretched to the chart's width
+    reach = max(float(df["change_ms"].abs().max()) if len(df) else 0.0,
+                float(df["high_ms"].max()) if len(df) else 0.0,
+                0.02 * float(df[["a_ns", "b_ns"]].to_numpy().max()) / 1e6 if len(df) else 0.0)
     base = alt.Chart(df, title="Change per layer (B - A), grey: the 95% noise band")
     order = alt.Y("layer:N", sort=alt.EncodingSortField("change_ms", op="max", order="descending"),
                   title=None)
     band = base.mark_bar(color="#cccccc", opacity=0.6).encode(
-        x=alt.X("low_ms:Q", title="ms per iteration"), x2="high_ms:Q", y=order)
+        x=alt.X("low_ms:Q", title="ms per iteration",
+                scale=alt.Scale(domain=[-reach, reach]) if reach > 0 else alt.Undefined),
+        x2="high_ms:Q", y=order)
     bars = base.mark_bar().encode(
         x="delta_ms:Q", y=order,
         color=alt.Color("reading:N", scale=alt.Scale(
