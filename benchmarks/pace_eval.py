@@ -1,6 +1,7 @@
 """How well nsightlab tells work from pace, measured rather than tuned (issue 56):
 
-    python benchmarks/pace_eval.py [--loops 1200] [--pairs 1000] [DIR ...]
+    python benchmarks/pace_eval.py [--loops 1200] [--pairs 1000] [--grid-pairs 400]
+                                   [--candidates] [DIR ...]
 
 1. **Synthetic loops** (``--loops``), each with its truth: noise from models fitted to the
    main-kind iterations of real captures (AR(1) with Student-t innovations: the captures'
@@ -14,7 +15,12 @@
 2. **Synthetic pairs** (``--pairs``): A and B from the same noise model, B slower by a known
    factor (1 half the time); how often the diff's 95% interval holds it (nominal: 95%), and
    how often "no measurable difference" is wrong either way.
-3. **Real pairs**: every pair listed in PAIRS whose captures and truth are in the folders
+3. **The grid** (``--grid-pairs`` per cell, issue 61): loops of 10, 30, 100 and 300
+   iterations a side, B slower by 0, 5, 10, 25 or 50%, the same draws as the pairs above
+   otherwise: per cell the interval's coverage and the share of pairs found different (the
+   power; at 0% the false claims). ``--candidates``: the same grid (the same draws) for the
+   other methods weighed for ``pace.ratio`` (``CANDIDATES``; the bootstrap takes minutes).
+4. **Real pairs**: every pair listed in PAIRS whose captures and truth are in the folders
    given (tests/data/pace by default): the interval against the truth's ratio of medians (the
    workloads' own events, start to start, after nsightlab's warm-up), and the first words.
 
@@ -224,6 +230,199 @@ def run_pairs(pool, pairs: int, seed: int = 1) -> dict:
             "missed_15pct": wrong_diff / max(n_diff, 1)}
 
 
+#: the grid's loop lengths (iterations a side) and true changes (B slower by this share)
+GRID_N = (10, 30, 100, 300)
+GRID_CHANGE = (0.0, 0.05, 0.10, 0.25, 0.50)
+
+
+def run_grid(pool, pairs: int, method=pace.ratio, seed: int = 2) -> dict:
+    """{(n, change): (coverage, found)}: ``pairs`` pairs per cell, A and B of n iterations
+    from the same noise model (one machine) at 0.5-2x its scale (as ``run_pairs``), B slower
+    by the change; the share whose 95% interval (``method(a, b)``: low, high, significant)
+    holds the true ratio, and the share found different. Each cell draws from its own seed:
+    every method sees the same pairs."""
+    out = {}
+    for n in GRID_N:
+        for c in GRID_CHANGE:
+            rng = np.random.default_rng([seed, n, round(1000 * c)])
+            held = found = 0
+            for _ in range(pairs):
+                s = rng.uniform(0.5, 2.0)
+                model = pool[rng.integers(len(pool))]
+                a = 5e6 * np.exp(noise(pool, n, rng, s, model))
+                b = (1 + c) * 5e6 * np.exp(noise(pool, n, rng, s, model))
+                res = method(a, b)
+                held += res["low"] <= 1 + c <= res["high"]
+                found += bool(res["significant"])
+            out[(n, c)] = (held / pairs, found / pairs)
+    return out
+
+
+def print_grid(name: str, grid: dict, pairs: int, seconds: float) -> None:
+    """The grid as a table (coverage / found, %), and the issue's criteria in one line."""
+    print(f"\n{name}: {pairs} pairs a cell ({seconds:.0f} s); coverage of the 95% interval / "
+          "found different (at 0%: false claims), %")
+    print(f"{'n':>5} " + " ".join(f"{f'{100 * c:.0f}%':>11}" for c in GRID_CHANGE))
+    for n in GRID_N:
+        print(f"{n:>5} " + " ".join(f"{100 * grid[(n, c)][0]:5.1f}/{100 * grid[(n, c)][1]:<5.1f}"
+                                    for c in GRID_CHANGE))
+    cov = [grid[(n, c)][0] for n in GRID_N if n >= 30 for c in GRID_CHANGE]
+    false = [grid[(n, 0.0)][1] for n in GRID_N if n >= 30]
+    print(f"  n >= 30: coverage {100 * min(cov):.1f}-{100 * max(cov):.1f}%, false claims "
+          f"{100 * min(false):.1f}-{100 * max(false):.1f}%; a 25% change at 30 iterations "
+          f"found {100 * grid[(30, 0.25)][1]:.1f}%")
+
+
+def wander(n: int, rng) -> np.ndarray:
+    """``n`` log-time deviations unlike any fitted model: white t5 noise (scale 3%) beside a
+    slow AR(1) wander (phi 0.95, sd 3%): the lag-1 autocorrelation understates how long the
+    wander lasts. Stationary, median 0."""
+    e = 0.03 * np.sqrt(1 - 0.95 ** 2) * rng.standard_normal(n + 200)
+    x = np.zeros(n + 200)
+    for i in range(1, n + 200):
+        x[i] = 0.95 * x[i - 1] + e[i]
+    return 0.03 * rng.standard_t(5, n) + x[200:]
+
+
+def run_wander(pairs: int, method=pace.ratio, seed: int = 4) -> dict:
+    """{n: coverage} of ``method``'s 95% interval on A/A pairs of ``wander`` noise, 30, 100
+    and 300 iterations a side: whether an interval holds when the noise is not AR(1)."""
+    out = {}
+    for n in (30, 100, 300):
+        rng = np.random.default_rng([seed, n])
+        held = 0
+        for _ in range(pairs):
+            res = method(5e6 * np.exp(wander(n, rng)), 5e6 * np.exp(wander(n, rng)))
+            held += res["low"] <= 1 <= res["high"]
+        out[n] = held / pairs
+    return out
+
+
+# ---- the candidates weighed for pace.ratio (issue 61), each (a, b) -> low, high, significant
+
+def _interval(lo: float, hi: float) -> dict:
+    """A log-ratio interval as ``pace.ratio`` gives it."""
+    return {"low": float(np.exp(lo)), "high": float(np.exp(hi)),
+            "significant": bool(lo > 0 or hi < 0)}
+
+
+def iact(y: np.ndarray) -> float:
+    """The integrated autocorrelation time of log times ``y`` (clipped at 3 robust sigma),
+    by Sokal's automatic window (the first lag M with M >= 5 tau(M))."""
+    s = pace._sigma(y) or 1e-12
+    rho = pace._autocorrelation(np.clip(y - np.median(y), -3 * s, 3 * s))
+    tau = 1.0
+    for m in range(1, max(2, len(y) // 3)):
+        tau = 1 + 2 * float(rho[1:m + 1].sum())
+        if m >= 5 * tau:
+            break
+    return max(tau, 1.0)
+
+
+def _batch_medians(y: np.ndarray, tau: str, min_len: float) -> np.ndarray:
+    """The log medians of 4-12 consecutive batches of ``y``, each ``min_len`` iterations and
+    3 autocorrelation times long or more (``tau``: "lag-1", (1 + r) / (1 - r), as before
+    issue 61; or "iact")."""
+    n = len(y)
+    if tau == "lag-1":
+        d = y - np.median(y)
+        r = float(np.corrcoef(d[:-1], d[1:])[0, 1]) if d[:-1].std() and d[1:].std() else 0.0
+        t = (1 + min(max(r, 0.0), 0.95)) / (1 - min(max(r, 0.0), 0.95))
+    else:
+        t = iact(y)
+    k = int(np.clip(n // max(min_len, 3.0 * t), 4, 12))
+    m = n // k
+    return np.median(y[:k * m].reshape(k, m), axis=1)
+
+
+def batch_medians(a, b, tau: str = "lag-1", min_len: float = 5.0) -> dict:
+    """Welch's t on the log medians, each one's variance from its batches' log medians
+    (batch means): ``pace.ratio`` before issue 61 with the defaults."""
+    ya, yb = np.log(a), np.log(b)
+    ba, bb = _batch_medians(ya, tau, min_len), _batch_medians(yb, tau, min_len)
+    lo, hi, _ = pace.welch(np.log(np.median(b) / np.median(a)), ba.var(ddof=1) / len(ba),
+                           bb.var(ddof=1) / len(bb), len(ba) - 1, len(bb) - 1)
+    return _interval(lo, hi)
+
+
+def _u_counts(m: int, n: int) -> np.ndarray:
+    """How many orderings of m and n distinct values give each Mann-Whitney U (0 to m n)."""
+    prev = [np.ones(1)] * (n + 1)
+    for i in range(1, m + 1):
+        row = [np.ones(1)]
+        for j in range(1, n + 1):
+            c = np.zeros(i * j + 1)
+            c[j:j + len(prev[j])] += prev[j]  # the largest value is the first sample's
+            c[:len(row[j - 1])] += row[j - 1]
+            row.append(c)
+        prev = row
+    return prev[n]
+
+
+def rank_batches(a, b) -> dict:
+    """The Mann-Whitney test on the batches' log medians (IACT batch count, 3 iterations a
+    batch or more) and its Moses interval: the pairwise differences of the batch medians
+    between the exact test's critical ranks."""
+    ba = _batch_medians(np.log(a), "iact", 3.0)
+    bb = _batch_medians(np.log(b), "iact", 3.0)
+    m, n = len(ba), len(bb)
+    diffs = np.sort((bb[:, None] - ba[None, :]).ravel())
+    counts = _u_counts(m, n)
+    cdf = np.cumsum(counts) / counts.sum()
+    cut = int(np.searchsorted(cdf, 0.025 + 1e-12, side="right"))
+    if cut == 0:
+        return {"low": 0.0, "high": float("inf"), "significant": False}
+    return _interval(diffs[cut - 1], diffs[m * n - cut])
+
+
+def block_bootstrap(a, b, rng=np.random.default_rng(3), resamples: int = 1000) -> dict:
+    """Politis and Romano's stationary bootstrap of each side's log median (blocks of
+    geometric length, mean IACT; circular), the percentile interval of the difference (one
+    generator for the whole run: the figures repeat)."""
+    def medians(y: np.ndarray) -> np.ndarray:
+        n = len(y)
+        new = rng.random((resamples, n)) < 1.0 / max(iact(y), 1.0)
+        new[:, 0] = True
+        head = np.maximum.accumulate(np.where(new, np.arange(n), 0), axis=1)
+        start = np.take_along_axis(rng.integers(0, n, (resamples, n)), head, axis=1)
+        return np.median(y[(start + np.arange(n) - head) % n], axis=1)
+
+    d = medians(np.log(b)) - medians(np.log(a))
+    return _interval(*np.quantile(d, [0.025, 0.975]))
+
+
+def ar1_only(a, b) -> dict:
+    """``pace.ratio`` with the AR(1) model's effective iterations alone (no Geyer term)."""
+    def side(x) -> tuple[float, float, float]:
+        y = pace._logs(x)
+        s = pace._sigma(y)
+        n_eff = max(len(y) / pace._tau_ar1(pace._phi(y, s), len(y)), 2.0)
+        return float(np.log(np.median(x))), np.pi / 2 * s * s / n_eff, max(n_eff - 1,
+                                                                            pace.MIN_DF)
+    (ma, va, da), (mb, vb, db) = side(a), side(b)
+    lo, hi, _ = pace.welch(mb - ma, va, vb, da, db)
+    return _interval(lo, hi)
+
+
+def _at_least(method, n: int = pace.MIN_ITERATIONS):
+    """``method`` where both sides have ``n`` iterations, else no interval (as pace.ratio)."""
+    def run(a, b) -> dict:
+        if min(len(a), len(b)) < n:
+            return {"low": float("nan"), "high": float("nan"), "significant": False}
+        return method(a, b)
+    return run
+
+
+CANDIDATES = {
+    "batch medians, lag-1 batch count (pace.ratio before issue 61)": _at_least(batch_medians),
+    "batch medians, batch count from the IACT, 3+ iterations a batch":
+        _at_least(lambda a, b: batch_medians(a, b, "iact", 3.0)),
+    "rank test on batch medians (Mann-Whitney, Moses interval)": _at_least(rank_batches),
+    "stationary block bootstrap of the medians (percentile)": _at_least(block_bootstrap),
+    "effective iterations from the AR(1) model alone": _at_least(ar1_only),
+}
+
+
 def run_real(dirs: list[Path], tmp: Path) -> list[dict]:
     import nsightlab
 
@@ -254,6 +453,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("dirs", nargs="*", default=[str(HERE / "tests" / "data" / "pace")])
     ap.add_argument("--loops", type=int, default=1200)
     ap.add_argument("--pairs", type=int, default=1000)
+    ap.add_argument("--grid-pairs", type=int, default=400, help="pairs per cell (0: no grid)")
+    ap.add_argument("--candidates", action="store_true",
+                    help="the grid for the other methods weighed too (minutes)")
     args = ap.parse_args(argv)
     dirs = [Path(d) for d in args.dirs]
     with tempfile.TemporaryDirectory() as tmp:
@@ -282,6 +484,14 @@ def main(argv: list[str]) -> int:
               f"{100 * pr['coverage']:.1f}%; a difference claimed where there is none "
               f"{100 * pr['false_difference']:.1f}%; a 15%+ difference missed "
               f"{100 * pr['missed_15pct']:.1f}%")
+        methods = {"pace.ratio": pace.ratio, **(CANDIDATES if args.candidates else {})}
+        for name, method in methods.items() if args.grid_pairs else ():
+            t1 = time.time()
+            print_grid(name, run_grid(pool, args.grid_pairs, method), args.grid_pairs,
+                       time.time() - t1)
+            w = run_wander(args.grid_pairs // 2, method)
+            print("  A/A under a slow wander beside white noise (not AR(1)): coverage "
+                  + ", ".join(f"{100 * v:.1f}% at {n}" for n, v in w.items()))
         real = run_real(dirs, Path(tmp))
         if real:
             print(f"\nreal pairs: {sum(r['holds'] for r in real)} of {len(real)} intervals "

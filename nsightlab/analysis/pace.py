@@ -1,16 +1,26 @@
 """How fast the same work ran, with its uncertainty.
 
-Iteration times are autocorrelated (the host's pace moves in stretches, clocks ramp), so an
-interval cannot treat them as independent. nsightlab uses **batch medians**, the batch-means
-method of simulation output analysis: each run's iterations in K consecutive batches
-(4-12, each at least 3 autocorrelation times long, from the loop's own lag-1 autocorrelation
-of the log times), the spread of the batches' log medians gives the standard error of the
-run's log median, and a Welch t interval (``scipy.special.stdtrit``) bounds the log ratio.
-On 1,000 synthetic pairs with noise models fitted to real captures (``benchmarks/pace_eval.py``)
-it held the true ratio 94.4% of the time at 95%; on 1,500 pairs of AR(1) noise (phi 0-0.8,
-Gaussian and t3 tails, 25-500 iterations) 93%, where the moving-block bootstrap of the medians
-(``scipy.stats.bootstrap`` over blocks, percentile) held it 89%, 81% at phi 0.8: too few
-blocks for a percentile interval.
+Iteration times are autocorrelated (the host's pace moves in stretches, clocks ramp and step)
+and heavy-tailed (stalls), so an interval can neither treat them as independent nor use their
+variance. nsightlab compares the runs' **log medians**, each with a standard error from the
+loop's robust spread (sigma: 1.4826 x the median absolute deviation of the log times; a
+median's variance pi/2 sigma^2 / n) and its **effective iterations** n_eff = n / tau, tau the
+integrated autocorrelation time of the iterations' signs about the median (what a median's
+variance depends on): the larger of an AR(1) model's (signs correlate 2/pi asin(phi^k) at lag
+k, phi the lag-1 autocorrelation with Kendall's small-sample bias taken out) and Geyer's
+initial positive sequence over the signs themselves (a slow wander that lag 1 does not show).
+A Welch t interval and test bound the log ratio, n_eff - 1 degrees of freedom a side (3 at
+least: fewer put a short drifting loop's bounds far outside all its iterations).
+
+Measured, not tuned (``benchmarks/pace_eval.py``, issue 61): on 1,000 pairs a cell from noise
+models fitted to real captures, from 30 iterations a side on the 95% interval held the true
+ratio 93.8-97.0% of the time, claimed a difference where there was none 3.5-6.2%, and found a
+25% change at 30 iterations 97.2% (at 10 iterations: 91.6-92.9%, false claims 8.4%). The
+batch medians used before (4-12 batches, Welch t on their spread) held it 90.6-95.3% with
+false claims 9.4% at 30 iterations and 15.3% at 10; batch counts from the integrated
+autocorrelation time and a rank test on batch medians did no better; a stationary block
+bootstrap held it 84.4-92.1%; the AR(1) model alone did as well on that noise but held 54% of
+A/A pairs of a slow wander it does not model (this interval 60-89%).
 
 A ratio of medians (B against A) whose interval holds 1 is "no measurable difference", as
 benchstat prints "~"; the Welch t test of the same log ratio is given beside it (its p-value).
@@ -24,69 +34,145 @@ import numpy as np
 
 #: the intervals' confidence level
 LEVEL = 0.95
-#: batches per run: at least, at most
-MIN_BATCHES, MAX_BATCHES = 4, 12
-#: a batch is at least this many autocorrelation times long (and 5 iterations)
-BATCH_TAUS = 3.0
+#: fewer iterations than this on a side: no interval
+MIN_ITERATIONS = 8
+#: kinds' stretch rule tests stretches of 2 x MIN_BATCHES iterations or more (until issue 61
+#: the interval cut a loop into 4 batches at least)
+MIN_BATCHES = MIN_ITERATIONS // 2
+#: the lag-1 autocorrelation is taken at most this high
+MAX_PHI = 0.95
+#: a side's t has at least this many degrees of freedom (the batch-means method's floor of 4
+#: batches): at 1 or 2 its quantile (12.7, 4.3) puts the bounds far outside every iteration
+#: of a short loop that drifts
+MIN_DF = 3.0
 
 
-def batches(x: np.ndarray) -> np.ndarray:
-    """The log medians of ``x``'s consecutive batches (``MIN_BATCHES``-``MAX_BATCHES`` of
-    them; fewer where neighbours are alike), the last incomplete batch dropped."""
-    y = np.log(np.maximum(np.asarray(x, float), 1.0))
+def _logs(x) -> np.ndarray:
+    """Log iteration times (1 ns at least: a log of 0 is no time)."""
+    return np.log(np.maximum(np.asarray(x, float), 1.0))
+
+
+def _sigma(y: np.ndarray) -> float:
+    """The robust spread of log times ``y``: 1.4826 x their median absolute deviation (a
+    Gaussian's sigma; stalls do not move it); where over half of them are equal (MAD 0),
+    1.2533 x the mean absolute deviation; 0 where all are."""
+    d = np.abs(y - np.median(y))
+    mad = float(np.median(d))
+    return 1.4826 * mad if mad > 0 else 1.2533 * float(d.mean())
+
+
+def _autocorrelation(c: np.ndarray) -> np.ndarray:
+    """The sample autocorrelation of ``c`` at lags 0 to n-1 (divisor n, by FFT: a loop of
+    thousands of iterations costs no more than a few)."""
+    c = c - c.mean()
+    n = len(c)
+    f = np.fft.rfft(c, 2 * n)
+    cov = np.fft.irfft(f * np.conj(f), 2 * n)[:n]
+    if cov[0] <= 0:
+        return np.concatenate([[1.0], np.zeros(n - 1)])
+    return cov / cov[0]
+
+
+def _phi(y: np.ndarray, s: float) -> float:
+    """The lag-1 autocorrelation of log times ``y`` (deviations clipped at 3 sigma ``s``: a
+    stall does not make the loop look autocorrelated), with Kendall's small-sample bias
+    (E r = phi - (1 + 3 phi) / n) taken out, in 0 to ``MAX_PHI``."""
     n = len(y)
-    d = y - np.median(y)
-    r = float(np.corrcoef(d[:-1], d[1:])[0, 1]) if n > 3 and d[:-1].std() and d[1:].std() \
-        else 0.0
-    r = min(max(r, 0.0), 0.95)
-    k = int(np.clip(n // max(5.0, BATCH_TAUS * (1 + r) / (1 - r)), MIN_BATCHES, MAX_BATCHES))
-    m = n // k
-    return np.median(y[:k * m].reshape(k, m), axis=1)
+    if n < 4 or s <= 0:
+        return 0.0
+    r = float(_autocorrelation(np.clip(y - np.median(y), -3 * s, 3 * s))[1])
+    return float(np.clip((n * r + 1) / (n - 3), 0.0, MAX_PHI))
 
 
-def _log_median(x: np.ndarray) -> tuple[float, float, int]:
-    """(log median, variance of the log median, batches) of iteration times ``x``."""
-    b = batches(x)
-    return float(np.log(np.median(x))), float(b.var(ddof=1) / len(b)), len(b)
+def _tau_ar1(phi: float, n: int) -> float:
+    """The integrated autocorrelation time of the signs about the median of n iterations of
+    a Gaussian AR(1) of lag-1 ``phi`` (signs correlate 2/pi asin(phi^k) at lag k)."""
+    k = np.arange(1, n)
+    return 1.0 + 2.0 * float(np.sum((1 - k / n) * (2 / np.pi) * np.arcsin(phi ** k)))
+
+
+def _tau_signs(y: np.ndarray) -> float:
+    """The integrated autocorrelation time of ``y``'s signs about its median by Geyer's
+    initial positive sequence (sums of neighbouring autocorrelations, up to lag n/2, while
+    positive): no model, so a wander that the lag-1 autocorrelation does not show counts."""
+    rho = _autocorrelation(np.sign(y - np.median(y)))[:max(2, len(y) // 2) + 1]
+    m = len(rho) // 2
+    sums = rho[0:2 * m:2] + rho[1:2 * m:2]
+    stop = int(np.argmax(sums <= 0)) if (sums <= 0).any() else m
+    return max(-1.0 + 2.0 * float(sums[:stop].sum()), 1.0)
+
+
+def _n_eff(y: np.ndarray, s: float) -> float:
+    """How many independent iterations the log times ``y`` (robust spread ``s``) are worth
+    for their median: n / tau, tau the larger of the AR(1) model's and Geyer's
+    (``_tau_ar1``, ``_tau_signs``), at least 2."""
+    n = len(y)
+    return max(n / max(_tau_ar1(_phi(y, s), n), _tau_signs(y)), 2.0)
+
+
+def _log_median(x) -> tuple[float, float, float, float]:
+    """(log median, variance of the log median, its degrees of freedom, effective
+    iterations) of iteration times ``x``: pi/2 sigma^2 / n_eff (the variance of a median
+    of n_eff independent Gaussian draws), n_eff - 1 degrees of freedom (``MIN_DF`` at
+    least)."""
+    y = _logs(x)
+    s = _sigma(y)
+    n_eff = _n_eff(y, s)
+    return (float(np.log(np.median(x))), np.pi / 2 * s * s / n_eff, max(n_eff - 1.0, MIN_DF),
+            n_eff)
+
+
+def welch(d: float, va: float, vb: float, dfa: float, dfb: float,
+          level: float = LEVEL) -> tuple[float, float, float]:
+    """(low, high, p-value) of a difference ``d`` of two estimates of variances ``va``,
+    ``vb`` with ``dfa``, ``dfb`` degrees of freedom: Welch's t, Satterthwaite's degrees of
+    freedom, two-sided."""
+    from scipy.special import stdtr, stdtrit
+
+    se2 = va + vb
+    df = se2 ** 2 / (va ** 2 / dfa + vb ** 2 / dfb) if va > 0 and vb > 0 else dfa + dfb
+    q = float(stdtrit(df, 0.5 + level / 2)) * np.sqrt(se2)
+    p = 2 * float(stdtr(df, -abs(d) / np.sqrt(se2))) if se2 > 0 else float(d == 0)
+    return d - q, d + q, p
 
 
 def median_interval(x, level: float = LEVEL) -> tuple[float, float, float]:
-    """(median, low, high) of iteration times ``x``; NaN bounds under 8 iterations."""
+    """(median, low, high) of iteration times ``x`` (the log median's t interval,
+    ``_log_median``); NaN bounds under ``MIN_ITERATIONS`` iterations."""
     from scipy.special import stdtrit
 
     x = np.asarray(x, float)
-    if len(x) < 2 * MIN_BATCHES:
+    if len(x) < MIN_ITERATIONS:
         return (float(np.median(x)) if len(x) else float("nan")), float("nan"), float("nan")
-    m, v, k = _log_median(x)
-    q = float(stdtrit(k - 1, 0.5 + level / 2)) * np.sqrt(v)
-    return float(np.exp(m)), float(np.exp(m - q)), float(np.exp(m + q))
+    m, v, df, _ = _log_median(x)
+    q = float(stdtrit(df, 0.5 + level / 2)) * np.sqrt(v)
+    with np.errstate(over="ignore"):  # a bound past 1e308 is unbounded
+        return float(np.exp(m)), float(np.exp(m - q)), float(np.exp(m + q))
 
 
 def ratio(a, b, level: float = LEVEL) -> dict:
     """B's median iteration against A's (``ratio``: B / A, above 1 B is slower), its
-    ``low``/``high`` interval at ``level`` (batch medians, Welch t), ``p_value``
-    (the Welch t test of the log ratio, two-sided), ``significant`` (the interval
-    leaves out 1) and ``method``. Under 8 iterations on a side: no interval (NaN), not
-    significant."""
-    from scipy.special import stdtr, stdtrit
-
+    ``low``/``high`` interval at ``level`` and ``p_value`` (Welch's t on the log medians,
+    each side's variance from its robust spread and effective iterations, ``_log_median``),
+    ``significant`` (the interval leaves out 1) and ``method``. Under ``MIN_ITERATIONS``
+    on a side: no interval (NaN), not significant."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     out = {"ratio": float(np.median(b) / np.median(a)) if len(a) and len(b) and np.median(a)
            else float("nan"), "low": float("nan"), "high": float("nan"), "level": level,
            "p_value": float("nan"), "significant": False, "a_n": int(len(a)),
            "b_n": int(len(b)), "method": "too few iterations for an interval", "runs": 1}
-    if min(len(a), len(b)) < 2 * MIN_BATCHES or not np.isfinite(out["ratio"]):
+    if min(len(a), len(b)) < MIN_ITERATIONS or not np.isfinite(out["ratio"]):
         return out
-    (ma, va, ka), (mb, vb, kb) = _log_median(a), _log_median(b)
-    se2 = va + vb
-    df = se2 ** 2 / (va ** 2 / (ka - 1) + vb ** 2 / (kb - 1)) if va and vb else ka + kb - 2
-    q = float(stdtrit(df, 0.5 + level / 2)) * np.sqrt(se2)
-    d = mb - ma
-    p = 2 * float(stdtr(df, -abs(d) / np.sqrt(se2))) if se2 > 0 else float(d == 0)
-    out.update(low=float(np.exp(d - q)), high=float(np.exp(d + q)), p_value=p,
-               significant=bool(d - q > 0 or d + q < 0),
-               method=(f"batch medians ({ka} batches of A's {len(a)} iterations, {kb} of B's "
-                       f"{len(b)}), Welch t interval and test on the log ratio"))
+    (ma, va, da, ea), (mb, vb, db, eb) = _log_median(a), _log_median(b)
+    lo, hi, p = welch(mb - ma, va, vb, da, db, level)
+    with np.errstate(over="ignore"):  # a bound past 1e308 is unbounded
+        low, high = float(np.exp(lo)), float(np.exp(hi))
+    out.update(low=low, high=high, p_value=p,
+               significant=bool(lo > 0 or hi < 0),
+               method=(f"log medians, each with the spread of its iterations (MAD) over its "
+                       f"effective iterations (A's {len(a)} worth {ea:.0f} independent ones, "
+                       f"B's {len(b)} {eb:.0f}, from their autocorrelation), Welch t interval "
+                       "and test on the log ratio"))
     return out
 
 
@@ -142,4 +228,4 @@ def runs_ratio(a_runs: list, b_runs: list, level: float = LEVEL) -> dict:
             "method": (f"{len(a_runs)} run{'s' if len(a_runs) > 1 else ''} of A, {len(b_runs)} "
                        f"of B: Welch t on the runs' log "
                        "medians (the spread between runs), never narrower than the pooled "
-                       "iterations' batch-median interval")}
+                       "iterations' interval")}
