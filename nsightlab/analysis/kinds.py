@@ -420,7 +420,7 @@ def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
     """Stretches of another pace among iterations ``rows`` (in order, one kind of work):
     change points of the log times (PELT, ``pelt``, least squares, on bin medians of at most
     ``CP_POINTS`` points), each stretch at least 10% from the loop's median and apart
-    from the rest beyond both runs' noise (``pace.ratio``: batch medians, autocorrelation
+    from the rest beyond both runs' noise (``pace.ratio``: effective iterations, autocorrelation
     kept); the slower ones as one set, the faster as another."""
     from nsightlab.analysis import pace
 
@@ -439,7 +439,7 @@ def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
     for a, z in zip(edges[:-1], edges[1:]):
         seg = np.arange(a, z)
         shift = float(np.median(x[seg])) - base
-        if abs(shift) < np.log1p(KIND_MIN_PCT / 100) or len(seg) < 2 * pace.MIN_BATCHES:
+        if abs(shift) < np.log1p(KIND_MIN_PCT / 100) or len(seg) < pace.MIN_ITERATIONS:
             continue
         other = np.setdiff1d(np.arange(n), seg)
         if pace.ratio(np.exp(x[other]), np.exp(x[seg]), STRETCH_LEVEL)["significant"]:

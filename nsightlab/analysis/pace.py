@@ -36,9 +36,6 @@ import numpy as np
 LEVEL = 0.95
 #: fewer iterations than this on a side: no interval
 MIN_ITERATIONS = 8
-#: kinds' stretch rule tests stretches of 2 x MIN_BATCHES iterations or more (until issue 61
-#: the interval cut a loop into 4 batches at least)
-MIN_BATCHES = MIN_ITERATIONS // 2
 #: the lag-1 autocorrelation is taken at most this high
 MAX_PHI = 0.95
 #: a side's t has at least this many degrees of freedom (the batch-means method's floor of 4
