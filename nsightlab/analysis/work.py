@@ -332,14 +332,16 @@ def summary(tokens: dict) -> str:
 #: two runs' shapes of one kernel or copy differ beyond this (%): the same work's medians are
 #: equal, a batch or an input size moves them by its own factor
 SHAPE_PCT = 2.0
-#: the first iterations of a kind of work whose shapes are read
+#: the first iterations of a kind of work whose shapes are read, and at most this many of
+#: their kernels (an iteration of a million kernels is read in part: its first ones)
 SHAPE_ITERATIONS = 20
+SHAPE_KERNELS = 50_000
 _GRID = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
 
 
 def shapes(report: Report, start, end) -> dict:
     """What the windows [start, end] (iterations of one kind of work; the first
-    ``SHAPE_ITERATIONS``) ran on, by the tokens of ``signatures``' words, medians over the
+    ``SHAPE_ITERATIONS``, and of their kernels ``SHAPE_KERNELS`` at most) ran on, by the tokens of ``signatures``' words, medians over the
     windows: each kernel name's launches per iteration (``n``), blocks, threads and shared
     memory per launch, and its most common launch (``grid``, ``block``: 'x x y x z'); each
     copy token's copies (``n``) and bytes per copy."""
@@ -352,6 +354,11 @@ def shapes(report: Report, start, end) -> dict:
         k = report.table("kernels", ["start_ns", "name"])
         at = _at(start, end, k["start_ns"].to_numpy(np.int64))
         rows = np.flatnonzero(at >= 0)
+        if len(rows) > SHAPE_KERNELS:  # the first iterations that hold SHAPE_KERNELS
+            upto = np.cumsum(np.bincount(at[rows], minlength=len(start)))
+            m = max(1, int(np.searchsorted(upto, SHAPE_KERNELS, "right")))
+            start, end = start[:m], end[:m]
+            rows = rows[at[rows] < m][:SHAPE_KERNELS]
         if len(rows):
             f = report.launches_at(rows).fillna(0).astype(np.int64)
             f["name"] = k["name"].astype(object).to_numpy()[rows]
