@@ -140,7 +140,7 @@ def test_html_report_renders_offline_in_headless_chromium(fp16_vs_fp8, tmp_path)
     drawn = re.search(r'<(svg|canvas)[^>]*class="marks"[^>]*>', dom.stdout)
     assert drawn, "vega drew nothing"
     assert int(re.search(r'height="(\d+)"', drawn.group(0)).group(1)) > 800  # three charts
-    for part in ("concat_0_marks", "concat_1_marks", "concat_2_layer_1_marks"):
+    for part in ("concat_0_marks", "concat_1_layer_1_marks", "concat_2_layer_1_marks"):
         assert part in dom.stdout, part  # class bars, layer bars, kernel scatter
     console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
     assert not [line for line in console if "rror" in line], console

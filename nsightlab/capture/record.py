@@ -34,7 +34,7 @@ from pathlib import Path
 from nsightlab.errors import NsightlabError, UsageError
 from nsightlab.capture import machine
 from nsightlab.read import nsys_export as nsys_cli
-from nsightlab.read.locate import default_store
+from nsightlab.read.locate import capture_dirs, default_store
 
 DEFAULT_TRACE = "cuda,nvtx,osrt,cublas,cudnn"
 PRECISION_FLAGS = {"fp16": ["--fp16"], "bf16": ["--bf16"], "int8": ["--int8"], "best": ["--best"],
@@ -685,10 +685,10 @@ def _export_ncu(src: Path, work: Path, manifest: dict, say) -> None:
 
 
 def list_captures(store: Path | None = None) -> list[dict]:
-    """Every capture in the store: name, created, preset, gpu, status, size_bytes, path."""
-    root = Path(store) if store else default_store()
+    """Every capture in the store (and one level down in it, as ``locate.capture_dirs``
+    finds them): name, created, preset, gpu, status, size_bytes, path."""
     rows = []
-    for m in sorted(root.glob("*/manifest.json")):
+    for m in (d / "manifest.json" for d in capture_dirs(Path(store) if store else None)):
         try:
             man = json.loads(m.read_text())
         except ValueError:

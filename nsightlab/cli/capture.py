@@ -108,23 +108,29 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
 
 @click.command()
 @click.option("--store", type=click.Path(file_okay=False), envvar="NSIGHTLAB_STORE",
-              help="Capture store [./captures].")
+              help="Capture store [./captures, under the current directory].")
 @output_options("file", formats=("table", "csv", "json"))
 def captures(store: str | None, fmt: str, output: str | None) -> None:
-    """List the captures in the store: name, date, preset, GPU, status, size.
+    """List the captures in the store, and one level down in its folders (the repository's
+    captures/examples/vit-fp16 is listed, and opened, as vit-fp16): name, date, preset, GPU,
+    status, size. Every command opens a capture by the name listed here.
 
     \b
     Examples:
+      nsightlab captures                       # ./captures and its folders
       nsightlab captures --store captures/examples
       nsightlab captures --json
     """
     from nsightlab.capture import record as cap
+    from nsightlab.read.locate import default_store
     from nsightlab.renderers import emit
 
     df = cap.captures_table(Path(store) if store else None)
     if df.empty:
-        click.echo("nsightlab: no captures (capture one with: nsightlab capture NAME -- "
-                   "COMMAND...)", err=True)
+        where = (Path(store) if store else default_store()).absolute()
+        click.echo(f"nsightlab: no captures in {where} or the folders in it (capture one with: "
+                   "nsightlab capture NAME -- COMMAND..., or look elsewhere with --store DIR or "
+                   "NSIGHTLAB_STORE)", err=True)
     emit(df, fmt, output)
 
 

@@ -143,11 +143,11 @@ def _engine(path: str):
     from pathlib import Path
 
     from nsightlab.errors import NotAReportError
-    from nsightlab.read.locate import default_store
+    from nsightlab.read.locate import stored_capture
 
     p = Path(path)
-    if not p.exists() and len(p.parts) == 1 and (default_store() / p).is_dir():
-        p = default_store() / p  # a capture name
+    if not p.exists() and len(p.parts) == 1:
+        p = stored_capture(p.name) or p  # a capture name
     if p.is_dir():
         p = p / "trtexec.profile.json"
     if not p.is_file():

@@ -128,8 +128,11 @@ def output_options(dest: str, formats: tuple[str, ...] = FORMATS) -> Callable:
 
 def _format_help(formats: tuple[str, ...], dest: str) -> str:
     where = "the file" if dest == "file" else "DIR"
+    csv = ("csv: every row (with -o, into the file)" if dest == "file" else
+           "csv: every row; one table as plain CSV, several each after a '# NAME' line (to "
+           "read them apart, -o DIR writes one NAME.csv each)")
     parts = {"table": "table: aligned text for the terminal",
-             "csv": f"csv: every row (with -o, into {where})",
+             "csv": csv,
              "json": f"json: every row (with -o, into {where})",
              "parquet": f"parquet: {where} only (needs -o)"}
     return "; ".join(parts[f] for f in formats) + "."

@@ -114,6 +114,7 @@ def run(name: str, inputs: tuple[str, ...], params: tuple[str, ...], ncu_file: s
     Examples:
       nsightlab recipe run kernel_sum report.sqlite --limit 10
       nsightlab recipe run launch_compute fp16 --format json
+      nsightlab recipe run kernel_sum fp16 --format csv > kernels.csv   # one table: plain CSV
       nsightlab recipe run sync_gaps syncy.sqlite -p min_gap_ms=0.5 -o gaps/ --format csv
       nsightlab recipe run tensor_core fp16 --ncu gemm.ncu-rep
       nsightlab recipe run kernel_sum reports/ --dask tcp://scheduler:8786 -o sums/

@@ -2,9 +2,10 @@
 
 A user names a report as a ``.sqlite`` export, a ``.sqlite.xz``, a ``.nsys-rep``/``.qdrep``,
 a capture directory or the name of a capture in the store (``NSIGHTLAB_STORE`` or
-``./captures``). ``locate`` turns any of these into a ``Location``: the SQLite file to open
-(decompressed or exported first when needed, never beside the user's files) and the folder
-for its caches. Nothing here reads the export itself; ``nsightlab.read.report`` does.
+``./captures``, or one level down in it: ``captures/examples/vit-fp16`` is ``vit-fp16``).
+``locate`` turns any of these into a ``Location``: the SQLite file to open (decompressed or
+exported first when needed, never beside the user's files) and the folder for its caches.
+Nothing here reads the export itself; ``nsightlab.read.report`` does.
 """
 from __future__ import annotations
 
@@ -36,6 +37,50 @@ def default_store() -> Path:
     return Path(os.environ.get("NSIGHTLAB_STORE", "captures"))
 
 
+def capture_dirs(store: Path | None = None) -> list[Path]:
+    """Every capture folder (one holding ``manifest.json``) in ``store`` (default: the
+    store), and one level down in its other folders: a store may group its captures
+    (the repository's ``captures/examples/vit-fp16``), and a user who types ``vit-fp16``
+    means that one. Sorted by path."""
+    root = Path(store) if store is not None else default_store()
+    groups = [d for d in _subdirs(root) if not (d / "manifest.json").is_file()]
+    return sorted(m.parent for m in [*root.glob("*/manifest.json"),
+                                     *(m for g in groups for m in g.glob("*/manifest.json"))])
+
+
+def _subdirs(folder: Path) -> list[Path]:
+    """The folders in ``folder`` (none when it is missing or cannot be listed)."""
+    try:
+        return [d for d in folder.iterdir() if d.is_dir()]
+    except OSError:
+        return []
+
+
+def stored_capture(name: str) -> Path | None:
+    """The capture a bare ``name`` means: ``STORE/name``, else the one capture of that name
+    one level down (``STORE/GROUP/name``); None when there is none.
+
+    Raises:
+        NotAReportError: several groups hold a capture of that name (naming them).
+    """
+    store = default_store()
+    if (store / name).is_dir():
+        return store / name
+    found = [d for d in capture_dirs(store) if d.name == name and d.parent != store]
+    if len(found) > 1:
+        raise NotAReportError(f"{name}: {len(found)} captures of that name in {store} "
+                              f"({', '.join(map(str, found))}); give the path of one of them")
+    return found[0] if found else None
+
+
+def _store_words() -> str:
+    """Where a capture name was looked up, for an error: the store as an absolute path (the
+    default one depends on the current directory) and the fix."""
+    return (f"captures are looked up by name in {default_store().absolute()} and the folders "
+            "in it; give a path, run from the folder that holds captures/, or set "
+            "NSIGHTLAB_STORE")
+
+
 @dataclass(frozen=True)
 class Location:
     """A resolved report: ``sqlite`` to read, ``cache_root`` for its caches (None: no cache),
@@ -60,9 +105,7 @@ def locate(path: str | os.PathLike, *, cache: bool = True,
     root = Path(cache_dir) if cache_dir else default_root()
     p = Path(path)
     if not p.exists() and not p.is_absolute() and len(p.parts) == 1:
-        stored = default_store() / p
-        if stored.is_dir():
-            p = stored
+        p = stored_capture(p.name) or p
     _check_input(p, path)
     capture = None
     if p.is_dir():
@@ -129,8 +172,7 @@ def _check_input(p: Path, given) -> None:
             why = "a symlink loop" if e.errno == errno.ELOOP else "a symlink to nothing"
             raise NotAReportError(f"{given}: {why}; point it at a report file") from None
         raise NotAReportError(
-            f"{given}: no such file, directory or capture (captures are looked up in "
-            f"{default_store()}; set NSIGHTLAB_STORE to look elsewhere)") from None
+            f"{given}: no such file, directory or capture ({_store_words()})") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise NotAReportError(f"{given}: not a regular file (a FIFO, socket or device); give an "
                               "nsys report file (.sqlite, .nsys-rep) or a capture directory")

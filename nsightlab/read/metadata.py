@@ -28,7 +28,7 @@ def export_meta(db: ExportDB) -> dict[str, str]:
     """META_DATA_EXPORT (or the older EXPORT_META_DATA) as a dict.
 
     Raises:
-        UnsupportedReportError: an nsys export from before these tables existed (2021.x).
+        UnsupportedReportError: an nsys export without them (2021.x, or a partial copy).
         NotAReportError: an SQLite database that nsys did not write.
     """
     for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
@@ -36,8 +36,9 @@ def export_meta(db: ExportDB) -> dict[str, str]:
             return {str(k): str(v) for k, v in db.query(f"SELECT name, value FROM {t}")}
     if any(db.has(t) for t in NSYS_MARKERS):
         raise UnsupportedReportError(
-            f"{db.name}: an nsys SQLite export without version metadata (nsys 2021.x or "
-            "older); export the .nsys-rep again with nsys 2022.1 or newer: "
+            f"{db.name}: an nsys SQLite export without version metadata (no META_DATA_EXPORT "
+            "table: nsys 2021.x or older, or a tool that copied only some tables); export the "
+            ".nsys-rep again with nsys 2022.1 or newer: "
             "nsys export --type sqlite -o NEW.sqlite REPORT.nsys-rep")
     raise NotAReportError(f"{db.name}: an SQLite database, but not an Nsight Systems "
                           "export; give the .sqlite written by nsys export")
@@ -89,14 +90,17 @@ def traced(options: dict[str, str], what: str) -> bool | None:
 
 
 def gpus(db: ExportDB) -> pd.DataFrame:
-    """GPUs of the target, one row each (``GPU_COLUMNS``)."""
-    if db.has("TARGET_INFO_GPU"):
-        have = set(db.columns("TARGET_INFO_GPU"))
+    """GPUs of the target, one row each (``GPU_COLUMNS``); a GPU table without device ids
+    (a tool that copied some of its columns) describes none."""
+    have = set(db.columns("TARGET_INFO_GPU")) if db.has("TARGET_INFO_GPU") else set()
+    device = next((c for c in ("id", "cuDevice") if c in have), None)
+    if device is not None:
         pick = lambda c: c if c in have else "NULL"  # noqa: E731
         rows = db.query(
-            f"SELECT id, name, {pick('chipName')}, {pick('smCount')}, {pick('totalMemory')}, "
-            f"{pick('computeMajor')} || '.' || {pick('computeMinor')}, {pick('busLocation')} "
-            "FROM TARGET_INFO_GPU ORDER BY id")
+            f"SELECT {device}, {pick('name')}, {pick('chipName')}, {pick('smCount')}, "
+            f"{pick('totalMemory')}, {pick('computeMajor')} || '.' || {pick('computeMinor')}, "
+            f"{pick('busLocation')} FROM TARGET_INFO_GPU WHERE {device} IS NOT NULL "
+            f"ORDER BY {device}")
     elif db.has("TARGET_INFO_CUDA_GPU"):  # nsys < 2021.3
         rows = db.query(
             "SELECT deviceId, name, NULL, numMultiprocessors, totalMemory, "

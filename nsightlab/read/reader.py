@@ -41,6 +41,7 @@ from nsightlab.read.tables import (
     DUPLICATE_KEY,
     StartOrder,
     TableSpec,
+    check_columns,
     contract_batches,
     duplicate_positions,
     duration_limit,
@@ -784,11 +785,9 @@ class TableReader:
         return limit
 
     def _checked_sql(self, spec: TableSpec) -> str:
-        """The SELECT of ``spec``; a table whose timestamps nsightlab checks must have them."""
-        if spec.name in CHECKED and not {"start", "end"} <= set(self.db.columns(spec.source)):
-            raise CorruptReportError(
-                f"{self.db.name}: table {spec.source} has no start/end columns (renamed or "
-                "dropped: not an nsys export as written); export the report again")
+        """The SELECT of ``spec``, once its table is known to hold the columns it cannot be
+        read without (``tables.check_columns``)."""
+        check_columns(self.db, spec)
         return spec.sql(self.db)
 
     def _meter(self, spec: TableSpec, ranges: list) -> Callable[..., None]:

@@ -29,10 +29,21 @@ from nsightlab.read.tables import (
     TABLES,
     TableSpec,
     breaks_order,
+    check_columns,
     duration_limit,
     invalid_sql,
     to_pandas,
 )
+
+
+#: what it means that a table of work an application may simply not do is absent although
+#: CUDA was traced: none of that work in this run, not a lost trace (``Report.missing_hint``)
+NONE_IN_RUN = {"graph_execs": "the application launched no CUDA graph",
+               "cuda_graph_nodes": "the application launched no CUDA graph",
+               "memcpy": "the application made no memory copies",
+               "memset": "the application set no memory"}
+#: the two tables of CUDA graphs: one at graph level, one node by node (a trace has one)
+GRAPH_TABLES = ("graph_execs", "cuda_graph_nodes")
 
 
 def _rows_of(table: str) -> str:
@@ -149,14 +160,29 @@ class Report:
         """The options nsys recorded the report with (META_DATA_CAPTURE; empty before 2023)."""
         return metadata.capture_options(self.db)
 
+    def traced(self, what: str) -> bool:
+        """Whether ``what`` (CUDA, NVTX) was traced: as the capture options say, else (an
+        older nsys, or an export another tool wrote) CUDA was when CUDA calls or kernels are
+        recorded; NVTX has no other table to tell."""
+        said = metadata.traced(self.capture_options, what)
+        if said is not None:
+            return said
+        return what == "CUDA" and any(self.spec(t).present(self.db) for t in ("cuda_api", "kernels"))
+
     def missing_hint(self, table: str) -> str | None:
         """None if ``table`` is present, else how to record it next time (never an option
-        that was already on: then what the absence means)."""
+        that was already on: then what the absence means; for work an application may not
+        do, CUDA graphs or copies, "none in this run", not an alarm)."""
         spec = self.spec(table)
         if spec.present(self.db):
             return None
         what = "NVTX" if table == "nvtx" else "CUDA" if "--trace=cuda" in spec.trace else None
-        if what and metadata.traced(self.capture_options, what):
+        other_graphs = table in GRAPH_TABLES and any(
+            self.spec(t).present(self.db) for t in GRAPH_TABLES if t != table)
+        if what and self.traced(what) and not other_graphs:
+            if table in NONE_IN_RUN:
+                return (f"{self.source.name} has no {spec.source} table: none in this run "
+                        f"({what} was traced; {NONE_IN_RUN[table]})")
             return (f"{self.source.name} has no {spec.source} table although {what} was traced: "
                     "the application recorded none, or the trace was lost")
         how = f"profile with nsys profile {spec.trace}" if spec.trace else "profile it again"
@@ -173,6 +199,7 @@ class Report:
         if meta is not None:  # rows kept and left out, counted when it was cached (a count
             # of 8M kernels in SQLite: 0.2 s)
             return sum(p["rows"] for p in meta["parts"]) + meta.get("dropped", 0)
+        check_columns(self.db, spec)  # a table it cannot read is named, not counted
         return self.db.query(f'SELECT count(*) FROM "{spec.source}"{_rows_of(table)}')[0][0]
 
     def has_rows(self, table: str) -> bool:
@@ -182,6 +209,7 @@ class Report:
             return False
         if self._is_cut(table):  # its cache entry, cut from the whole report's
             return self.row_count(table) > 0
+        check_columns(self.db, spec)
         return bool(self.db.query(f'SELECT 1 FROM "{spec.source}"{_rows_of(table)} LIMIT 1'))
 
     def _is_cut(self, table: str) -> bool:

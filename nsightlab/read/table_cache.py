@@ -27,7 +27,7 @@ from typing import TypeVar
 #: version of the table contract (``nsightlab.read.tables``): bump it whenever a contract or a
 #: conversion there changes. It is part of every cache key. Kept here, not in tables.py, so
 #: that cached answers are found without importing pandas or pyarrow.
-TABLE_VERSION = 11  # 11: an exact duplicate is of one process (the pid in its key)
+TABLE_VERSION = 12  # 12: a GPU row without a globalPid is of the process that launched it
 
 META = "meta.json"
 T = TypeVar("T")

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nsightlab.errors import CorruptReportError, UnsupportedReportError
 from nsightlab.read.db import ExportDB
 from nsightlab.read.parallel import MAX_NS, readers
 from nsightlab.read.parallel import duration_limit as parallel_duration_limit
@@ -113,6 +114,10 @@ class TableSpec:
     later: Later | None = None
     #: of a ``rest`` spec: the table whose first read it completes
     base: TableSpec | None = None
+    #: source columns its rows mean nothing without (when and where the work ran, what a copy
+    #: moved): a table that lacks one is refused, naming it (``check_columns``); the other
+    #: columns an export lacks read as NULL
+    required: tuple[str, ...] = ()
 
     @cached_property
     def first(self) -> TableSpec:
@@ -158,6 +163,22 @@ class TableSpec:
 
     def present(self, db: ExportDB) -> bool:
         return db.has(self.source) and (self.source != GM or db.has(GMI))
+
+
+def check_columns(db: ExportDB, spec: TableSpec) -> None:
+    """Refuse a table that lacks a column ``spec.required`` names (a tool that never wrote
+    it, or a column renamed or dropped), with one line naming them: read as NULL, it would
+    put every row on no GPU or no thread.
+
+    Raises:
+        CorruptReportError: the table lacks a required column.
+    """
+    missing = [c for c in spec.required if c not in db.columns(spec.source)]
+    if missing:
+        raise CorruptReportError(
+            f"{db.name}: table {spec.source} has no {'/'.join(missing)} column"
+            f"{'s' if len(missing) > 1 else ''} (renamed or dropped: not an nsys export as "
+            "written); export the report again with nsys export")
 
 
 # ---- data quality of activity rows ------------------------------------------------------------
@@ -423,21 +444,45 @@ def select(db: ExportDB, table: str, *names: str, extra: str = "") -> str:
 
 def _pids(b: pa.RecordBatch, db: ExportDB | None) -> pa.Array:
     """The process of each GPU row; rows without a ``globalPid`` (a minimal export's table
-    without the column, as other tools' fixture generators write them) are the one process
-    whose CUDA calls are traced, process 0 where none are, NULL where several are."""
+    without the column, as other tools' fixture generators write them, or a NULL) are of the
+    process whose CUDA calls launched them (``launching_process``)."""
     g = b.column("globalPid")
-    if db is None or g.null_count < len(b) or not len(b):
+    if db is None or not g.null_count:
         return pid_of(g)
-    one = db.once("one_process", lambda: _one_process(db))
-    return pa.array(np.full(len(b), one, np.int32)) if one is not None else pid_of(g)
+    one = db.once("launching_process", lambda: launching_process(db))
+    return pc.fill_null(pid_of(g), pa.scalar(one, I32))
 
 
-def _one_process(db: ExportDB) -> int | None:
+#: the GPU activity tables whose rows a CUDA call launched (their correlationId is its)
+LAUNCHED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+            "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+            "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+
+
+def launching_process(db: ExportDB) -> int:
+    """The one process whose CUDA calls launched the GPU work (their correlation ids are the
+    GPU rows'); that of every CUDA call when none matches, 0 when no call names its thread.
+
+    Raises:
+        UnsupportedReportError: several processes launched GPU work, and rows without a
+            globalPid cannot be given to one of them.
+    """
     api = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not db.has(api) or "globalTid" not in db.columns(api):
         return 0
-    n, g = db.query(f"SELECT count(DISTINCT globalTid >> 24), min(globalTid >> 24) FROM {api}")[0]
-    return (int(g) & 0xFFFFFF if g is not None else 0) if n <= 1 else None
+    calls = (f"SELECT count(DISTINCT globalTid >> 24), min(globalTid >> 24) FROM {api} "
+             "WHERE globalTid IS NOT NULL")
+    launched = " UNION ".join(f"SELECT correlationId FROM {t}" for t in LAUNCHED
+                              if db.has(t) and "correlationId" in db.columns(t))
+    n, g = db.query(f"{calls} AND correlationId IN ({launched})")[0] if launched else (0, None)
+    if not n:  # no call matches a GPU row: the process of every call, if there is one
+        n, g = db.query(calls)[0]
+    if n > 1:
+        raise UnsupportedReportError(
+            f"{db.name}: GPU rows without a globalPid, and {n} processes launched GPU work: "
+            "their work cannot be told apart; export the report with nsys export (it writes "
+            "globalPid), or profile one process")
+    return int(g) & 0xFFFFFF if g is not None else 0
 
 
 def pid_of(g: pa.Array) -> pa.Array:
@@ -522,6 +567,9 @@ GPU_COMMON = (
 )
 GRAPH_NODE = Column("graph_node_id", I64, "CUDA graph node that launched it (graph replays)", True)
 GPU_SOURCE = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId")
+#: what a GPU row means nothing without: when it ran, on which GPU, context and stream (its
+#: process, globalPid, is that of the call that launched it where the export lacks it)
+GPU_REQUIRED = ("start", "end", "deviceId", "contextId", "streamId")
 
 
 def gpu_common(b: pa.RecordBatch, db: ExportDB | None = None) -> dict[str, pa.Array]:
@@ -567,6 +615,7 @@ def _kernel_launch(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
 
 KERNELS = TableSpec(
     name="kernels", source=K, trace="--trace=cuda",
+    required=GPU_REQUIRED,
     doc="One row per CUDA kernel execution on the GPU.",
     columns=GPU_COMMON + (
         Column("name", DICT, "demangled kernel name, as `nsys stats` prints it"),
@@ -609,6 +658,7 @@ def _memcpy(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
 
 MEMCPY = TableSpec(
     name="memcpy", source=MC, trace="--trace=cuda",
+    required=GPU_REQUIRED + ("bytes",),
     doc="One row per CUDA memory copy on the GPU.",
     columns=GPU_COMMON + (
         Column("name", DICT, "'[CUDA memcpy Host-to-Device]' etc., as `nsys stats` prints it"),
@@ -625,6 +675,7 @@ MEMCPY = TableSpec(
 MS = "CUPTI_ACTIVITY_KIND_MEMSET"
 MEMSET = TableSpec(
     name="memset", source=MS, trace="--trace=cuda",
+    required=GPU_REQUIRED + ("bytes",),
     doc="One row per CUDA memset on the GPU.",
     columns=GPU_COMMON + (
         Column("name", DICT, "'[CUDA memset]', as `nsys stats` prints it"),
@@ -647,6 +698,7 @@ MEMSET = TableSpec(
 SY = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 SYNCS = TableSpec(
     name="syncs", source=SY, trace="--trace=cuda",
+    required=GPU_REQUIRED,
     doc="One row per CUDA synchronization the host waited on (CUPTI synchronization activity).",
     columns=GPU_COMMON + (
         Column("sync_type", DICT, "Event sync, Stream wait sync, Stream sync, Context sync"),
@@ -664,6 +716,7 @@ SYNCS = TableSpec(
 GT = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 GRAPH_EXECS = TableSpec(
     name="graph_execs", source=GT, trace="--trace=cuda (graph-level tracing, nsys's default)",
+    required=GPU_REQUIRED,
     doc="One row per execution of a CUDA graph as a whole on the GPU: what nsys records for a "
         "graph replay with --cuda-graph-trace=graph (its default), where the graph's kernels "
         "have no records of their own. Node-level traces (--cuda-graph-trace=node) have none.",
@@ -697,6 +750,7 @@ def _api(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
 
 CUDA_API = TableSpec(
     name="cuda_api", source=RT, trace="--trace=cuda",
+    required=("start", "end"),
     doc="One row per CUDA runtime or driver API call on a CPU thread (driver calls are in the "
         "same nsys table, told apart by api_kind).",
     columns=(
@@ -733,8 +787,9 @@ def _nvtx_sql(db: ExportDB, rows: tuple[int, int] | None = None) -> str:
     def text(a: str) -> str:
         # registered strings live in StringIds (textId), the rest inline (text)
         if "textId" in have and db.has("StringIds"):
-            return f"COALESCE({a}.text, (SELECT value FROM StringIds WHERE id = {a}.textId))"
-        return f"{a}.text"
+            return (f"COALESCE({col(a, 'text')}, "
+                    f"(SELECT value FROM StringIds WHERE id = {a}.textId))")
+        return col(a, "text")
 
     dom = col("e", "domainId")
     # domain names come from eventType 75 rows, category names from eventType 33 rows, both
@@ -818,8 +873,9 @@ def _nvtx_depth(tables: Iterator[pa.Table]) -> pa.Array:
     for t in tables:
         cols["start"].append(t.column("start_ns").to_numpy())
         cols["end"].append(pc.fill_null(t.column("end_ns"), t.column("start_ns")).to_numpy())
-        key = t.column("pid").to_numpy().astype(np.int64) << 26  # pid and tid are 24-bit
-        key |= t.column("tid").to_numpy().astype(np.int64) << 1
+        # pid and tid are 24-bit; a range without a thread (NULL globalTid) is of thread 0
+        key = pc.fill_null(t.column("pid"), 0).to_numpy().astype(np.int64) << 26
+        key |= pc.fill_null(t.column("tid"), 0).to_numpy().astype(np.int64) << 1
         kinds = [(c.dictionary.to_pylist(), c.indices.to_numpy(zero_copy_only=False))
                  for c in t.column("kind").chunks]
         kind = np.concatenate([np.array([{"mark": -1, "start_end": 1}.get(str(v), 0)
@@ -865,6 +921,7 @@ def _nvtx_depth(tables: Iterator[pa.Table]) -> pa.Array:
 
 NVTX = TableSpec(
     name="nvtx", source=NV, trace="--trace=nvtx",
+    required=("start", "eventType", "globalTid"),
     doc="NVTX push/pop ranges, start/end ranges and marks, with resolved text and domains.",
     columns=(
         Column("start_ns", I64, "CPU start, ns"),

@@ -10,7 +10,8 @@ themselves, and commands never branch on the format: they call ``emit``.
 
 A single table goes to stdout or to ``out`` (a file). A result with several tables goes to
 stdout, or with ``out`` (a folder) is saved there: Parquet per table, CSV/JSON beside it for
-those formats, and manifest.json (``Result.save``).
+those formats, and manifest.json (``Result.save``). CSV on stdout is plain CSV when the result
+has one table, and each table after a ``# NAME`` line when it has several.
 """
 from __future__ import annotations
 
@@ -73,15 +74,25 @@ def emit(result, fmt: str = "table", out: str | os.PathLike | None = None, *,
     if fmt == "json":
         return _write(json.dumps(result.to_json(), indent=1) + "\n", None)
     if fmt == "csv":
-        for name, df in result.tables().items():
-            sys.stdout.write(f"# {name}\n")
-            df.to_csv(sys.stdout, index=False)
+        _csv_to_stdout(result.tables())
         return []
     from nsightlab.renderers import text
 
     files = result.save(out) if out is not None else []
     _write(text.render(result, limit) if limit is not None else text.render(result), None)
     return files
+
+
+def _csv_to_stdout(tables: dict[str, pd.DataFrame]) -> None:
+    """Tables as CSV on stdout. One table is plain CSV, its header first, so that
+    ``pandas.read_csv`` and spreadsheets read it as is; several each follow a ``# NAME`` line
+    (to read them apart, write them to a folder instead: ``-o DIR``, one file each)."""
+    several = len(tables) > 1
+    for name, df in tables.items():
+        if several:
+            sys.stdout.write(f"# {name}\n")
+        df.to_csv(sys.stdout, index=False)
+    sys.stdout.flush()
 
 
 def _emit_frame(df: pd.DataFrame, fmt: str, out, limit: int | None) -> list[Path]:

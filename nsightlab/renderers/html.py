@@ -19,10 +19,16 @@ from nsightlab.core.units import kernel_label, ms_columns
 from nsightlab.recipe_runner import RunResult
 from nsightlab.renderers import charts
 
+#: the page's CSS. A table wider than the page (many columns, kernel names) scrolls inside
+#: its own box (``.scroll``) instead of running past the page's right edge; short text keeps
+#: to one line, and a cell of long text (``.long``) wraps at a paragraph's width, not into a
+#: tall, narrow column.
 STYLE = ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
+         ".scroll{max-width:100%;overflow-x:auto}"
          "table{border-collapse:collapse;font-size:13px;margin:0.5em 0}"
          "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
          "th{background:#f4f4f4}td:first-child,th:first-child,td.t{text-align:left}"
+         "td.t{white-space:nowrap}td.long{white-space:normal;min-width:24em}"
          ".verdict{font-size:1.15em;background:#fff8e1;padding:0.8em;border-left:4px solid #f0a000}"
          "</style>")
 
@@ -50,7 +56,8 @@ def page(title: str, sections: list[tuple[str, str]], chart_list: list, lead: in
 def table_html(df: pd.DataFrame, max_rows: int = 15) -> str:
     """A DataFrame as a compact HTML table (times in ms, whole numbers without decimals,
     booleans as yes/no, long names cut at the end with the full name in the cell's title);
-    rows past ``max_rows`` behind a fold (all of them are in the Parquet output)."""
+    rows past ``max_rows`` behind a fold (all of them are in the Parquet output). Each table
+    sits in a box that scrolls sideways when it is wider than the page (``STYLE``)."""
     if not len(df):
         return "<p>none</p>"
     show = ms_columns(df)
@@ -60,12 +67,23 @@ def table_html(df: pd.DataFrame, max_rows: int = 15) -> str:
         return "".join("<tr>" + "".join(_td(v, c) for v, c in zip(r, cols)) + "</tr>"
                        for r in frame.itertuples(index=False, name=None))
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in show.columns)
-    out = f"<table><thead><tr>{head}</tr></thead><tbody>{rows(show.head(max_rows))}</tbody></table>"
+    out = _scrolling(f"<table><thead><tr>{head}</tr></thead><tbody>{rows(show.head(max_rows))}"
+                     "</tbody></table>")
     if len(show) > max_rows:
-        out += (f"<details><summary>{len(show) - max_rows} more rows</summary><table><thead><tr>"
-                f"{head}</tr></thead><tbody>{rows(show.iloc[max_rows:max_rows + 500])}</tbody>"
-                "</table></details>")
+        out += (f"<details><summary>{len(show) - max_rows} more rows</summary>"
+                + _scrolling(f"<table><thead><tr>{head}</tr></thead><tbody>"
+                             f"{rows(show.iloc[max_rows:max_rows + 500])}</tbody></table>")
+                + "</details>")
     return out
+
+
+def _scrolling(table: str) -> str:
+    """``table`` in a box of the page's width that scrolls sideways when the table is wider."""
+    return f"<div class='scroll'>{table}</div>"
+
+
+#: characters from which a cell's text is a sentence or a long name (``td.long``)
+LONG_TEXT = 40
 
 
 def _td(v, column: str = "") -> str:
@@ -81,10 +99,11 @@ def _td(v, column: str = "") -> str:
     if isinstance(v, (int, np.integer)):
         return f"<td>{v}</td>"
     s = "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
-    if len(s) > 90:  # text reads left-aligned; numbers stay right-aligned (the style's default)
-        return (f"<td class='t' title='{html.escape(s, quote=True)}'>{html.escape(s[:89])}…"
-                "</td>")
-    return f"<td class='t'>{html.escape(s)}</td>"
+    kind = "t long" if len(s) > LONG_TEXT else "t"  # text reads left-aligned; numbers right
+    if len(s) > 90:
+        return (f"<td class='{kind}' title='{html.escape(s, quote=True)}'>"
+                f"{html.escape(s[:89])}…</td>")
+    return f"<td class='{kind}'>{html.escape(s)}</td>"
 
 
 @singledispatch

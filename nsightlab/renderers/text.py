@@ -494,7 +494,15 @@ def info_text(info: dict) -> str:
     for t, n in info["tables"].items():
         hint = info["missing"].get(t)
         if hint:
-            out.append(f"    {t:<{width}}  {'—':>11}  not recorded ({hint.split(' table', 1)[-1].lstrip(': ')})")
+            out.append(f"    {t:<{width}}  {'—':>11}  {_missing_words(hint)}")
         else:
             out.append(f"    {t:<{width}}  {n:>11,}")
     return "\n".join(out) + "\n"
+
+
+def _missing_words(hint: str) -> str:
+    """The words of ``info`` for a table the report lacks, from ``Report.missing_hint`` after
+    its "X has no TABLE table": "none in this run (...)" as it is (the traced application did
+    none of that work), else "not recorded (...)"."""
+    why = hint.split(" table", 1)[-1].lstrip(": ")
+    return why if why.startswith("none in this run") else f"not recorded ({why})"

@@ -403,7 +403,9 @@ def ending_ops(ops, gaps):
     pid = np.zeros(len(gaps), np.int64)
     corr = np.zeros(len(gaps), np.int64)
     op_groups = groups(ops)
-    starts, corrs = ops["start_ns"].to_numpy(), ops["correlation_id"].to_numpy()
+    # an operation without a correlation id (NULL: a minimal export) ends its gap unmatched
+    starts = ops["start_ns"].to_numpy()
+    corrs = ops["correlation_id"].to_numpy(np.int64, na_value=-1)
     for key, idx in gaps.groupby(GROUP).indices.items():
         rows = op_groups[key]
         st = _rows(starts, rows)
