@@ -361,8 +361,10 @@ def shapes(report: Report, start, end) -> dict:
             rows = rows[at[rows] < m][:SHAPE_KERNELS]
         if len(rows):
             f = report.launches_at(rows).fillna(0).astype(np.int64)
-            f["name"] = k["name"].astype(object).to_numpy()[rows]
-            f["name"] = f["name"].fillna("(no name)")
+            codes = k["name"].cat.codes.to_numpy()[rows]  # not the 8M names as objects
+            names = np.append(np.asarray(k["name"].cat.categories.astype(str), object),
+                              "(no name)")
+            f["name"] = names[np.where(codes >= 0, codes, len(names) - 1)]
             f["at"] = at[rows]
             g = f["grid_x"] * f["grid_y"] * f["grid_z"]
             f["blocks"], f["threads"] = g, g * f["block_x"] * f["block_y"] * f["block_z"]

@@ -324,10 +324,11 @@ class Report:
             lo, hi = self.db.rowid_bounds(source)
             n = self.row_count("kernels")
             if lo is not None and hi - lo + 1 == n and rows[-1] < n:
-                got = pd.DataFrame(self.db.query(
+                got = pd.DataFrame(np.array(self.db.query(  # NULL: NaN
                     f'SELECT start, {", ".join(self.LAUNCH.values())} FROM "{source}" '
                     "WHERE rowid >= ? AND rowid <= ? ORDER BY rowid",
-                    (int(lo + rows[0]), int(lo + rows[-1]))), columns=["start", *self.LAUNCH])
+                    (int(lo + rows[0]), int(lo + rows[-1]))), dtype=np.float64).reshape(
+                    -1, 1 + len(self.LAUNCH)), columns=["start", *self.LAUNCH])
                 starts = self.table("kernels", ["start_ns"])["start_ns"].to_numpy(np.int64)
                 if len(got) == rows[-1] - rows[0] + 1:
                     got = got.iloc[rows - rows[0]]
