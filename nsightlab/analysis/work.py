@@ -351,8 +351,12 @@ def shapes(report: Report, start, end) -> dict:
     if not len(start):
         return out
     if report.has_rows("kernels"):
-        k = report.table("kernels", ["start_ns", "name"])
-        at = _at(start, end, k["start_ns"].to_numpy(np.int64))
+        t = report.table("kernels", ["start_ns"])["start_ns"].to_numpy(np.int64)
+        lo, hi = 0, len(t)
+        if len(t) and t[0] <= t[-1] and (t[1:] >= t[:-1]).all():  # in time order: the span
+            lo, hi = np.searchsorted(t, [start[0], end[-1]], side="left")[0], \
+                np.searchsorted(t, end[-1], side="right")  # of the windows alone
+        at = _at(start, end, t[lo:hi])
         rows = np.flatnonzero(at >= 0)
         if len(rows) > SHAPE_KERNELS:  # the first iterations that hold SHAPE_KERNELS
             upto = np.cumsum(np.bincount(at[rows], minlength=len(start)))
@@ -360,12 +364,11 @@ def shapes(report: Report, start, end) -> dict:
             start, end = start[:m], end[:m]
             rows = rows[at[rows] < m][:SHAPE_KERNELS]
         if len(rows):
+            at, rows = at[rows], rows + lo
             f = report.launches_at(rows).fillna(0).astype(np.int64)
-            codes = k["name"].cat.codes.to_numpy()[rows]  # not the 8M names as objects
-            names = np.append(np.asarray(k["name"].cat.categories.astype(str), object),
-                              "(no name)")
-            f["name"] = names[np.where(codes >= 0, codes, len(names) - 1)]
-            f["at"] = at[rows]
+            f["name"] = report.take("kernels", ["name"], rows)["name"].astype(object) \
+                .fillna("(no name)").to_numpy()  # the rows' names, not 8M of them
+            f["at"] = at
             g = f["grid_x"] * f["grid_y"] * f["grid_z"]
             f["blocks"], f["threads"] = g, g * f["block_x"] * f["block_y"] * f["block_z"]
             f["smem"] = f["static_shared_bytes"] + f["dynamic_shared_bytes"]

@@ -607,8 +607,11 @@ def _layer_se(lc: np.ndarray, it: np.ndarray, dur: np.ndarray, n: int) -> np.nda
     size = int(lc.max()) + 1 if len(lc) else 0
     if n < 3 or size * n > SE_CELLS:
         return np.full(size, np.nan)
+    key = lc.astype(np.int64)  # one scratch array of the kernels' length, not four
+    key *= n
+    key += it
     ok = (lc >= 0) & (it >= 0) & (it < n)
-    per = np.bincount(lc[ok].astype(np.intp) * n + it[ok], weights=dur[ok],
+    per = np.bincount(key if ok.all() else key[ok], weights=dur if ok.all() else dur[ok],
                       minlength=size * n).reshape(size, n)
     return per.std(axis=1, ddof=1) / np.sqrt(n)
 
