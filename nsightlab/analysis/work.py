@@ -335,7 +335,7 @@ SHAPE_PCT = 2.0
 #: the first iterations of a kind of work whose shapes are read, and at most this many of
 #: their kernels (an iteration of a million kernels is read in part: its first ones)
 SHAPE_ITERATIONS = 20
-SHAPE_KERNELS = 50_000
+SHAPE_KERNELS = 10_000
 _GRID = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
 
 
