@@ -115,7 +115,8 @@ def _log_median(x) -> tuple[float, float, float, float]:
     y = _logs(x)
     s = _sigma(y)
     n_eff = _n_eff(y, s)
-    return (float(np.log(np.median(x))), np.pi / 2 * s * s / n_eff, max(n_eff - 1.0, MIN_DF),
+    return (float(np.log(max(np.median(x), 1.0))), np.pi / 2 * s * s / n_eff,
+            max(n_eff - 1.0, MIN_DF),
             n_eff)
 
 

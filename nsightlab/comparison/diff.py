@@ -731,7 +731,8 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
                      f"of B: the interval holds the spread between runs (run medians "
                      f"{_spread(interval.get('a_run_medians'))} in A, "
                      f"{_spread(interval.get('b_run_medians'))} in B)")
-    elif same or not real or abs(np.log(interval["ratio"])) < np.log(1.4):
+    elif same or not real or not interval["ratio"] > 0 \
+            or abs(np.log(interval["ratio"])) < np.log(1.4):
         parts.append("one run per side cannot show the run-to-run variance (the same code "
                      "differs by 5-37% between runs on a shared machine): capture each side "
                      "several times (nsightlab capture --repeat N), alternating A and B, with "

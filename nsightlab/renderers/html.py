@@ -123,6 +123,7 @@ def _(d: Diff) -> str:
     ])
     iv = h.get("interval") or {}
     if iv and pd.notna(iv.get("low")):
+        summary = summary.astype(object)  # a text row below numbers
         summary.loc[len(summary)] = {
             "": f"B / A, median iteration ({100 * iv['level']:.0f}% interval)", "A": "",
             "B": f"{iv['ratio']:.3f} ({iv['low']:.3f}-{iv['high']:.3f})"
