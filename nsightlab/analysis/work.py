@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from nsightlab.core.units import fmt_bytes
 from nsightlab.read.report import Report
 
 #: a kind of work holds at least this many iterations (as ``kinds.MIN_KIND``)
@@ -303,7 +304,7 @@ def difference(a: dict, b: dict, most: int = 2, a_shapes: dict | None = None,
             label = _copy_label(k)
             got = ((b_shapes if v > 0 else a_shapes) or {}).get(k, {}).get("bytes")
             words.append(f"{v:+,} {label if abs(v) > 1 else label.replace('copies', 'copy', 1)}"
-                         + (f" ({_size(got)} each)" if got else ""))
+                         + (f" ({fmt_bytes(got)} each)" if got else ""))
         elif not kernel(k):
             plural = {"memset": "memsets", "graph launch": "graph launches"}
             words.append(f"{v:+,} {plural.get(k, k) if abs(v) > 1 else k}")
@@ -341,10 +342,11 @@ _GRID = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
 
 def shapes(report: Report, start, end) -> dict:
     """What the windows [start, end] (iterations of one kind of work; the first
-    ``SHAPE_ITERATIONS``, and of their kernels ``SHAPE_KERNELS`` at most) ran on, by the tokens of ``signatures``' words, medians over the
-    windows: each kernel name's launches per iteration (``n``), blocks, threads and shared
-    memory per launch, and its most common launch (``grid``, ``block``: 'x x y x z'); each
-    copy token's copies (``n``) and bytes per copy."""
+    ``SHAPE_ITERATIONS``, and of their kernels ``SHAPE_KERNELS`` at most) ran on, by the
+    tokens of ``signatures``' words, medians over the windows: each kernel name's launches
+    per iteration (``n``), blocks, threads and shared memory per launch, and its most common
+    launch (``grid``, ``block``: 'x x y x z'); each copy token's copies (``n``) and bytes per
+    copy."""
     start = np.asarray(start, np.int64)[:SHAPE_ITERATIONS]
     end = np.asarray(end, np.int64)[:SHAPE_ITERATIONS]
     out: dict = {}
@@ -418,11 +420,6 @@ def reshaped(a: dict, b: dict) -> list[dict]:
     return out
 
 
-def _size(n: float) -> str:
-    """Bytes as people say them: '4.8 MB', '32.0 kB', '512 B'."""
-    return f"{n:,.0f} B" if n < 1e3 else f"{n / 1e3:,.1f} kB" if n < 1e6 else f"{n / 1e6:,.1f} MB"
-
-
 def _copy_label(token: str) -> str:
     from nsightlab.analysis.budget_parts import COPY_WORDS
     return COPY_WORDS.get(token.removeprefix("copy "), token)
@@ -457,5 +454,6 @@ def reshape_words(changes: list[dict]) -> str:
         words.append(f"{len(launch)} kernel{'s' if len(launch) > 1 else ''} launched with "
                      "other blocks or shared memory on the same grid")
     for c in (c for c in changes if c["kind"] == "copy"):
-        words.append(f"{_copy_label(c['token'])} {_size(c['a'])} -> {_size(c['b'])} each")
+        words.append(f"{_copy_label(c['token'])} {fmt_bytes(c['a'])} -> "
+                     f"{fmt_bytes(c['b'])} each")
     return "; ".join(words)

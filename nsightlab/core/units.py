@@ -13,6 +13,11 @@ def ms_columns(df):
     return out
 
 
+def fmt_bytes(n: float) -> str:
+    """A byte count the way people say it: '512 B', '32.0 kB', '4.8 MB'."""
+    return f"{n:,.0f} B" if n < 1e3 else f"{n / 1e3:,.1f} kB" if n < 1e6 else f"{n / 1e6:,.1f} MB"
+
+
 def fmt_ms(ns: float) -> str:
     """Nanoseconds as '12.34 ms' (for verdicts and findings)."""
     return f"{ns / 1e6:.2f} ms"

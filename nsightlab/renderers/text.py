@@ -22,7 +22,7 @@ from nsightlab.comparison.ort_placement import Placement
 from nsightlab.run.model import OUTSIDE
 from nsightlab.run.report import ProcessesReport, RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
-from nsightlab.core.units import kernel_label, ms_columns
+from nsightlab.core.units import fmt_bytes, kernel_label, ms_columns
 from nsightlab.read.metadata import ReportInfos
 from nsightlab.recipe_runner import RunResult
 
@@ -194,11 +194,6 @@ def _(p: Placement, limit: int | None = 15) -> str:
     return "\n".join(lines)
 
 
-def _bytes(n: float) -> str:
-    """A byte count the way people say it (B, kB, MB)."""
-    return f"{n:,.0f} B" if n < 1e3 else f"{n / 1e3:,.1f} kB" if n < 1e6 else f"{n / 1e6:,.1f} MB"
-
-
 def _timeline(t, limit: int | None) -> list[str]:
     """The profile on the trace: where each run's host time goes and what it launched."""
     a, runs = t.alignment, t.runs
@@ -221,7 +216,7 @@ def _timeline(t, limit: int | None) -> list[str]:
     if mc["executions"]:
         lines.append(f"  Memcpy nodes: {mc['executions']:.0f} per run, {mc['host_ns'] / 1e6:.3f} ms "
                      f"host, {mc['copies']:.0f} cop{'y' if round(mc['copies']) == 1 else 'ies'} of "
-                     f"{_bytes(mc['copy_bytes'])} "
+                     f"{fmt_bytes(mc['copy_bytes'])} "
                      f"({mc['copy_ns'] / 1e6:.3f} ms on the GPU)")
     outside = float(runs["copies_outside_nodes"].mean()) if len(runs) else 0.0
     if outside >= 1:
