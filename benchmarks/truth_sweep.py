@@ -30,6 +30,8 @@ def truth_of(path: Path) -> dict | None:
         t = folder / f"{stem}.truth.json"
         if t.exists():
             return json.loads(t.read_text())
+        if t.with_suffix(".json.xz").exists():
+            return json.loads(lzma.open(t.with_suffix(".json.xz")).read())
     return None
 
 

@@ -68,6 +68,9 @@ DTYPES = {"device_id": np.int32, "start_ns": np.int64, "end_ns": np.int64,
           "api_start_ns": np.float64, "part": np.int8}
 #: the iteration name when there are no iteration ranges
 WHOLE_RUN = "(whole run)"
+#: how the source of a run begins whose found loop contradicted itself
+#: (``iterations.contradiction``): no loop, said so
+NO_STEADY_LOOP = "no steady loop found"
 #: the verdict of a run in which nothing repeats (set-up and one pass, a run that ended before
 #: its loop, a trace with almost no GPU work): what its time went to, and no steady-state verdict
 NO_LOOP = "no loop"
@@ -105,6 +108,8 @@ def ranges(report: Report) -> tuple[pd.DataFrame, str]:
         first = base_name(iters["name"].iloc[0])
         how = "" if ITERATION.match(first) else (", numbered ranges that follow each other and "
                                                  "launch the work")
+        own = kinds.user_numbers(iters["name"].map(base_name))
+        how += ("; iterations go by the numbers their ranges carry" if own is not None else "")
         return iters, f"{len(iters)} NVTX iteration ranges ({first}...{how}), wall-clock"
     found = iterations.find(report)
     return found.ranges, (found.source if len(found.ranges)
@@ -259,7 +264,13 @@ def _compute(report: Report, ops, found: tuple | None = None
     if len(iters) and ops.count:
         start, end = windows(iters, ops.gpu_end(iters))
         names = iters["name"].map(base_name).to_numpy()
-    else:
+        bad = iterations.contradiction(report, start, end) if source.startswith("found") \
+            else None
+        if bad:  # a found loop whose own numbers contradict each other is not a loop
+            iters = iters.iloc[:0]
+            source = (f"{NO_STEADY_LOOP}: the sequence that repeats "
+                      f"({source.split(': ', 1)[1].split(';')[0]}) contradicts itself: {bad}")
+    if not (len(iters) and ops.count):
         lo, hi = ops.span() if ops.count else (0, 0)
         start, end, names = np.array([lo]), np.array([hi]), np.array([WHOLE_RUN])
         source = (f"{source}: the whole span of GPU activity as one iteration"
@@ -467,7 +478,10 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
         label = _labels(g)
         st = kinds.stats(g["wall_ns"].to_numpy(float), label)
         st["main_cov_pct"] = kinds.cov_pct(g["wall_ns"].to_numpy(float)[label == kinds.MAIN])
-        st["trend"] = kinds.describe(g["wall_ns"].to_numpy(float), label).trend is not None
+        main_rows = g[label == kinds.MAIN]
+        st["trend"] = kinds.describe(g["wall_ns"].to_numpy(float), label).trend is not None or (
+            len(main_rows) > 0 and kinds.kernel_trend(main_rows["kernels_ns"].to_numpy(float))
+            is not None)
         use = g[label != kinds.WARM_UP] if st["steady_iterations"] else g
         wall = float(use["wall_ns"].mean())
         main = g["wall_ns"].to_numpy(float)[label == kinds.MAIN]
@@ -522,52 +536,82 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
         wall = g["wall_ns"].to_numpy(float)
         label = _labels(g)
         ids = g["work"].to_numpy(np.int64) if "work" in g else None
-        loop = kinds.describe(wall, label, ids)
-        loop_ns = float(wall[label != kinds.WARM_UP].sum())
-        main = g[label == kinds.MAIN]
-        groups = [(x.name, x.pattern, x.words) for x in loop.kinds if (label == x.name).any()]
-        basis = {x.name: x.basis for x in loop.kinds}
-        basis[kinds.MAIN] = "work"
-        if (label == kinds.OUTLIER).any():
-            rows = np.flatnonzero(label == kinds.OUTLIER)
-            groups.append((kinds.OUTLIER, "isolated", f"{len(rows)} of {len(wall) - loop.warmup}: "
-                           f"iterations {kinds.listed(rows, 8)}"))
-        if loop.warmup:
-            groups.append((kinds.WARM_UP, "prefix", f"iterations 0-{loop.warmup - 1}"))
-        for name, pattern, which in groups:
-            mine = g[label == name]
-            w = mine["wall_ns"].to_numpy(float)
-            row = {"device_id": int(dev), "kind": name, "pattern": pattern, "which": which,
-                   "iterations": len(mine), "med_ns": float(np.median(w)),
-                   "min_ns": float(w.min()), "max_ns": float(w.max()), "mean_ns": float(w.mean()),
-                   "time_ns": float(w.sum()),
-                   "share_pct": 100.0 * float(w.sum()) / loop_ns if loop_ns else float("nan"),
-                   "period": next((x.period for x in loop.kinds if x.name == name), None),
-                   "basis": basis.get(name, "pace"),
-                   "work": _work_words(works, ids, label, name) if ids is not None else ""}
-            _add_parts(row, mine, row["mean_ns"])
-            for c in BYTES:
-                row[c] = float(mine[c].mean()) if c in mine else 0.0
-            row["verdict"] = verdict({**row, "wall_ns": row["mean_ns"]}, by_sync, graphs,
-                                     params)[0]
-            row["cause"] = (steady.cause(mine, main) if name != kinds.MAIN else
-                            steady.trend_cause(main) if loop.trend else "")
-            if name == kinds.MAIN and loop.cycle and sum(
-                    x.basis == "work" for x in loop.kinds if x.name != kinds.MAIN) >= 2:
-                row["which"] += (f"; the work repeats in a cycle of {loop.cycle} iterations "
-                                 f"(one unit of the loop is {loop.cycle} iterations)")
-            if name == kinds.MAIN and loop.trend:
-                t = loop.trend
-                row["pattern"] = "trend"
-                row["which"] += (f"; {'slows down' if t['change_pct'] > 0 else 'speeds up'} "
-                                 f"{abs(t['change_pct']):.0f}%: median {t['first_ns'] / 1e6:.3g} "
-                                 f"ms in the first {t['quarter']} iterations, "
-                                 f"{t['last_ns'] / 1e6:.3g} ms in the last {t['quarter']}")
-            out.append(row)
+        with kinds.numbered(kinds.user_numbers(g["name"])):  # iter8 is iteration 8
+            out += _kind_rows(g, int(dev), wall, label, ids, works, by_sync, graphs, params)
     cols = ["device_id", "kind", "pattern", "which", "iterations", "med_ns", "min_ns", "max_ns",
             "mean_ns", "time_ns", "share_pct", "period", "basis", "work", "verdict", "cause",
+            "kernel_first_ns", "kernel_last_ns", "kernel_quarter", "same_work", "work_kernels",
             *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", *BYTES]
     return pd.DataFrame(out, columns=cols)
+
+
+def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, ids, works,
+               by_sync: pd.DataFrame, graphs: bool, params: dict) -> list[dict]:
+    """``kinds_table``'s rows of one GPU."""
+    out = []
+    loop = kinds.describe(wall, label, ids)
+    loop_ns = float(wall[label != kinds.WARM_UP].sum())
+    main = g[label == kinds.MAIN]
+    groups = [(x.name, x.pattern, x.words) for x in loop.kinds if (label == x.name).any()]
+    basis = {x.name: x.basis for x in loop.kinds}
+    basis[kinds.MAIN] = "work"
+    if (label == kinds.OUTLIER).any():
+        rows = np.flatnonzero(label == kinds.OUTLIER)
+        groups.append((kinds.OUTLIER, "isolated", f"{len(rows)} of {len(wall) - loop.warmup}: "
+                       f"iterations {kinds.listed(rows, 8)}"))
+    if loop.warmup:
+        groups.append((kinds.WARM_UP, "prefix", f"iterations {kinds.number(0)}-"
+                       f"{kinds.number(loop.warmup - 1)}"))
+    for name, pattern, which in groups:
+        mine = g[label == name]
+        w = mine["wall_ns"].to_numpy(float)
+        row = {"device_id": dev, "kind": name, "pattern": pattern, "which": which,
+               "iterations": len(mine), "med_ns": float(np.median(w)),
+               "min_ns": float(w.min()), "max_ns": float(w.max()), "mean_ns": float(w.mean()),
+               "time_ns": float(w.sum()),
+               "share_pct": 100.0 * float(w.sum()) / loop_ns if loop_ns else float("nan"),
+               "period": next((x.period for x in loop.kinds if x.name == name), None),
+               "basis": basis.get(name, "pace"),
+               "work": _work_words(works, ids, label, name) if ids is not None else ""}
+        _add_parts(row, mine, row["mean_ns"])
+        for c in BYTES:
+            row[c] = float(mine[c].mean()) if c in mine else 0.0
+        row["verdict"] = verdict({**row, "wall_ns": row["mean_ns"]}, by_sync, graphs,
+                                 params)[0]
+        row["cause"] = (steady.cause(mine, main) if name != kinds.MAIN else
+                        steady.trend_cause(main) if loop.trend else "")
+        row["work_kernels"] = _work_kernels(works, ids, label == name)
+        if name == kinds.MAIN and loop.cycle and sum(
+                x.basis == "work" for x in loop.kinds if x.name != kinds.MAIN) >= 2:
+            row["period"] = loop.cycle  # the main kind's: the cycle the work repeats in
+            row["which"] += (f"; the work repeats in a cycle of {loop.cycle} iterations "
+                             f"(one unit of the loop is {loop.cycle} iterations)")
+        if name == kinds.MAIN:  # the same work's kernels growing (or shrinking) in time
+            kt = kinds.kernel_trend(mine["kernels_ns"].to_numpy(float)) if "kernels_ns" in mine \
+                else None
+            row["kernel_first_ns"] = kt["first_ns"] if kt else float("nan")
+            row["kernel_last_ns"] = kt["last_ns"] if kt else float("nan")
+            row["kernel_quarter"] = kt["quarter"] if kt else 0
+            row["same_work"] = ids is not None
+        if name == kinds.MAIN and loop.trend:
+            t = loop.trend
+            row["pattern"] = "trend"
+            row["which"] += (f"; {'slows down' if t['change_pct'] > 0 else 'speeds up'} "
+                             f"{abs(t['change_pct']):.0f}%: median {t['first_ns'] / 1e6:.3g} "
+                             f"ms in the first {t['quarter']} iterations, "
+                             f"{t['last_ns'] / 1e6:.3g} ms in the last {t['quarter']}")
+        out.append(row)
+    return out
+
+
+def _work_kernels(works: pd.DataFrame | None, ids, rows) -> float:
+    """The kernels one iteration of the usual work of iterations ``rows`` runs (``works``'
+    count); NaN where unknown."""
+    if works is None or not len(works) or ids is None:
+        return float("nan")
+    w = kinds.usual_work(ids, rows)
+    got = works.loc[works["work"] == w, "kernels"] if w is not None else []
+    return float(got.iloc[0]) if len(got) else float("nan")
 
 
 def _work_words(works: pd.DataFrame | None, ids: np.ndarray, label: np.ndarray,

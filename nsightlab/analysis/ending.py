@@ -17,8 +17,11 @@ An iteration is *cut* when it is the last one and either nsys closed its range a
 collection's end (NVTX ranges still open when collection stops end there: the capture cut
 it), or its kernels are the start of the sequence the iteration before it ran, then nothing
 (an NVTX range: launched by its calls, which are fewer; a found iteration: from its start
-on), or (found iterations) the capture stopped before the next one began. A last iteration
-of another kind (other kernels, or as many) is not cut, nor one that launched nothing.
+on) and the process launched nothing after it, or (found iterations) the capture stopped
+before the next one began. A last iteration of another kind (other kernels, or as many) is
+not cut, nor one that launched nothing, nor a shorter last step after which the process went
+on launching work (a last step without its optimizer, then an evaluation): a run that died
+launches nothing more.
 Exports without ``DIAGNOSTIC_EVENT`` (nsys before 2024) cannot say which of the two cut it:
 then the cut iteration is left out with a warning.
 """
@@ -115,7 +118,10 @@ def cut(report: Report, iters: pd.DataFrame, host: bool = True
     if prefix:  # a shorter kind of iteration the loop ran before is not a cut one
         prefix = not any(_kernels(report, start[k], stop[k], host)[0] == last
                          for k in range(-3, -min(len(iters), SEEN_BEFORE + 2), -1))
-    stopped = prefix and (not host or calls < ref_calls)
+    # a last step that runs less (no optimizer step, a final bucket) is no cut when the
+    # process went on to launch more work after it: a run that died launches nothing more
+    stopped = prefix and (not host or calls < ref_calls) and (
+        closed or not _went_on(report, int(end[-1])))
     # a found iteration ends where its next begins: when the capture stopped before that, its
     # time is unknown (its kernels may all be there)
     unknown = not host and wall < (1 - ODD_WALL) * before and stopped_early(report) is not None
@@ -126,6 +132,19 @@ def cut(report: Report, iters: pd.DataFrame, host: bool = True
            "expected_kernels": len(ref), "launches": calls, "expected_launches": ref_calls,
            "closed_by_nsys": closed}
     return iters.iloc[:-1].reset_index(drop=True), pd.DataFrame([row], columns=CUT_COLUMNS)
+
+
+def _went_on(report: Report, after: int) -> bool:
+    """Whether the process made a kernel launch or copy call that starts after ``after``: it
+    went on past the iteration (an evaluation, a final sync and copy), so it did not die in
+    it. Without an API trace: whether a kernel starts after it."""
+    if not report.has_rows("cuda_api"):
+        k = report.kernels(["start_ns"])["start_ns"].to_numpy(np.int64)
+        return bool((k > after).any())
+    api = report.cuda_api(["start_ns", "name"])
+    later = api["name"][api["start_ns"].to_numpy(np.int64) > after].astype(str).unique()
+    work = re.compile(LAUNCH_CALLS + r"|^cu(da)?Memcpy")
+    return any(work.match(n) for n in later)
 
 
 def _kernels(report: Report, lo: int, hi: int, host: bool) -> tuple[list, int]:

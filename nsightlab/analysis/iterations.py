@@ -745,3 +745,49 @@ def _evidence_words(why: np.ndarray, starts: np.ndarray) -> str:
     found = [(int((kinds == k).sum()), w) for k, w in words.items() if (kinds == k).any()]
     total = max(len(kinds), 1)
     return "; ".join(f"{w} at {n / total:.0%}" for n, w in sorted(found, reverse=True))
+
+
+#: a found loop whose median iteration is shorter than this is no loop (bursts of operations
+#: launched together, not iterations)
+MIN_ITERATION_NS = 1_000
+#: the kernels of a found loop's iterations, on the busiest stream of each, may run past
+#: their windows by this factor in all (a kernel that starts in one window and ends in the
+#: next); beyond it the windows are not the loop's iterations
+STREAM_FIT = 1.5
+
+
+def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | None:
+    """Why iterations found in the trace (windows ``start``..``end``, GPU time) cannot be a
+    loop, in words; None when they hold together: the median iteration lasts
+    ``MIN_ITERATION_NS`` or more, and the kernels that start in the iterations fit inside
+    them on one stream (their time on the busiest stream of each iteration, summed over the
+    loop, is at most ``STREAM_FIT`` times the loop's wall time): a kernel stream cannot run
+    longer than the time it has."""
+    wall = (end - start).astype(np.float64)
+    if not len(wall):
+        return None
+    med = float(np.median(wall))
+    if med < MIN_ITERATION_NS:
+        return f"its median iteration lasts {med / 1e3:.2f} µs"
+    if not report.has_rows("kernels"):
+        return None
+    k = report.kernels(["device_id", "stream_id", "start_ns", "end_ns"])
+    t = k["start_ns"].to_numpy(np.int64)
+    order = np.argsort(start, kind="stable")
+    at = np.searchsorted(start[order], t, side="right") - 1
+    ok = at >= 0
+    at = np.where(ok, order[np.clip(at, 0, None)], 0)
+    ok &= t < end[at]
+    if not ok.any():
+        return None
+    stream = (k["device_id"].to_numpy(np.int64) << 32) | k["stream_id"].to_numpy(np.int64)
+    _, sid = np.unique(stream[ok], return_inverse=True)
+    dur = (k["end_ns"].to_numpy(np.int64) - t)[ok].astype(np.float64)
+    per = np.zeros((len(wall), int(sid.max()) + 1))
+    np.add.at(per, (at[ok], sid), dur)
+    busiest, total = float(per.max(axis=1).sum()), float(wall.sum())
+    if busiest > STREAM_FIT * total:
+        return (f"its iterations' kernels take {busiest / len(wall) / 1e6:.3g} ms per iteration "
+                f"on one stream in {total / len(wall) / 1e6:.3g} ms of wall clock")
+    return None
+

@@ -26,6 +26,9 @@ set apart as an "outlier" because it is slow. The rules, each with a worked exam
 """
 from __future__ import annotations
 
+import contextvars
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -712,10 +715,48 @@ def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
+#: the user's number of each iteration (its NVTX range's: iter8 -> 8) while words are made
+#: (``numbered``); None: nsightlab's own (the position in the run, from 0)
+_NUMBERS = contextvars.ContextVar("iteration_numbers", default=None)
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def user_numbers(names) -> np.ndarray | None:
+    """The numbers the user's iteration ranges carry (``iter5`` ... ``iter84`` -> 5 ... 84)
+    where every name is one prefix and a number, the numbers increase, and they are not
+    nsightlab's own positions (0, 1, 2, ...); else None."""
+    m = [_NUMBERED.match(str(n)) for n in names]
+    if not m or not all(m) or len({x.group(1) for x in m}) != 1:
+        return None
+    nums = np.array([int(x.group(2)) for x in m], dtype=np.int64)
+    if (len(nums) > 1 and (np.diff(nums) <= 0).any()) or \
+            np.array_equal(nums, np.arange(len(nums))):
+        return None
+    return nums
+
+
+@contextmanager
+def numbered(numbers):
+    """Words made inside say iterations by ``numbers`` (one per iteration: the user's own,
+    ``user_numbers``) instead of their positions."""
+    token = _NUMBERS.set(None if numbers is None else np.asarray(numbers))
+    try:
+        yield
+    finally:
+        _NUMBERS.reset(token)
+
+
+def number(r) -> int:
+    """The number iteration ``r`` (its position) goes by in words: the user's where
+    ``numbered`` gave them, else ``r``."""
+    nums = _NUMBERS.get()
+    return int(nums[int(r)]) if nums is not None and 0 <= int(r) < len(nums) else int(r)
+
+
 def listed(rows: np.ndarray, most: int = 6) -> str:
     """Iteration numbers as a person lists them: the first ``most``, then '... last'."""
-    shown = ", ".join(str(int(r)) for r in rows[:most])
-    return shown + (f", ... {int(rows[-1])}" if len(rows) > most else "")
+    shown = ", ".join(str(number(r)) for r in rows[:most])
+    return shown + (f", ... {number(rows[-1])}" if len(rows) > most else "")
 
 
 def _runs(rows: np.ndarray) -> list[np.ndarray]:
@@ -744,11 +785,11 @@ def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None]:
     if sum(map(len, runs)) < 0.8 * len(rows):  # most of them alone: scattered
         runs = []
     if len(runs) == 1 and runs[0][-1] >= n - 2:
-        return "phase", f"from iteration {int(runs[0][0])} on ({len(rows)} of {n - k})", None
+        return "phase", f"from iteration {number(runs[0][0])} on ({len(rows)} of {n - k})", None
     if len(runs) == 1 and runs[0][0] <= k + 1:
-        return "phase", f"until iteration {int(runs[0][-1])} ({len(rows)} of {n - k})", None
+        return "phase", f"until iteration {number(runs[0][-1])} ({len(rows)} of {n - k})", None
     if 1 <= len(runs) <= 3:
-        spans = ", ".join(f"{int(r[0])}-{int(r[-1])}" for r in runs)
+        spans = ", ".join(f"{number(r[0])}-{number(r[-1])}" for r in runs)
         return "cluster", f"iterations {spans} ({len(rows)} of {n - k})", None
     return "scattered", f"{len(rows)} of {n - k}, no pattern: iterations {listed(rows)}", None
 
@@ -822,6 +863,19 @@ def _trend_line(x: np.ndarray) -> np.ndarray | None:
         return None
     fit = icpt + slope * np.arange(len(x))
     return fit if fit.min() > 0 else None
+
+
+def kernel_trend(kernel_ns) -> dict | None:
+    """A trend in the kernel time of iterations that run the same work (one value per
+    iteration, in order): the same kernels taking longer (or less) each iteration, a growing
+    input (a KV cache, a sequence that lengthens). The test of a trend in wall time
+    (``_trend_line``) on the kernel time, which the host's noise does not reach; its size as
+    ``_trend_words`` (first_ns / last_ns: medians of the first and last quarter); None when
+    there is none. Its rate on pure noise: ``benchmarks/trend_eval.py``."""
+    x = np.maximum(np.asarray(kernel_ns, dtype=float), 1.0)
+    if _trend_line(x) is None:
+        return None
+    return _trend_words(x, np.full(len(x), MAIN, dtype=object))
 
 
 def _trend_words(x: np.ndarray, label: np.ndarray) -> dict:

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from nsightlab.analysis.budget_parts import COPY_PARTS, COPY_WORDS
+from nsightlab.analysis import kinds
 from nsightlab.analysis.kinds import MAIN, OUTLIER, WARM_UP
 
 #: budget parts (or groups of them), as the cause of a difference is said
@@ -77,11 +78,16 @@ def explain(table: pd.DataFrame) -> pd.DataFrame:
     if odd.empty or main.empty:
         return pd.DataFrame(columns=["iteration", "phase", "wall_ns", "excess_ns", "why"])
     med = float(np.median(main["wall_ns"]))
+    # the user's numbers where the ranges carry them (iter8 is iteration 8)
+    nums = kinds.user_numbers(table["name"]) if "name" in table else None
+    nums = nums[np.flatnonzero(kind.isin([WARM_UP, OUTLIER]).to_numpy())] if nums is not None \
+        else None
     rows = []
     for i in range(len(odd)):
         r = odd.iloc[i:i + 1]
         excess = float(r["wall_ns"].iloc[0] - med)
-        why = cause(r, main) if excess > 0 else "faster than the main kind: cut short?"
-        rows.append({"iteration": int(r["iteration"].iloc[0]), "phase": str(kind[r.index[0]]),
+        why = cause(r, main) or ("slower" if excess > 0 else "faster") + " than the main kind"
+        rows.append({"iteration": int(nums[i]) if nums is not None else
+                     int(r["iteration"].iloc[0]), "phase": str(kind[r.index[0]]),
                      "wall_ns": float(r["wall_ns"].iloc[0]), "excess_ns": excess, "why": why})
     return pd.DataFrame(rows)

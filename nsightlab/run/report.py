@@ -699,6 +699,11 @@ def _no_loop(r: Report, b: pd.Series) -> str:
     end = (f"then the capture stopped while the run went on (nsys: {stopped[:100]})" if stopped
            else f"then the run ended (exit code {code})" if code
            else "then the run ended, or the capture stopped (the trace does not say which)")
+    said = str(b.get("iteration_source", ""))
+    if said.startswith(budget.NO_STEADY_LOOP):  # a found loop that contradicted itself
+        return (f"{said.split(': the whole span')[0]}; the trace holds {work}, the GPU busy "
+                f"{busy_pct(b):.0f}% of {_ms(span)}; {end}. No steady-state verdict: capture "
+                "the loop itself (one NVTX range per iteration, iterN, makes it exact)")
     if kernels < FEW_KERNELS:
         return (f"no loop: almost no GPU work in the trace ({work} in {_ms(span)} of GPU "
                 f"activity): nothing repeats and nothing on the GPU to speed up; {end}")
@@ -732,6 +737,21 @@ def time_by_kind(k: pd.DataFrame) -> list[str]:
     others = k[~k["kind"].isin([kinds.MAIN, kinds.OUTLIER, kinds.WARM_UP])] \
         .sort_values("share_pct", ascending=False)
     out = []
+    m = main.iloc[0] if len(main) else None
+    grows = m is not None and m.get("kernel_quarter", 0) and m["kernel_first_ns"] > 0
+    if grows:  # the same kernels taking longer each iteration: said first
+        up = m["kernel_last_ns"] > m["kernel_first_ns"]
+        same = ("the same kernels take longer each iteration (a growing input, e.g. a KV cache)"
+                if up else "the same kernels take less time each iteration (a shrinking input)")
+        out.append(f"kernel time {'grows' if up else 'falls'} {_ms(m['kernel_first_ns'])} -> "
+                   f"{_ms(m['kernel_last_ns'])} over the loop (medians of its first and last "
+                   f"{int(m['kernel_quarter'])} iterations of the main kind): "
+                   + (same if m.get("same_work") else
+                      "its kernels take longer each iteration" if up else
+                      "its kernels take less time each iteration"))
+    cycle = _cycle_words(m, others) if m is not None else ""
+    if cycle:  # the work's cycle first: what each place in it runs; then its pace
+        out.append(cycle)
     for r in others.itertuples():
         cause = f" with {r.cause}" if r.cause else ""
         out.append(f"{r.pattern if r.pattern != 'recurring' else ''} {r.which}".strip()
@@ -742,12 +762,13 @@ def time_by_kind(k: pd.DataFrame) -> list[str]:
                    f"{r.share_pct:.0f}% of the loop's time")
     if len(others) and len(main):
         m = main.iloc[0]
-        out.append(f"{m['which']}: median {_ms(m['med_ns'])}, {m['share_pct']:.0f}% of the "
+        which = m["which"].split("; the work repeats")[0] if cycle else m["which"]
+        out.append(f"{which}: median {_ms(m['med_ns'])}, {m['share_pct']:.0f}% of the "
                    "loop's time")
     if len(main) and main.iloc[0]["pattern"] == "trend":
         m = main.iloc[0]
         out.append(f"a trend, not kinds: the loop {m['which'].split('; ', 1)[-1]}"
-                   + (f"; {m['cause']}" if m["cause"] else ""))
+                   + (f"; {m['cause']}" if m["cause"] and not grows else ""))
     odd = k[k["kind"] == kinds.OUTLIER]
     for r in odd.itertuples():
         span = _ms(r.min_ns) if r.iterations == 1 else f"{_ms(r.min_ns)}-{_ms(r.max_ns)}"
@@ -764,6 +785,40 @@ def time_by_kind(k: pd.DataFrame) -> list[str]:
         out.append(f"warm-up ({which}): {_ms(w['time_ns'])}, as long as {size}; left out of "
                    "the loop's numbers")
     return out
+
+
+def _cycle_words(m: pd.Series, others: pd.DataFrame) -> str:
+    """The first words on a loop whose work repeats in a cycle (gradient accumulation: an
+    optimizer step every 4th micro-batch): the cycle's length, then each place in it that
+    runs other work than the main kind (which iterations, its kernels, what it adds or
+    lacks, its median time), then the main kind's; "" for a loop without one."""
+    period = m.get("period")
+    if not period or period != period:
+        return ""
+    n = int(period)
+    places = others[(others["basis"] == "work") & (others["pattern"] == "recurring")]
+    if not len(places):
+        return ""
+
+    def kernels(r) -> str:
+        k = r["work_kernels"]
+        return f"{int(k):,} kernels" if k == k else "its work"
+
+    parts = [f"{kernels(r)} in {r['which'].split('(', 1)[-1].rstrip(')').split(': ', 1)[-1]}"
+             + (f" ({r['work']})" if r["work"] else "") + f", median {_ms(r['med_ns'])}"
+             for _, r in places.iloc[np.argsort([_first_number(w) for w in places["which"]],
+                                                kind="stable")].iterrows()]
+    main_which = m["which"].split(";")[0].replace("the other ", "")
+    parts.append(f"{kernels(m)} in the other {main_which.split(' of ')[0]}, median "
+                 f"{_ms(m['med_ns'])}")
+    return f"the work repeats in a cycle of {n} iterations: " + "; ".join(parts)
+
+
+def _first_number(which: str) -> int:
+    import re
+
+    m = re.search(r"iterations (\d+)", which)
+    return int(m.group(1)) if m else 0
 
 
 def _profile(r: Report, label: str) -> RunProfile | None:

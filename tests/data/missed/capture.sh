@@ -5,7 +5,8 @@
 #   bash capture.sh OUTDIR SPEC...
 # SPEC is NAME:MODE[:ARG[:HOW]]; HOW is 'node' (--cuda-graph-trace=node; else nsys's default,
 # graph level) or 'ddp' (two ranks under torchrun, one report of the whole job).
-# WORKLOADS=PATH runs another workloads file (tests/data/shapes uses this script).
+# WORKLOADS=PATH runs another workloads file (tests/data/shapes uses this script);
+# NSYS_EXTRA adds nsys profile options (e.g. "--delay=20 --duration=1": a slice).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: capture.sh OUTDIR SPEC...}; shift
@@ -16,6 +17,7 @@ for spec in "$@"; do
   [ $((SECONDS - t0)) -gt "${BUDGET_S:-480}" ] && { echo "== out of time before $name"; break; }
   base=(--trace=cuda,nvtx --sample=none --cpuctxsw=none --force-overwrite=true)
   [ "$how" = node ] && base+=(--cuda-graph-trace=node)
+  [ -n "${NSYS_EXTRA:-}" ] && base+=($NSYS_EXTRA)
   wl=${WORKLOADS:-$here/workloads.py}
   run=(python3 "$wl" "$mode" "$out/$name.truth.json" ${arg:+"$arg"})
   [ "$how" = ddp ] && run=(python3 -m torch.distributed.run --nproc_per_node=2 "$wl"
