@@ -91,7 +91,7 @@ def main(dirs: list[str]) -> int:
     import nsightlab
 
     paths = sorted(p for d in dirs for p in Path(d).rglob("*.sqlite*")
-                   if p.suffix in (".sqlite", ".xz") and truth_of(p))
+                   if p.suffix in (".sqlite", ".xz") and (truth_of(p) or {}).get("windows"))
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for p in paths:

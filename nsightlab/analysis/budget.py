@@ -256,6 +256,9 @@ def _compute(report: Report, ops, found: tuple | None = None
              ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     syncs = ops.syncs()
     iters, source = (found or ranges(report)) if ops.count else (iteration_ranges(report), "")
+    if ops.count and not source.startswith("found"):
+        iters, lost = ending.untraced_tail(report, iters)
+        source += f"; {lost}" if lost else ""
     cut = ending.cut(report, iters, not source.startswith("found")) if ops.count else \
         (iters, pd.DataFrame(columns=ending.CUT_COLUMNS))
     iters = cut[0]
@@ -641,6 +644,12 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
         return None
     if (table["name"] == WHOLE_RUN).all():
         return _untraced_run(report)
+    _, lost = ending.untraced_tail(report, iteration_ranges(report))
+    if lost:  # the CUDA records end before the ranges do: what is left may lack part too
+        return {"check": "cuda_trace_lost", "severity": "partial",
+                "message": f"of its {len(iteration_ranges(report))} NVTX iteration ranges, {lost}"
+                           "; the iterations before them may lack records too: verdicts are "
+                           "withheld"}
     first = table[table["device_id"] == table["device_id"].iloc[0]]
     empty = first["kernels_ns"].to_numpy() == 0
     if not empty.any() or not report.has_rows("cuda_api"):

@@ -134,6 +134,30 @@ def cut(report: Report, iters: pd.DataFrame, host: bool = True
     return iters.iloc[:-1].reset_index(drop=True), pd.DataFrame([row], columns=CUT_COLUMNS)
 
 
+def untraced_tail(report: Report, iters: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """(the iterations kept, words on those left out) when the process's CUDA trace ends
+    before its iteration ranges do: the ranges that begin after its last CUDA call (two or
+    more, not all) hold no CUDA call at all, so nsys lost the rest of its CUDA records (seen:
+    one rank of a --duration slice, its records gone 155 ms into the second its ranges
+    cover). They are left out of every number; ('', the same) when there is no such tail."""
+    if len(iters) < 3 or not report.has_rows("cuda_api"):
+        return iters, ""
+    last = report.extent("cuda_api")
+    if last is None:
+        return iters, ""
+    start = iters["start_ns"].to_numpy(np.int64)
+    after = start > last[1]
+    n = int(after.sum())
+    if n < 2 or n == len(iters) or not after[-n:].all():
+        return iters, ""
+    said = stopped_early(report)
+    why = f" (nsys: \"{_short(said)}\")" if said else ""
+    return (iters.iloc[:-n].reset_index(drop=True),
+            f"the last {n} ({iters['name'].iloc[-n]}...) hold no CUDA call: this process's "
+            f"CUDA trace ends {(start[-n] - last[1]) / 1e6:,.1f} ms before the first of them "
+            f"begins{why}, so nsys lost the rest of its CUDA records; they are left out")
+
+
 def _went_on(report: Report, after: int) -> bool:
     """Whether the process made a kernel launch or copy call that starts after ``after``: it
     went on past the iteration (an evaluation, a final sync and copy), so it did not die in
