@@ -108,6 +108,9 @@ def test_a_real_loop_holds_together():
             return pd.DataFrame({"device_id": 0, "stream_id": 7, "start_ns": s,
                                  "end_ns": s + 1_000_000})[cols]
 
+        def take(self, t, cols, rows):
+            return self.kernels(cols).iloc[rows].reset_index(drop=True)
+
     start = np.arange(10) * 2_000_000
     assert iterations.contradiction(K(), start, start + 2_000_000) is None
     assert "median iteration" in iterations.contradiction(K(), start, start + 500)
@@ -185,3 +188,16 @@ def test_user_numbers_only_where_the_ranges_carry_other_numbers():
     assert kinds.user_numbers(["iter0", "iter1"]) is None  # nsightlab's own
     assert kinds.user_numbers(["step3", "iter4"]) is None and kinds.user_numbers(["a", "b"]) is None
     assert kinds.user_numbers(["iter9", "iter3"]) is None
+
+
+def test_a_rank_whose_cuda_records_were_lost_is_partial(run, cache_dir):
+    """A 1-second `--duration` slice of 2-rank training: nsys kept rank 1's CUDA records for
+    the window's first 155 ms only, its NVTX ranges for the whole second (26 steps each in
+    the truth's window). Before: 'GPU idle (no cause known) 100%' and a verdict."""
+    pr = run_report.build(nsightlab.open(run("h200-ddp_slice")))
+    lost = [rr for rr in pr.runs if any(w["check"] == "cuda_trace_lost" for w in rr.warnings)]
+    kept = [rr for rr in pr.runs if not rr.partial]
+    assert len(lost) == 1 and len(kept) == 1
+    w = next(w for w in lost[0].warnings if w["check"] == "cuda_trace_lost")
+    assert "hold no CUDA call" in w["message"] and "Not all CUDA events" in w["message"]
+    assert kept[0].run_row()["iterations"] == 26

@@ -644,10 +644,12 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
         return None
     if (table["name"] == WHOLE_RUN).all():
         return _untraced_run(report)
-    _, lost = ending.untraced_tail(report, iteration_ranges(report))
+    # (only where nsys says CUDA events may be missing: no read of the ranges otherwise)
+    ranges_ = iteration_ranges(report) if ending.stopped_early(report) else table.iloc[:0]
+    _, lost = ending.untraced_tail(report, ranges_)
     if lost:  # the CUDA records end before the ranges do: what is left may lack part too
         return {"check": "cuda_trace_lost", "severity": "partial",
-                "message": f"of its {len(iteration_ranges(report))} NVTX iteration ranges, {lost}"
+                "message": f"of its {len(ranges_)} NVTX iteration ranges, {lost}"
                            "; the iterations before them may lack records too: verdicts are "
                            "withheld"}
     first = table[table["device_id"] == table["device_id"].iloc[0]]

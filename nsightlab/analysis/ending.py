@@ -135,13 +135,15 @@ def cut(report: Report, iters: pd.DataFrame, host: bool = True
 
 
 def untraced_tail(report: Report, iters: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """(the iterations kept, words on those left out) when the process's CUDA trace ends
-    before its iteration ranges do and nsys says CUDA events may be missing: the ranges that
+    """(the iterations kept, words on those left out) when nsys says CUDA events may be
+    missing and the process's CUDA trace ends before its iteration ranges do: the ranges that
     begin after its last CUDA call (two or more, not all) hold no CUDA call at all, so nsys
-    lost the rest of its CUDA records (seen:
-    one rank of a --duration slice, its records gone 155 ms into the second its ranges
-    cover). They are left out of every number; ('', the same) when there is no such tail."""
-    if len(iters) < 3 or not report.has_rows("cuda_api"):
+    lost the rest of its CUDA records (seen: one rank of a --duration slice, its records gone
+    155 ms into the second its ranges cover). They are left out of every number; (the same,
+    '') when there is no such tail (an nsys older than the driver that records no launch at
+    all is ``budget``'s ``launches_untraced``)."""
+    said = stopped_early(report)
+    if said is None or len(iters) < 3 or not report.has_rows("cuda_api"):
         return iters, ""
     last = report.extent("cuda_api")
     if last is None:
@@ -150,9 +152,6 @@ def untraced_tail(report: Report, iters: pd.DataFrame) -> tuple[pd.DataFrame, st
     after = start > last[1]
     n = int(after.sum())
     if n < 2 or n == len(iters) or not after[-n:].all():
-        return iters, ""
-    said = stopped_early(report)  # nsys says records were lost: else (an nsys older than the
-    if said is None:  # driver records no launch at all) it is not a lost tail
         return iters, ""
     why = f" (nsys: \"{_short(said)}\")"
     return (iters.iloc[:-n].reset_index(drop=True),

@@ -754,8 +754,9 @@ MIN_ITERATION_NS = 1_000
 #: their windows by this factor in all (a kernel that starts in one window and ends in the
 #: next); beyond it the windows are not the loop's iterations
 STREAM_FIT = 1.5
-#: the found loop's first this many iterations are checked (a structure, not a sample)
+#: the found loop's first this many iterations are checked, holding about this many kernels
 CHECKED_ITERATIONS = 2_000
+CHECKED_KERNELS = 200_000
 
 
 def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | None:
@@ -764,7 +765,7 @@ def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | N
     ``MIN_ITERATION_NS`` or more, and the kernels that start in the iterations fit inside
     them on one stream (their time on the busiest stream of each iteration, summed over the
     loop, is at most ``STREAM_FIT`` times the loop's wall time): a kernel stream cannot run
-    longer than the time it has. Long loops: their first ``CHECKED_ITERATIONS``."""
+    longer than the time it has. Long loops: their first iterations (``CHECKED_*``)."""
     wall = (end - start).astype(np.float64)
     if not len(wall):
         return None
@@ -773,13 +774,15 @@ def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | N
         return f"its median iteration lasts {med / 1e3:.2f} µs"
     if not report.has_rows("kernels"):
         return None
-    if len(wall) > CHECKED_ITERATIONS:  # the first ones say it: no pass over every kernel
-        first = np.argsort(start, kind="stable")[:CHECKED_ITERATIONS]
+    t = report.kernels(["start_ns"])["start_ns"].to_numpy(np.int64)  # the finder's column
+    # the first iterations say it (a structure, not a sample): up to CHECKED_ITERATIONS and
+    # about CHECKED_KERNELS kernels, never fewer than 3 iterations
+    keep = int(np.clip(len(wall) * CHECKED_KERNELS // max(len(t), 1), 3, CHECKED_ITERATIONS))
+    if len(wall) > keep:
+        first = np.argsort(start, kind="stable")[:keep]
         start, end, wall = start[first], end[first], wall[first]
-    k = report.kernels(["device_id", "stream_id", "start_ns", "end_ns"])
-    t = k["start_ns"].to_numpy(np.int64)
     near = np.flatnonzero((t >= start.min()) & (t < end.max()))
-    k, t = k.iloc[near], t[near]
+    k, t = report.take("kernels", ["device_id", "stream_id", "end_ns"], near), t[near]
     order = np.argsort(start, kind="stable")
     at = np.searchsorted(start[order], t, side="right") - 1
     ok = at >= 0
