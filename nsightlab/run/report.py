@@ -707,7 +707,10 @@ def _no_loop(r: Report, b: pd.Series) -> str:
     if kernels < FEW_KERNELS:
         return (f"no loop: almost no GPU work in the trace ({work} in {_ms(span)} of GPU "
                 f"activity): nothing repeats and nothing on the GPU to speed up; {end}")
-    return (f"no loop: nothing repeats in the trace: set-up and one pass ({work}, the GPU busy "
+    # a capture that stopped while the run went on holds a stretch of it, not its start:
+    # "set-up and one pass" is said only of a run that ended by itself
+    held = "what the trace holds" if stopped else "set-up and one pass"
+    return (f"no loop: nothing repeats in the trace: {held} ({work}, the GPU busy "
             f"{busy_pct(b):.0f}% of {_ms(span)}); {end}. No steady-state verdict: capture the "
             "loop itself (one NVTX range per iteration, iterN, makes it exact)")
 
