@@ -112,8 +112,16 @@ def ranges(report: Report) -> tuple[pd.DataFrame, str]:
         how += ("; iterations go by the numbers their ranges carry" if own is not None else "")
         return iters, f"{len(iters)} NVTX iteration ranges ({first}...{how}), wall-clock"
     found = iterations.find(report)
-    return found.ranges, (found.source if len(found.ranges)
-                          else f"no NVTX iteration ranges, and {found.source}")
+    if not len(found.ranges):
+        return found.ranges, f"no NVTX iteration ranges, and {found.source}"
+    r = found.ranges  # as found (the budget checks its windows again: ``_compute``)
+    bad = iterations.contradiction(report, r["start_ns"].to_numpy(np.int64),
+                                   r["end_ns"].to_numpy(np.int64))
+    if bad:  # a found loop whose own numbers contradict each other is not a loop
+        said = found.source.split(": ", 1)[1].split(";")[0]
+        return r.iloc[:0], (f"{NO_STEADY_LOOP}: the sequence that repeats ({said}) "
+                            f"contradicts itself: {bad}")
+    return r, found.source
 
 
 def gpu_ops(report: Report) -> dict[str, np.ndarray]:
@@ -270,7 +278,7 @@ def _compute(report: Report, ops, found: tuple | None = None
         bad = iterations.contradiction(report, start, end) if source.startswith("found") \
             else None
         if bad:  # a found loop whose own numbers contradict each other is not a loop
-            iters = iters.iloc[:0]
+            iters, cut = iters.iloc[:0], (iters.iloc[:0], cut[1].iloc[:0])
             source = (f"{NO_STEADY_LOOP}: the sequence that repeats "
                       f"({source.split(': ', 1)[1].split(';')[0]}) contradicts itself: {bad}")
     if not (len(iters) and ops.count):
@@ -481,10 +489,8 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
         label = _labels(g)
         st = kinds.stats(g["wall_ns"].to_numpy(float), label)
         st["main_cov_pct"] = kinds.cov_pct(g["wall_ns"].to_numpy(float)[label == kinds.MAIN])
-        main_rows = g[label == kinds.MAIN]
-        st["trend"] = kinds.describe(g["wall_ns"].to_numpy(float), label).trend is not None or (
-            len(main_rows) > 0 and kinds.kernel_trend(main_rows["kernels_ns"].to_numpy(float))
-            is not None)
+        st["trend"] = kinds.describe(g["wall_ns"].to_numpy(float), label).trend is not None \
+            or _kernel_trend_explains(g, label)
         use = g[label != kinds.WARM_UP] if st["steady_iterations"] else g
         wall = float(use["wall_ns"].mean())
         main = g["wall_ns"].to_numpy(float)[label == kinds.MAIN]
@@ -563,7 +569,8 @@ def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, i
         groups.append((kinds.OUTLIER, "isolated", f"{len(rows)} of {len(wall) - loop.warmup}: "
                        f"iterations {kinds.listed(rows, 8)}"))
     if loop.warmup:
-        groups.append((kinds.WARM_UP, "prefix", f"iterations {kinds.number(0)}-"
+        groups.append((kinds.WARM_UP, "prefix", f"iteration {kinds.number(0)}"
+                       if loop.warmup == 1 else f"iterations {kinds.number(0)}-"
                        f"{kinds.number(loop.warmup - 1)}"))
     for name, pattern, which in groups:
         mine = g[label == name]
@@ -590,12 +597,11 @@ def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, i
             row["which"] += (f"; the work repeats in a cycle of {loop.cycle} iterations "
                              f"(one unit of the loop is {loop.cycle} iterations)")
         if name == kinds.MAIN:  # the same work's kernels growing (or shrinking) in time
-            kt = kinds.kernel_trend(mine["kernels_ns"].to_numpy(float)) if "kernels_ns" in mine \
-                else None
+            same, kt = _kernel_trend(mine, ids, label == name, works)
             row["kernel_first_ns"] = kt["first_ns"] if kt else float("nan")
             row["kernel_last_ns"] = kt["last_ns"] if kt else float("nan")
             row["kernel_quarter"] = kt["quarter"] if kt else 0
-            row["same_work"] = ids is not None
+            row["same_work"] = same
         if name == kinds.MAIN and loop.trend:
             t = loop.trend
             row["pattern"] = "trend"
@@ -605,6 +611,33 @@ def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, i
                              f"{t['last_ns'] / 1e6:.3g} ms in the last {t['quarter']}")
         out.append(row)
     return out
+
+
+def _kernel_trend(mine: pd.DataFrame, ids, rows, works) -> tuple[bool, dict | None]:
+    """(whether the main kind's iterations are known to run one work, the trend in their
+    kernel time: ``kinds.kernel_trend``) over the main kind's iterations that run its usual
+    work (all of them where the work is unknown)."""
+    if "kernels_ns" not in mine or not len(mine):
+        return False, None
+    known = works is not None and len(works) > 0 and ids is not None
+    usual = kinds.usual_work(ids, rows) if known else None
+    same = known and usual is not None and bool((ids[rows] == usual).all())
+    k = mine["kernels_ns"].to_numpy(float)
+    if known and usual is not None:
+        k = k[ids[rows] == usual]
+    return same, kinds.kernel_trend(k)
+
+
+def _kernel_trend_explains(g: pd.DataFrame, label: np.ndarray) -> bool:
+    """Whether the main kind's kernel time trends and, that growth taken out, its wall times
+    vary less than ``kinds.UNSTABLE_COV_PCT``: the trend is why the loop varies (a KV cache),
+    not the host."""
+    main = g[label == kinds.MAIN]
+    if len(main) < 2 or kinds.kernel_trend(main["kernels_ns"].to_numpy(float)) is None:
+        return False
+    k = main["kernels_ns"].to_numpy(float)
+    rest = main["wall_ns"].to_numpy(float) - k + float(np.median(k))
+    return kinds.cov_pct(rest) <= kinds.UNSTABLE_COV_PCT
 
 
 def _work_kernels(works: pd.DataFrame | None, ids, rows) -> float:
@@ -662,7 +695,9 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
     bad = empty & (launched > 0)
     if not bad.any():
         return _untraced(report, first, empty, len(t), lo, hi)
-    which = ", ".join(str(i) for i in first["iteration"].to_numpy()[bad][:5])
+    nums = kinds.user_numbers(first["name"])
+    nums = first["iteration"].to_numpy() if nums is None else nums
+    which = ", ".join(str(i) for i in nums[bad][:5])
     return {"check": "iterations_without_gpu_work", "severity": "partial",
             "message": f"{int(bad.sum())} of {len(first)} iterations hold no kernel although "
                        f"{int(launched[bad].sum()):,} kernel launch calls were made in them "

@@ -120,8 +120,8 @@ def cut(report: Report, iters: pd.DataFrame, host: bool = True
                          for k in range(-3, -min(len(iters), SEEN_BEFORE + 2), -1))
     # a last step that runs less (no optimizer step, a final bucket) is no cut when the
     # process went on to launch more work after it: a run that died launches nothing more
-    stopped = prefix and (not host or calls < ref_calls) and (
-        closed or not _went_on(report, int(end[-1])))
+    stopped = prefix and (not host or (calls < ref_calls and (
+        closed or not _went_on(report, int(end[-1])))))
     # a found iteration ends where its next begins: when the capture stopped before that, its
     # time is unknown (its kernels may all be there)
     unknown = not host and wall < (1 - ODD_WALL) * before and stopped_early(report) is not None
@@ -163,14 +163,22 @@ def untraced_tail(report: Report, iters: pd.DataFrame) -> tuple[pd.DataFrame, st
 def _went_on(report: Report, after: int) -> bool:
     """Whether the process made a kernel launch or copy call that starts after ``after``: it
     went on past the iteration (an evaluation, a final sync and copy), so it did not die in
-    it. Without an API trace: whether a kernel starts after it."""
-    if not report.has_rows("cuda_api"):
-        k = report.kernels(["start_ns"])["start_ns"].to_numpy(np.int64)
-        return bool((k > after).any())
-    api = report.cuda_api(["start_ns", "name"])
-    later = api["name"][api["start_ns"].to_numpy(np.int64) > after].astype(str).unique()
-    work = re.compile(LAUNCH_CALLS + r"|^cu(da)?Memcpy")
-    return any(work.match(n) for n in later)
+    it. One query of the calls after it (no read of every call's name)."""
+    from nsightlab.analysis import engine  # (engine imports the read layer only)
+
+    work = LAUNCH_CALLS + r"|^cu(da)?Memcpy"
+
+    def in_duckdb(db) -> bool:
+        return bool(db.con.execute(
+            f"SELECT count(*) FROM {db.view('cuda_api')} WHERE start_ns > {int(after)} AND "
+            f"regexp_matches(name, '{work}')").fetchone()[0])
+
+    def in_numpy() -> bool:
+        api = report.cuda_api(["start_ns", "name"])
+        later = api["name"][api["start_ns"].to_numpy(np.int64) > after].astype(str).unique()
+        return any(re.match(work, n) for n in later)
+
+    return engine.analyse(report, in_duckdb, in_numpy)
 
 
 def _kernels(report: Report, lo: int, hi: int, host: bool) -> tuple[list, int]:

@@ -761,7 +761,8 @@ CHECKED_KERNELS = 200_000
 
 def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | None:
     """Why iterations found in the trace (windows ``start``..``end``, GPU time) cannot be a
-    loop, in words; None when they hold together: the median iteration lasts
+    loop, in words; None when they hold together: none ends before it begins, the median
+    iteration lasts
     ``MIN_ITERATION_NS`` or more, and the kernels that start in the iterations fit inside
     them on one stream (their time on the busiest stream of each iteration, summed over the
     loop, is at most ``STREAM_FIT`` times the loop's wall time): a kernel stream cannot run
@@ -769,6 +770,8 @@ def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | N
     wall = (end - start).astype(np.float64)
     if not len(wall):
         return None
+    if (wall < 0).any():
+        return f"{int((wall < 0).sum())} of its iterations end before they begin"
     med = float(np.median(wall))
     if med < MIN_ITERATION_NS:
         return f"its median iteration lasts {med / 1e3:.2f} µs"
@@ -792,8 +795,18 @@ def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | N
         return None
     stream = (k["device_id"].to_numpy(np.int64) << 32) | k["stream_id"].to_numpy(np.int64)
     sid, uniq = pd.factorize(stream[ok])  # hashing: no sort of millions of kernels
-    dur = (k["end_ns"].to_numpy(np.int64) - t)[ok].astype(np.float64)
-    per = np.bincount(at[ok] * len(uniq) + sid, weights=dur,
+    group = at[ok] * len(uniq) + sid
+    lo, hi = t[ok], k["end_ns"].to_numpy(np.int64)[ok]
+    # the time each stream is busy in each iteration: the union of its kernels (kernels of
+    # one stream may overlap: programmatic dependent launch), not their sum
+    order = np.lexsort((lo, group))
+    g, lo, hi = group[order], lo[order], hi[order]
+    reach = pd.Series(hi).groupby(g).cummax().to_numpy()
+    before = np.concatenate([[np.iinfo(np.int64).min], reach[:-1]])
+    before[np.flatnonzero(np.diff(g)) + 1] = np.iinfo(np.int64).min  # each group anew
+    before[0] = np.iinfo(np.int64).min
+    busy = np.clip(hi - np.maximum(lo, before), 0, None).astype(np.float64)
+    per = np.bincount(g, weights=busy,
                       minlength=len(wall) * len(uniq)).reshape(len(wall), len(uniq))
     busiest, total = float(per.max(axis=1).sum()), float(wall.sum())
     if busiest > STREAM_FIT * total:

@@ -27,7 +27,6 @@ set apart as an "outlier" because it is slow. The rules, each with a worked exam
 from __future__ import annotations
 
 import contextvars
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -718,17 +717,18 @@ def _ordinal(n: int) -> str:
 #: the user's number of each iteration (its NVTX range's: iter8 -> 8) while words are made
 #: (``numbered``); None: nsightlab's own (the position in the run, from 0)
 _NUMBERS = contextvars.ContextVar("iteration_numbers", default=None)
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
 def user_numbers(names) -> np.ndarray | None:
     """The numbers the user's iteration ranges carry (``iter5`` ... ``iter84`` -> 5 ... 84)
     where every name is one prefix and a number, the numbers increase, and they are not
     nsightlab's own positions (0, 1, 2, ...); else None."""
-    m = [_NUMBERED.match(str(n)) for n in names]
-    if not m or not all(m) or len({x.group(1) for x in m}) != 1:
-        return None
-    nums = np.array([int(x.group(2)) for x in m], dtype=np.int64)
+    names = [str(n) for n in names]
+    heads = [n.rstrip("0123456789") for n in names]  # linear, whatever the name
+    digits = [n[len(h):] for n, h in zip(names, heads)]
+    if not names or len(set(heads)) != 1 or not all(0 < len(d) <= 18 for d in digits):
+        return None  # (an int64 holds 18 digits)
+    nums = np.array([int(d) for d in digits], dtype=np.int64)
     if (len(nums) > 1 and (np.diff(nums) <= 0).any()) or \
             np.array_equal(nums, np.arange(len(nums))):
         return None

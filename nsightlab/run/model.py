@@ -21,7 +21,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, kinds, runtime
+from nsightlab.analysis import budget, completeness, ending, gpu_metrics as gm, iterations, kinds, runtime
 from nsightlab.analysis.budget import base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches, want_pairs
@@ -418,9 +418,11 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
 
 def _uncut(report: Report, iters: pd.DataFrame) -> pd.DataFrame:
     """``iters`` without the last iteration the trace's end cut (the budget's ``cut`` table,
-    ``analysis.ending``): the profile counts the iterations the budget counts."""
+    ``analysis.ending``) and without a tail of ranges whose CUDA records nsys lost
+    (``ending.untraced_tail``): the profile counts the iterations the budget counts."""
     if not len(iters) or not (gpu_work(report) or report.has_rows("memcpy")):
         return iters
+    iters = ending.untraced_tail(report, iters)[0]  # as the budget leaves them out
     try:
         cut = recipes.run("budget", report)["cut"]
     except recipes.NoDataError:

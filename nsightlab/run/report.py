@@ -784,7 +784,7 @@ def time_by_kind(k: pd.DataFrame) -> list[str]:
         w = warm.iloc[0]
         size = (f"{w['share_pct'] / 100:.1f}x the loop's time" if w["share_pct"] >= 100
                 else f"{w['share_pct']:.0f}% of the loop's time")
-        which = w["which"].replace("iterations 0-0", "iteration 0")
+        which = w["which"].replace("iterations 0-0", "iteration 0")  # (kinds tables cached before)
         out.append(f"warm-up ({which}): {_ms(w['time_ns'])}, as long as {size}; left out of "
                    "the loop's numbers")
     return out
