@@ -155,12 +155,20 @@ class Recipe:
 
         report = as_report(report, **{"prefetch": self.prefetch(), **open_options})
         values = self.parse_params(params)
-        if report.results is None:
-            self.input_files(values)  # a path parameter naming no file is an error here too
-            return self._compute(report, values)
-        tables, _ = report.results.get_or_compute(
-            *self._stored_as(report, values), lambda: (self._compute(report, values), {}))
-        return tables
+        # once per open report and parameters: every later ask in this process is served
+        # from memory (a `report` asks for the budget ten times), with or without the store
+        key = (self.name, self.fingerprint, json.dumps(values, sort_keys=True, default=str),
+               tuple(str(f) for f in self.input_files(values)))
+        memo = report.answers
+        if key not in memo:
+            if report.results is None:
+                memo[key] = self._compute(report, values)
+            else:
+                memo[key] = report.results.get_or_compute(
+                    *self._stored_as(report, values),
+                    lambda: (self._compute(report, values), {}))[0]
+        # frames of their own: a caller that changes one changes no other caller's
+        return {t: df.copy() for t, df in memo[key].items()}
 
     def stored(self, report: Report, params: dict[str, Any] | None = None) -> bool:
         """Whether ``run`` on ``report`` (a Report) would find its result stored (computed

@@ -74,6 +74,8 @@ class Report:
                                    (cut_from[0]._reader, cut_from[1], cut_from[2]))
         #: derived results (recipes, run profiles) of this report; None without a cache
         self.results = ResultStore(cache_root / "results") if cache_root is not None else None
+        #: recipe answers given in this process (``Recipe.run``), by recipe, code and parameters
+        self.answers: dict = {}
 
     def __repr__(self) -> str:
         return (f"<Report {self.path.name}: nsys {self.nsys_version}, schema "
