@@ -171,3 +171,24 @@ def test_no_table_runs_past_the_edge_at_1280_px(pages, name, tmp_path):
     assert m["view"] == 1280 and m["page"] <= m["view"], m  # nothing wider than the window
     assert m["boxes"] and all(b["box"] <= m["view"] for b in m["boxes"]), m
     assert max(b["table"] for b in m["boxes"]) > m["view"]  # one is wider: it scrolls
+
+
+def test_two_captures_with_one_report_name_are_two_reports_without_the_cache(tmp_path):
+    """Two capture folders each holding report.sqlite.xz, diffed with --no-cache: each is
+    decompressed into a folder of its own (before: both into one scratch report.sqlite, so B
+    was read as A: "The same work in A and B")."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from nsightlab.cli import cli
+
+    nsys = Path(__file__).parent / "data" / "nsys"
+    for name, src in (("a", "h200-vit-fp16.sqlite.xz"), ("b", "h200-vit-fp16-syncy.sqlite.xz")):
+        (tmp_path / name).mkdir()
+        shutil.copyfile(nsys / src, tmp_path / name / "report.sqlite.xz")
+    out = CliRunner().invoke(cli, ["diff", str(tmp_path / "a"), str(tmp_path / "b"),
+                                   "--no-cache", "--json"])
+    assert out.exit_code == 0, out.output
+    head = json.loads(out.output[out.output.index("{"):])["headline"]
+    assert head["a_iteration_ns"] != head["b_iteration_ns"]  # syncy runs slower

@@ -113,7 +113,10 @@ def locate(path: str | os.PathLike, *, cache: bool = True,
         _check_input(p, p)
     if p.name.endswith(".sqlite.xz"):  # (a capture keeps the export in its own cache folder)
         home = capture / "cache" if capture is not None else keyed_dir(root, p)
-        p = _decompressed(p, _writable(home, keyed_dir(root, p)) if cache else scratch(), progress)
+        # (without a cache: a folder of its own in the scratch space, keyed by the file: two
+        # captures' report.sqlite.xz must not land on one report.sqlite)
+        p = _decompressed(p, _writable(home, keyed_dir(root, p)) if cache else
+                          keyed_dir(scratch(), p), progress)
     if p.suffix in nsys_cli.REPORT_SUFFIXES or _is_nsys_rep(p):
         p = _exported(p, capture if cache else None, root if cache else scratch(), nsys, progress)
     cache_root = (capture / "cache") if capture is not None else keyed_dir(root, p)
