@@ -37,7 +37,8 @@ class Lineup(Result):
 
     - ``summary``: one row per run: run, reports (how many runs of it: a capture made with
       --repeat, or 'a1,a2'), iterations, iteration_source, latency_{mean,p50,p95,p99,min,max}_ns,
-      iterations_per_s, batch, items_per_s, speedup (baseline mean latency / this run's),
+      iterations_per_s, batch, items_per_s, speedup (the baseline's median iteration / this
+      run's, as its diff's headline says it: ``diff``'s ``speedup``),
       speedup_low / speedup_high (the 95% interval of the speed-up of the medians, the spread
       between reports included; ``analysis.pace``), kernel_ns, busy_pct, conversion_ns (precision-conversion kernels this run
       adds over the baseline), copies_ns, tensor_kernel_time_pct, tensor_active_pct, verdict,
@@ -120,7 +121,6 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
             diffs.append(diff_profiles(profiles[0], p, more[0], extra))  # labels short
             diffs[-1].headline.update(a_path=str(reports[0].source), b_path=str(r.source))
     batches = [batch or batch_of(r) for r in reports]
-    base = profiles[0].latency.get("mean_ns") or profiles[0].iteration_ns
     rows, classes, precisions, walls = [], [], [], []
     for i, (p, r, b) in enumerate(zip(profiles, reports, batches)):
         lat = p.latency or {"mean_ns": p.iteration_ns}
@@ -132,7 +132,7 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
                **{f"latency_{k}_ns": lat.get(f"{k}_ns", float("nan")) for k in LATENCY},
                "iterations_per_s": 1e9 / mean if mean else float("nan"), "batch": b,
                "items_per_s": b * 1e9 / mean if b and mean else float("nan"),
-               "speedup": base / mean if mean else float("nan"),
+               "speedup": _speedup(diffs, p, profiles[0]) if i else 1.0,
                "speedup_low": 1 / interval["high"] if interval["high"] else float("nan"),
                "speedup_high": 1 / interval["low"] if interval["low"] else float("nan"),
                "kernel_ns": p.kernel_ns, "busy_pct": p.busy_pct,
@@ -263,3 +263,14 @@ def _placement(report: Report) -> dict:
     eps = ", ".join(f"{r.provider} {r.time_pct:.0f}%" for r in p.by_provider.itertuples())
     return {"execution_providers": eps, "ort_fallback_pct": p.run.get("fallback_time_pct", 0.0),
             "ort_memcpy_pct": float(p.memcpy["time_pct"].sum()) if len(p.memcpy) else 0.0}
+
+
+def _speedup(diffs: list, p, base) -> float:
+    """The speed-up of run ``p`` over the baseline ``base``: its diff's headline figure (the
+    medians it compares), so that the table and the pair's verdict say one number; without
+    a diff (no kernels to compare), the ratio of the medians."""
+    d = next((d for d in diffs if d.headline.get("b") == p.label), None)
+    if d is not None:
+        return float(d.headline["speedup"])
+    return base.iteration_ns / p.iteration_ns if p.iteration_ns else float("nan")
+

@@ -107,7 +107,8 @@ def _(d: Diff, limit: int | None = 12) -> str:
              f"{h['a_verdict']}",
              f"B {h['b']}: {h['b_iterations']} iterations ({h['b_iteration_source']}); "
              f"{h['b_verdict']}",
-             f"per iteration: {h['a_iteration_ns'] / 1e6:.3f} ms -> {h['b_iteration_ns'] / 1e6:.3f} ms "
+             f"per iteration (median): {h['a_iteration_ns'] / 1e6:.3f} ms -> "
+             f"{h['b_iteration_ns'] / 1e6:.3f} ms "
              f"(speedup {h['a_iteration_ns'] / h['b_iteration_ns']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
              f"GPU busy {h['a_busy_pct']:.0f}% -> {h['b_busy_pct']:.0f}%, "
              f"conversion overhead {h['conversion_overhead_ns'] / 1e6:.3f} ms",
