@@ -50,9 +50,12 @@ def is_conversion(name: str, kernel_class: str, math_changed: bool) -> bool:
     return math_changed and kernel_class in _SCALE_CLASSES and bool(_SCALE.search(name))
 
 
-#: overhead rows of the diff: (name, time key, count key) in ``RunProfile.overheads``
+#: overhead rows of the diff: (name, time key, count key) in ``RunProfile.overheads``, each
+#: the median per iteration. ``host_in_syncs`` is the host's time inside synchronizing calls
+#: (a CPU figure); the GPU's idle after them is the budget's ``idle_sync`` (a mean, a GPU
+#: figure): two different numbers, named apart
 OVERHEADS = (("launch_overhead", "launch_overhead_ns", "launch_calls"),
-             ("api", "api_ns", "api_calls"), ("sync_wait", "sync_wait_ns", "syncs"),
+             ("api", "api_ns", "api_calls"), ("host_in_syncs", "sync_wait_ns", "syncs"),
              ("gpu_idle", "gpu_idle_ns", None), ("memcpy", "memcpy_ns", "memcpys"))
 
 

@@ -116,7 +116,8 @@ def render(obj) -> str:
 def _(d: Diff) -> str:
     h = d.headline
     summary = pd.DataFrame([
-        {"": "iteration (wall clock), ms", "A": h["a_iteration_ns"] / 1e6, "B": h["b_iteration_ns"] / 1e6},
+        {"": "median iteration (wall clock), ms", "A": h["a_iteration_ns"] / 1e6,
+         "B": h["b_iteration_ns"] / 1e6},
         {"": "kernel time, ms", "A": h["a_kernel_ns"] / 1e6, "B": h["b_kernel_ns"] / 1e6},
         {"": "kernels", "A": h["a_kernels"], "B": h["b_kernels"]},
         {"": "GPU busy %", "A": h["a_busy_pct"], "B": h["b_busy_pct"]},
