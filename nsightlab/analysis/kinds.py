@@ -710,7 +710,8 @@ def _merged(groups: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
     return [groups[0]] + sorted(out, key=len, reverse=True)
 
 
-def _ordinal(n: int) -> str:
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, ... 21st."""
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
@@ -773,7 +774,7 @@ def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None]:
         d = np.diff(rows)
         p = int(np.bincount(d).argmax())
         if p >= 2 and (d % p == 0).all() and (d == p).mean() >= 0.7:
-            return ("recurring", f"every {_ordinal(p)} iteration ({len(rows)} of {n - k}: "
+            return ("recurring", f"every {ordinal(p)} iteration ({len(rows)} of {n - k}: "
                     f"iterations {listed(rows)})", p)
         for q in range(3, MAX_PERIOD + 1):  # several places in a cycle: 2 of every 4
             places = np.unique(rows % q)

@@ -244,7 +244,7 @@ def process_of(r: Report, label: str, pid: int | None, side: str, like: dict | N
         same = procs[procs["name"] == like["name"]]
         if like["order"] < len(same):
             hit = same.iloc[[like["order"]]]
-        how = (f"the {_nth(like['order'] + 1)} {like['name']} process by pid, as on {base}"
+        how = (f"the {kinds.ordinal(like['order'] + 1)} {like['name']} process by pid, as on {base}"
                if len(same) > 1 else f"the {like['name']} process, as on {base}")
     row = hit.iloc[0] if len(hit) else procs.loc[procs["kernel_ns"].idxmax()]
     if not len(hit):
@@ -256,10 +256,6 @@ def process_of(r: Report, label: str, pid: int | None, side: str, like: dict | N
             f"({row['name']}{rank_said}; {how}); "
             + (hint or f"--{side.lower()}-process PID picks another, nsightlab report shows each"))
     return split.of_process(r, int(row["pid"])), f"{label} (pid {row['pid']})", [said], key(row)
-
-
-def _nth(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def compare(pa: RunProfile, pb: RunProfile, more_a: list | None = None,
