@@ -50,3 +50,19 @@ def test_an_answer_given_twice_is_two_frames(sqlite_of, cache_dir):
     a = R.run("budget", r)["summary"]
     a.loc[:, "iterations"] = -1
     assert (R.run("budget", r)["summary"]["iterations"] > 0).all()
+
+
+def test_no_decision_reads_an_iteration_source_or_a_verdict():
+    """Decisions read codes (``budget.HOW_*``, ``budget.VERDICTS``), never the words of an
+    iteration source or a verdict (before: ``startswith("found")``, ``startswith("no ")``,
+    ``startswith("launch")``). Findings' words are still matched in places (issue 63 (2))."""
+    import re
+    from pathlib import Path
+
+    words = re.compile(r"(source|verdict)\w*[\]\)\"']*\)?\s*\.\s*(startswith|endswith)\(|"
+                       r"startswith\(\"(found|no |launch)")
+    root = Path(R.__file__).parent
+    bad = [f"{p.relative_to(root)}:{i}: {line.strip()}"
+           for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts
+           for i, line in enumerate(p.read_text().splitlines(), 1) if words.search(line)]
+    assert not bad, "\n".join(bad)

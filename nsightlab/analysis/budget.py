@@ -71,6 +71,14 @@ WHOLE_RUN = "(whole run)"
 #: how the source of a run begins whose found loop contradicted itself
 #: (``iterations.contradiction``): no loop, said so
 NO_STEADY_LOOP = "no steady loop found"
+#: how a run's iterations were found (the budget summary's ``iteration_how``): NVTX iteration
+#: ranges, found in the trace, the whole span of GPU activity as one (nothing repeats),
+#: rejected (a found loop that contradicted itself: the whole span), or no GPU activity
+HOW_NVTX, HOW_FOUND, HOW_WHOLE, HOW_REJECTED, HOW_NONE = \
+    "nvtx", "found", "whole", "rejected", "none"
+ITERATED = (HOW_NVTX, HOW_FOUND)
+#: the end of the source of a run taken whole
+WHOLE_SPAN_WORDS = ": the whole span of GPU activity as one iteration"
 #: the verdict of a run in which nothing repeats (set-up and one pass, a run that ended before
 #: its loop, a trace with almost no GPU work): what its time went to, and no steady-state verdict
 NO_LOOP = "no loop"
@@ -110,18 +118,32 @@ def ranges(report: Report) -> tuple[pd.DataFrame, str]:
                                                  "launch the work")
         own = kinds.user_numbers(iters["name"].map(base_name))
         how += ("; iterations go by the numbers their ranges carry" if own is not None else "")
-        return iters, f"{len(iters)} NVTX iteration ranges ({first}...{how}), wall-clock"
+        return _how(iters, HOW_NVTX), \
+            f"{len(iters)} NVTX iteration ranges ({first}...{how}), wall-clock"
     found = iterations.find(report)
     if not len(found.ranges):
-        return found.ranges, f"no NVTX iteration ranges, and {found.source}"
+        return _how(found.ranges, HOW_WHOLE), f"no NVTX iteration ranges, and {found.source}"
     r = found.ranges  # as found (the budget checks its windows again: ``_compute``)
     bad = iterations.contradiction(report, r["start_ns"].to_numpy(np.int64),
                                    r["end_ns"].to_numpy(np.int64))
     if bad:  # a found loop whose own numbers contradict each other is not a loop
-        said = found.source.split(": ", 1)[1].split(";")[0]
-        return r.iloc[:0], (f"{NO_STEADY_LOOP}: the sequence that repeats ({said}) "
-                            f"contradicts itself: {bad}")
-    return r, found.source
+        return _how(r.iloc[:0], HOW_REJECTED), _rejected(found.found_words, bad)
+    return _how(r, HOW_FOUND), found.source
+
+
+def how_of(iters: pd.DataFrame) -> str:
+    """How ``ranges`` found iterations ``iters`` (``HOW_*``)."""
+    return iters.attrs.get("how", HOW_NVTX)
+
+
+def _how(iters: pd.DataFrame, how: str) -> pd.DataFrame:
+    iters.attrs["how"] = how
+    return iters
+
+
+def _rejected(found_words: str, why: str) -> str:
+    """The source of a run whose found loop contradicted itself."""
+    return f"{NO_STEADY_LOOP}: the sequence that repeats ({found_words}) contradicts itself: {why}"
 
 
 def gpu_ops(report: Report) -> dict[str, np.ndarray]:
@@ -228,7 +250,7 @@ def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     found = None
     if report.has_rows("kernels") or report.has_rows("memcpy"):
         found = ranges(report)
-        if found[1].startswith("found"):  # the operations were read: give their memory back
+        if how_of(found[0]) == HOW_FOUND:  # the operations were read: give their memory back
             release_memory()
     return engine.analyse(report, lambda db: _compute(report, StreamedOps(report, db), found),
                           lambda: _compute(report, MemoryOps(report), found))
@@ -264,10 +286,11 @@ def _compute(report: Report, ops, found: tuple | None = None
              ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     syncs = ops.syncs()
     iters, source = (found or ranges(report)) if ops.count else (iteration_ranges(report), "")
-    if ops.count and not source.startswith("found"):
+    how = how_of(iters) if ops.count else HOW_NONE
+    if how == HOW_NVTX:
         iters, lost = ending.untraced_tail(report, iters)
         source += f"; {lost}" if lost else ""
-    cut = ending.cut(report, iters, not source.startswith("found")) if ops.count else \
+    cut = ending.cut(report, iters, how != HOW_FOUND) if ops.count else \
         (iters, pd.DataFrame(columns=ending.CUT_COLUMNS))
     iters = cut[0]
     if len(cut[1]):
@@ -275,20 +298,18 @@ def _compute(report: Report, ops, found: tuple | None = None
     if len(iters) and ops.count:
         start, end = windows(iters, ops.gpu_end(iters))
         names = iters["name"].map(base_name).to_numpy()
-        bad = iterations.contradiction(report, start, end) if source.startswith("found") \
-            else None
+        bad = iterations.contradiction(report, start, end) if how == HOW_FOUND else None
         if bad:  # a found loop whose own numbers contradict each other is not a loop
             iters, cut = iters.iloc[:0], (iters.iloc[:0], cut[1].iloc[:0])
-            source = (f"{NO_STEADY_LOOP}: the sequence that repeats "
-                      f"({source.split(': ', 1)[1].split(';')[0]}) contradicts itself: {bad}")
+            how, source = HOW_REJECTED, _rejected(iterations.find(report).found_words, bad)
     if not (len(iters) and ops.count):
         lo, hi = ops.span() if ops.count else (0, 0)
         start, end, names = np.array([lo]), np.array([hi]), np.array([WHOLE_RUN])
-        source = (f"{source}: the whole span of GPU activity as one iteration"
-                  if ops.count else "no GPU activity")
+        how = HOW_NONE if not ops.count else how if how == HOW_REJECTED else HOW_WHOLE
+        source = f"{source}{WHOLE_SPAN_WORDS}" if ops.count else "no GPU activity"
     # iterations found inside an outer unit (decode steps in a generate() call): the kinds
     # may recur once a unit (the prefill, the call's last step)
-    outer = iterations.find(report).outer if source.startswith("found") else 0
+    outer = iterations.find(report).outer if how == HOW_FOUND else 0
     done = work.signatures(report, start, end, syncs) if ops.count and len(iters) else None
     ids = done.ids if done is not None and done.known else np.zeros(len(start), np.int64)
     loop = kinds.classify(end - start, cycle=outer, work=ids)
@@ -311,6 +332,7 @@ def _compute(report: Report, ops, found: tuple | None = None
     del ops, rows, causes
     release_memory()  # the idle threads' scratch: before the caller builds its own tables
     table.attrs["cut"] = cut[1]  # the iteration the trace's end cut (``ending.cut``)
+    table.attrs["how"] = how
     table.attrs["work"] = work_table(done, table)
     return table, by_sync, source
 

@@ -202,6 +202,7 @@ class Found:
     ``generate()`` call), 0 when there is none."""
     ranges: pd.DataFrame
     source: str
+    found_words: str = ""  # what was found (count, length, alike, coverage), in words
     operations: int = 0  # operations in the modal unit
     alike_pct: float = 0.0
     coverage_pct: float = 0.0
@@ -367,10 +368,11 @@ def find(report: Report, ops: dict[str, np.ndarray] | None = None,
              if per_outer else f"{best['count']} iterations of ")
     alike = (" (but for kernels that change from one to the next: grids, KV lengths)"
              if best.get("tolerant") else "")
-    source = (f"found in the trace (no NVTX iteration ranges): {shape}a "
-              f"{best['length']}-operation sequence, {best['alike']:.0%} of them alike{alike}, in "
-              f"{best['coverage']:.0%} of the GPU's busy time; boundaries: {reasons}")
-    return Found(ranges, source, operations=best["length"], alike_pct=100 * best["alike"],
+    what = (f"{shape}a {best['length']}-operation sequence, {best['alike']:.0%} of them "
+            f"alike{alike}, in {best['coverage']:.0%} of the GPU's busy time")
+    source = f"found in the trace (no NVTX iteration ranges): {what}; boundaries: {reasons}"
+    return Found(ranges, source, found_words=what, operations=best["length"],
+                 alike_pct=100 * best["alike"],
                  coverage_pct=100 * best["coverage"], evidence=reasons, outer=per_outer,
                  layers=layers,
                  levels=[{k: v for k, v in lv.items() if k not in ("starts", "ends")}
@@ -771,7 +773,9 @@ def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | N
     if not len(wall):
         return None
     if (wall < 0).any():
-        return f"{int((wall < 0).sum())} of its iterations end before they begin"
+        n = int((wall < 0).sum())
+        return ("one of its iterations ends before it begins" if n == 1 else
+                f"{n} of its iterations end before they begin")
     med = float(np.median(wall))
     if med < MIN_ITERATION_NS:
         return f"its median iteration lasts {med / 1e3:.2f} µs"

@@ -671,7 +671,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     # the wall-clock change, part by part of the time budget: a launch-idle change is a cause
     # only in a run the budget calls launch-bound (else it is queue back-pressure)
     wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
-    bound = {r for r, p in (("A", pa), ("B", pb)) if str(p.budget.get("verdict", "")).startswith("launch")}
+    bound = {r for r, p in (("A", pa), ("B", pb)) if p.budget.get("verdict") == budget.VERDICTS["launch"]}
     # launch idle is a cause in a launch-bound run, or where it moves with the kernel count
     # (4x the kernels, 4x the launches); otherwise it is queue back-pressure
     more_kernels = abs(pb.kernels - pa.kernels) > 0.1 * max(pa.kernels, 1)
@@ -949,7 +949,7 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
     if la and lb and len(la & lb) < 0.5 * min(len(la), len(lb)) and not _runtime_change(pa, pb):
         out.append(f"the runs have different NVTX layers ({len(la & lb)} names in common of "
                    f"{len(la)} and {len(lb)}): are they the same model?")
-    whole = [p for p in (pa, pb) if p.iteration_source.startswith("no NVTX iteration")]
+    whole = [p for p in (pa, pb) if p.iteration_how not in budget.ITERATED]
     if whole:
         ratio = max(pa.iteration_ns, pb.iteration_ns) / max(min(pa.iteration_ns, pb.iteration_ns), 1)
         out.append(("neither run has" if len(whole) == 2 else f"{'A' if whole[0] is pa else 'B'} has no")

@@ -73,6 +73,7 @@ class RunProfile:
     overheads: dict = field(default_factory=dict)
     tensor_core: dict = field(default_factory=dict)
     gpu_span_ns: float = 0.0     # mean GPU span (first kernel start to last kernel end)
+    iteration_how: str = "nvtx"  # how the iterations were found: ``budget.HOW_*``
     outside_kernel_ns: float = 0.0  # kernel time outside the iterations (warm-up, compile), total
     budget: dict = field(default_factory=dict)  # the budget summary of the first GPU
     steady_iterations: int = 0   # the loop's iterations (after warm-up): every number's base
@@ -141,7 +142,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     summary = _budget(report)
     checked = completeness.check(report)
     warnings = [w for w in checked if w["severity"] != "note"] + _trace_gaps(report, checked)
-    ranges, iters, found_source = _iteration_ranges(report)
+    ranges, iters, found_source, how = _iteration_ranges(report)
     # kernel time of launches left out of lk: outside every iteration, and in the warm-up
     # iterations (left out here, not copied out of an 8M-row table later)
     outside, unsteady = [0.0], [0.0]
@@ -207,6 +208,8 @@ def _compute(report: Report, label: str) -> RunProfile:
     wall = summary.get("wall_med_ns") or summary.get("wall_ns") or span_ns
     return RunProfile(
         label=label, iterations=total, steady_iterations=n, iteration_source=source,
+        iteration_how=how if len(iters) or how == budget.HOW_REJECTED else
+        budget.HOW_WHOLE if span_ns else budget.HOW_NONE,
         iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns, gpus=_gpu_names(report),
         batch=batch_of(report), drivers=report.drivers,
         kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
@@ -398,9 +401,10 @@ def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFra
     return lk, n, source
 
 
-def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
     """(the NVTX ranges, the iteration ranges in start order, how iterations were found when
-    not from NVTX ranges); a range never closed (the app exited inside it) runs to the end of
+    not from NVTX ranges in words, and as ``budget.HOW_*``); a range never closed (the app
+    exited inside it) runs to the end of
     the recording. Without NVTX iteration ranges, the iterations found in the trace (the same
     ones as the time budget's), with no layers inside."""
     nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
@@ -409,11 +413,12 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     iters = ranges[base_name_matches(ranges["name"], iterations.iteration_pattern(report))] \
         .sort_values("start_ns")
     if len(iters) or not gpu_work(report):
-        return ranges, _uncut(report, iters), ""
+        return ranges, _uncut(report, iters), "", budget.HOW_NVTX
     found, source = budget.ranges(report)
+    how = budget.how_of(found)
     blocks = iterations.find(report).layers if len(found) else found
     ranges = blocks.assign(kind="range", depth=FOUND_DEPTH + 1)  # found layers, no NVTX ones
-    return ranges, _uncut(report, found).assign(depth=FOUND_DEPTH), source
+    return ranges, _uncut(report, found).assign(depth=FOUND_DEPTH), source, how
 
 
 def _uncut(report: Report, iters: pd.DataFrame) -> pd.DataFrame:

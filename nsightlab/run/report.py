@@ -609,7 +609,7 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
         budget_, sync_idle = (b["summary"], b["sync_idle"]) if b is not None else (empty, empty)
         whole = _table(r, "kernel_sum", "kernel_sum")
         ks = whole  # the timed iterations' kernels when there are iterations; warm-up apart
-        iterated = len(budget_) and not str(budget_.iloc[0]["iteration_source"]).startswith("no ")
+        iterated = len(budget_) and budget_.iloc[0]["iteration_how"] in budget.ITERATED
         if iterated and len(whole):
             ks = recipes.run("kernel_sum", r, {"iterations_only": True})["kernel_sum"]
         sg = _run(r, "sync_gaps")
@@ -699,9 +699,9 @@ def _no_loop(r: Report, b: pd.Series) -> str:
     end = (f"then the capture stopped while the run went on (nsys: {stopped[:100]})" if stopped
            else f"then the run ended (exit code {code})" if code
            else "then the run ended, or the capture stopped (the trace does not say which)")
-    said = str(b.get("iteration_source", ""))
-    if said.startswith(budget.NO_STEADY_LOOP):  # a found loop that contradicted itself
-        return (f"{said.split(': the whole span')[0]}; the trace holds {work}, the GPU busy "
+    if b.get("iteration_how") == budget.HOW_REJECTED:  # a found loop that contradicted itself
+        said = str(b["iteration_source"]).removesuffix(budget.WHOLE_SPAN_WORDS)
+        return (f"{said}; the trace holds {work}, the GPU busy "
                 f"{busy_pct(b):.0f}% of {_ms(span)}; {end}. No steady-state verdict: capture "
                 "the loop itself (one NVTX range per iteration, iterN, makes it exact)")
     if kernels < FEW_KERNELS:
@@ -910,7 +910,7 @@ def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
                 out.append(gpu + waited)
                 b = b.copy()
                 b["advice"] = ""
-                if str(b["verdict"]).startswith("launch"):
+                if b["verdict"] == budget.VERDICTS["launch"]:
                     b["verdict"] = "waiting for a GPU busy outside the trace"
             main = rr.kinds[rr.kinds["kind"] == kinds.MAIN] if len(rr.kinds) else rr.kinds
             if b["kinds"] > 1 and len(main) and b["device_id"] == rr.kinds["device_id"].iloc[0]:
