@@ -572,6 +572,7 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
     cols = ["device_id", "kind", "pattern", "which", "iterations", "med_ns", "min_ns", "max_ns",
             "mean_ns", "time_ns", "share_pct", "period", "basis", "work", "verdict", "cause",
             "kernel_first_ns", "kernel_last_ns", "kernel_quarter", "same_work", "work_kernels",
+            "first", "listed",
             *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", *BYTES]
     return pd.DataFrame(out, columns=cols)
 
@@ -613,6 +614,8 @@ def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, i
         row["cause"] = (steady.cause(mine, main) if name != kinds.MAIN else
                         steady.trend_cause(main) if loop.trend else "")
         row["work_kernels"] = _work_kernels(works, ids, label == name)
+        at = np.flatnonzero(label == name)  # its iterations, by the numbers words use
+        row["first"], row["listed"] = kinds.number(at[0]), kinds.listed(at)
         if name == kinds.MAIN and loop.cycle and sum(
                 x.basis == "work" for x in loop.kinds if x.name != kinds.MAIN) >= 2:
             row["period"] = loop.cycle  # the main kind's: the cycle the work repeats in

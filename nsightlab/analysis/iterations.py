@@ -808,7 +808,6 @@ def contradiction(report: Report, start: np.ndarray, end: np.ndarray) -> str | N
     reach = pd.Series(hi).groupby(g).cummax().to_numpy()
     before = np.concatenate([[np.iinfo(np.int64).min], reach[:-1]])
     before[np.flatnonzero(np.diff(g)) + 1] = np.iinfo(np.int64).min  # each group anew
-    before[0] = np.iinfo(np.int64).min
     busy = np.clip(hi - np.maximum(lo, before), 0, None).astype(np.float64)
     per = np.bincount(g, weights=busy,
                       minlength=len(wall) * len(uniq)).reshape(len(wall), len(uniq))

@@ -807,21 +807,11 @@ def _cycle_words(m: pd.Series, others: pd.DataFrame) -> str:
         k = r["work_kernels"]
         return f"{int(k):,} kernels" if k == k else "its work"
 
-    parts = [f"{kernels(r)} in {r['which'].split('(', 1)[-1].rstrip(')').split(': ', 1)[-1]}"
+    parts = [f"{kernels(r)} in iterations {r['listed']}"
              + (f" ({r['work']})" if r["work"] else "") + f", median {_ms(r['med_ns'])}"
-             for _, r in places.iloc[np.argsort([_first_number(w) for w in places["which"]],
-                                                kind="stable")].iterrows()]
-    main_which = m["which"].split(";")[0].replace("the other ", "")
-    parts.append(f"{kernels(m)} in the other {main_which.split(' of ')[0]}, median "
-                 f"{_ms(m['med_ns'])}")
+             for _, r in places.sort_values("first", kind="stable").iterrows()]
+    parts.append(f"{kernels(m)} in the other {int(m['iterations'])}, median {_ms(m['med_ns'])}")
     return f"the work repeats in a cycle of {n} iterations: " + "; ".join(parts)
-
-
-def _first_number(which: str) -> int:
-    import re
-
-    m = re.search(r"iterations (\d+)", which)
-    return int(m.group(1)) if m else 0
 
 
 def _profile(r: Report, label: str) -> RunProfile | None:
