@@ -41,7 +41,7 @@ depend on a recipe.
 """
 from __future__ import annotations
 
-from nsightlab.analysis import budget, engine, gpu_metrics
+from nsightlab.analysis import budget, engine, gpu_metrics, loop
 from nsightlab.analysis.budget import ITERATION, WHOLE_RUN, base_name
 from nsightlab.analysis.classify import annotate, sync_kind
 from nsightlab.analysis.launches import (
@@ -65,7 +65,7 @@ from nsightlab.read.tables import TABLES, nullable_int64
 from nsightlab.recipe_runner import run as run_recipe
 
 __all__ = ["ITERATION", "WHOLE_RUN", "STATS", "TABLES", "BusyByKey", "Groups", "NoDataError",
-           "NsightlabError", "Report", "annotate", "base_name", "budget", "busy_time", "covered",
+           "NsightlabError", "Report", "annotate", "base_name", "budget", "busy_time", "loop", "covered",
            "describe", "engine", "first_of_call", "gaps", "gpu_metrics", "group_ids", "median_in_place",
            "join_keys", "launches", "launches_sql", "match", "ncu", "nullable_int64",
            "once_sql", "once_table", "project", "project_sql", "release_memory", "run_recipe", "sync_kind",

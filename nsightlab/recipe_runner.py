@@ -161,7 +161,7 @@ class Recipe:
                tuple(str(f) for f in self.input_files(values)))
         memo = report.answers
         if key not in memo:
-            if report.results is None:
+            if report.results is None or self.metadata.get("stores_itself"):
                 memo[key] = self._compute(report, values)
             else:
                 memo[key] = report.results.get_or_compute(
@@ -169,13 +169,6 @@ class Recipe:
                     lambda: (self._compute(report, values), {}))[0]
         # frames of their own: a caller that changes one changes no other caller's
         return {t: df.copy() for t, df in memo[key].items()}
-
-    def stored(self, report: Report, params: dict[str, Any] | None = None) -> bool:
-        """Whether ``run`` on ``report`` (a Report) would find its result stored (computed
-        by this or another process)."""
-        values = self.parse_params(params)
-        return report.results is not None and report.results.has(
-            *self._stored_as(report, values))
 
     def _stored_as(self, report: Report, values: dict[str, Any]) -> tuple:
         """The result store's key of this recipe on ``report`` with ``values``: name,
@@ -186,13 +179,13 @@ class Recipe:
     def _compute(self, report: Report, values: dict[str, Any]) -> dict[str, pd.DataFrame]:
         self.check_inputs(report, values)
         trace.mark(f"computing {self.name}")
+        from nsightlab.read.frames import plain_text, release_memory  # pandas: not for served answers
+
         out = {t: plain_text(df) for t, df in self.module.run(report, values).items()}
         self.check_outputs(out)
         # what the recipe's temporaries freed, back to the system before the next step (in
         # report at 8M kernels on 16 cores: 679 MB still held after kernel_sum, 340 MB once
         # given back, under sync_gaps' sort)
-        from nsightlab.read.frames import release_memory  # pandas: not for served answers
-
         release_memory()
         trace.mark(f"computed {self.name}")
         return out
@@ -258,30 +251,6 @@ def _check_requires(meta_path: Path, requires: list, params: dict[str, Param]) -
                 raise RecipeError(f"{meta_path}: table {n} has no column(s) {', '.join(bad)}")
         if req.get("unless") and req["unless"] not in params:
             raise RecipeError(f"{meta_path}: 'unless' names {req['unless']!r}, not a parameter")
-
-
-def plain_text(df: pd.DataFrame) -> pd.DataFrame:
-    """Category and other string columns in pandas' own text dtype (``str`` in pandas 3,
-    object before; missing values stay missing), so every recipe's text columns look alike
-    in pandas, Parquet and JSON whatever the recipe built them from."""
-    import pandas as pd
-
-    text_dtype = text_dtype_of_pandas()
-    for c in df.columns:
-        s = df[c]
-        text = isinstance(s.dtype, (pd.CategoricalDtype, pd.StringDtype)) or (
-            s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"))
-        if text and s.dtype != text_dtype:
-            plain = s.astype(object).where(s.notna(), None)
-            df[c] = plain if text_dtype == object else plain.astype(text_dtype)
-    return df
-
-
-def text_dtype_of_pandas():
-    """The dtype pandas gives a new column of text: ``str`` in pandas 3, object in pandas 2."""
-    import pandas as pd
-
-    return pd.Series(["x"], dtype=object).astype(str).dtype
 
 
 # ---- discovery -------------------------------------------------------------------------------

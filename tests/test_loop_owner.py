@@ -14,15 +14,23 @@ from nsightlab.cli import cli
 
 @pytest.fixture
 def computed(monkeypatch):
-    """Counter of recipe computations (``Recipe._compute``) by recipe name."""
+    """Counter of recipe computations (``Recipe._compute``) by recipe name, and of the
+    loop's (the time budget's: ``loop.build``) as "budget"."""
+    from nsightlab.analysis import loop
+
     got: Counter = Counter()
-    orig = R.Recipe._compute
+    orig, build = R.Recipe._compute, loop.build
 
     def counting(self, report, values):
-        got[self.name] += 1
+        got[self.name] += self.name != "budget"  # a view of the loop
         return orig(self, report, values)
 
+    def building(report, params):
+        got["budget"] += 1
+        return build(report, params)
+
     monkeypatch.setattr(R.Recipe, "_compute", counting)
+    monkeypatch.setattr(loop, "build", building)
     return got
 
 

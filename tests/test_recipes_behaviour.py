@@ -5,6 +5,7 @@ import pytest
 
 import nsightlab
 import nsightlab.recipe_runner as R
+from nsightlab.read.frames import plain_text
 
 
 def test_launchbound_workload_is_launch_bound(sqlite_of, cache_dir):
@@ -190,7 +191,7 @@ def test_tensor_core_estimate_per_name_equals_per_kernel(stem, sqlite_of, cache_
         assert list(got["summary"]["gpu"]) == [0, 1]
     for table, frame in want.items():
         pd.testing.assert_frame_equal(got[table].reset_index(drop=True),
-                                      R.plain_text(frame).reset_index(drop=True),
+                                      plain_text(frame).reset_index(drop=True),
                                       check_dtype=False, obj=f"{stem} {table}")
         assert np.array_equal(got[table]["instances" if table == "by_kernel" else "gpu"],
                               frame["instances" if table == "by_kernel" else "gpu"])

@@ -8,6 +8,7 @@ import pytest
 
 import nsightlab
 import nsightlab.recipe_runner as R
+from nsightlab.read.frames import text_dtype_of_pandas
 from nsightlab.read import result_store as results
 from nsightlab.read.result_store import ResultStore
 
@@ -138,7 +139,7 @@ def test_bad_requirements_in_metadata_are_named(tmp_path, monkeypatch):
 def test_text_columns_come_out_as_plain_text(sqlite_of, cache_dir):
     for name, table in (("kernel_sum", "kernel_sum"), ("nvtx_gpu", "ranges")):
         df = R.run(name, sqlite_of("h200-vit-fp16"))[table]
-        text = [c for c in df.columns if df[c].dtype == R.text_dtype_of_pandas()]
+        text = [c for c in df.columns if df[c].dtype == text_dtype_of_pandas()]
         assert not [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
         assert {"name"} <= set(text)
 

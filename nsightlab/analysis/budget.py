@@ -88,30 +88,10 @@ TILE_GAP_FRACTION = 0.05
 #: a gap up to this many times the loop's median gap between iterations is the loop's own
 #: (copies and syncs outside the iteration range, as trtexec's enqueue ranges leave them)
 TYPICAL_GAP_FACTOR = 1.5
-def iteration_ranges(report: Report) -> pd.DataFrame:
-    """The NVTX iteration ranges (name, start_ns, end_ns of the CPU range), in start order;
-    ranges left open run to the end of the recording."""
-    # names first, then only the matching rows' times (13.6M TensorRT layer ranges: 8 bytes
-    # a range instead of 29)
-    nvtx = report.nvtx(["name", "kind"])
-    rows = np.flatnonzero((nvtx["kind"] != "mark").to_numpy()
-                          & base_name_matches(nvtx["name"], iterations.iteration_pattern(report)))
-    del nvtx
-    iters = report.take("nvtx", ["name", "depth", "start_ns", "end_ns"], rows)
-    if len(iters):
-        top = iters["depth"].min()  # nested matches (a step inside an iteration) are not iterations
-        iters = iters[iters["depth"] == top]
-    end = report.span_ns[1] if report.span_ns else np.iinfo(np.int64).max
-    iters["end_ns"] = iters["end_ns"].fillna(end).astype(np.int64)
-    iters["name"] = iters["name"].astype(str)
-    return iters.sort_values("start_ns", kind="stable")[["name", "start_ns", "end_ns"]] \
-        .reset_index(drop=True)
-
-
 def ranges(report: Report) -> tuple[pd.DataFrame, str]:
     """The iteration ranges and how they were found: NVTX iteration ranges where the run has
     them, else iterations found in the trace (``iterations.find``); empty when neither."""
-    iters = iteration_ranges(report)
+    iters = iterations.nvtx_ranges(report).drop(columns="depth")
     if len(iters):
         first = base_name(iters["name"].iloc[0])
         how = "" if ITERATION.match(first) else (", numbered ranges that follow each other and "
@@ -285,7 +265,7 @@ class MemoryOps:
 def _compute(report: Report, ops, found: tuple | None = None
              ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     syncs = ops.syncs()
-    iters, source = (found or ranges(report)) if ops.count else (iteration_ranges(report), "")
+    iters, source = (found or ranges(report)) if ops.count else (iterations.nvtx_ranges(report).drop(columns="depth"), "")
     how = how_of(iters) if ops.count else HOW_NONE
     if how == HOW_NVTX:
         iters, lost = ending.untraced_tail(report, iters)
@@ -703,7 +683,7 @@ def empty_iterations(report: Report, table: pd.DataFrame) -> dict | None:
     if (table["name"] == WHOLE_RUN).all():
         return _untraced_run(report)
     # (only where nsys says CUDA events may be missing: no read of the ranges otherwise)
-    ranges_ = iteration_ranges(report) if ending.stopped_early(report) else table.iloc[:0]
+    ranges_ = iterations.nvtx_ranges(report) if ending.stopped_early(report) else table.iloc[:0]
     _, lost = ending.untraced_tail(report, ranges_)
     if lost:  # the CUDA records end before the ranges do: what is left may lack part too
         return {"check": "cuda_trace_lost", "severity": "partial",
@@ -802,17 +782,13 @@ def _untraced_run(report: Report) -> dict | None:
                        "withheld"}
 
 
-def trace_findings(report: Report, out: dict, checked: list[dict]) -> list[dict]:
-    """The completeness findings that need the budget's iterations (``out``: the budget
-    recipe's tables; ``checked``: ``completeness.check``'s findings, whose edge notes are
+def trace_findings(report: Report, out, checked: list[dict]) -> list[dict]:
+    """The completeness findings that need the budget's iterations (``out``: the run's
+    ``loop.Loop``; ``checked``: ``completeness.check``'s findings, whose edge notes are
     evidence): iterations without GPU work (``empty_iterations``), and how the trace ended
     (``ending.finding``: a cut last iteration, a workload that exited with an error)."""
-    edges = [f["message"] for f in checked if f["check"] == "capture_edges"
-             and "already running when the trace begins" in f["message"]]
-    in_flight = edges[0].split(" (")[0] if edges else None
-    found = [empty_iterations(report, out["iterations"]),
-             ending.finding(report, out.get("cut", pd.DataFrame(columns=ending.CUT_COLUMNS)),
-                            in_flight)]
+    in_flight = next((f["in_flight"] for f in checked if f.get("in_flight")), None)
+    found = [empty_iterations(report, out.iterations), ending.finding(report, out.cut, in_flight)]
     return [f for f in found if f]
 
 

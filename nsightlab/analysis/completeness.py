@@ -16,7 +16,8 @@ import re
 import numpy as np
 
 from nsightlab.analysis import ending, engine
-from nsightlab.analysis.iterations import base_name, base_name_matches, iteration_pattern
+from nsightlab.analysis.ending import listed as _listed
+from nsightlab.analysis.iterations import base_name, base_name_matches, iteration_pattern, nvtx_ranges
 from nsightlab.read import tables
 from nsightlab.read.metadata import traced
 from nsightlab.read.parallel import readers
@@ -52,28 +53,21 @@ def check(report: Report, every_table: bool = False) -> list[dict]:
     store. Rows left out as impossible or duplicated are said afresh for the tables read so
     far (``quality``: they change no number of a table a command does not read), or with
     ``every_table`` for all, counted in SQL where a table was not read (``nsightlab info``)."""
-    if report.results is None:
-        found = _check(report)
-    else:
-        _, attrs = report.results.get_or_compute(
-            "completeness", {}, [report.path], code_fingerprint(),
-            lambda: ({}, {"findings": _check(report)}))
-        found = attrs["findings"]
-    return ordered(found + quality(report, tables.CHECKED, every_table) + _damaged(report))
+    return ordered(_kept(report, "completeness", _check)
+                   + quality(report, tables.CHECKED, every_table) + _kept(report, "damaged", damaged))
 
 
 #: the data-quality findings, said afresh by ``check``
 _QUALITY = ("invalid_timestamps", "duplicate_rows", "damaged_kernels")
 
 
-def _damaged(report: Report) -> list[dict]:
-    """``damaged``, kept in the report's result store."""
-    if report.results is None:
-        return damaged(report)
-    _, attrs = report.results.get_or_compute(
-        "damaged", {}, [report.path], code_fingerprint(),
-        lambda: ({}, {"findings": damaged(report)}))
-    return attrs["findings"]
+def _kept(report: Report, name: str, compute) -> list[dict]:
+    """``compute(report)``'s findings: once per open report, kept in its result store."""
+    if (name,) not in report.answers:
+        report.answers[(name,)] = compute(report) if report.results is None else \
+            report.results.get_or_compute(name, {}, [report.path], code_fingerprint(),
+                                          lambda: ({}, {"findings": compute(report)}))[1]["findings"]
+    return [dict(f) for f in report.answers[(name,)]]
 
 
 #: a kernel may start this long (ns) before the call that launched it began (clock conversion)
@@ -203,7 +197,7 @@ def _check(report: Report) -> list[dict]:
                           f"GPU metrics show the SMs {active:.0f}% active on average but the "
                           f"report holds no kernel: {why}"))
         elif not launches and cuda_on and (streams or any("CUDA" in t for t in lost)):
-            ran = _iteration_ranges(report)
+            ran = len(nvtx_ranges(report))
             out.append(_f("kernels_missing", "partial", (
                 f"the run died or was killed before nsys flushed its CUDA trace: {ran:,} NVTX "
                 f"iteration ranges were recorded but not one kernel or launch ({streams} "
@@ -231,7 +225,7 @@ def _check(report: Report) -> list[dict]:
         out.append(_f("nsys_diagnostic", "warning" if DROPPED.search(text) and
                       not LOST.search(text) else "note",
                       f"nsys says: {text}"))
-    out += [_f("capture_edges", "note", m) for m in _edge_work(report)]
+    out += _edge_work(report)
     impossible = _impossible_metrics(report)
     if impossible:
         out.append(_f("gpu_metrics_impossible", "warning",
@@ -244,15 +238,6 @@ def _check(report: Report) -> list[dict]:
                       f"kernels ran on device(s) {unknown} that the report's GPU list does not "
                       "describe"))
     return out
-
-
-def _iteration_ranges(report: Report) -> int:
-    """NVTX ranges named as iterations (``iterations.iteration_pattern``)."""
-    if not report.has_rows("nvtx"):
-        return 0
-    n = report.nvtx(["name", "kind"])
-    return int(((n["kind"] != "mark").to_numpy()
-                & base_name_matches(n["name"], iteration_pattern(report))).sum())
 
 
 def quality(report: Report, names, every_table: bool = True) -> list[dict]:
@@ -441,11 +426,7 @@ def _launch_ids(report: Report) -> tuple[list[int], list[int]]:
     return launch, graph
 
 
-def _listed(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n:,} {t}" for t, n in counts.items())
-
-
-def _edge_work(report: Report) -> list[str]:
+def _edge_work(report: Report) -> list[dict]:
     """Notes on GPU work in flight at the trace's edges: begun before its first recorded CUDA
     call (a capture started with --delay, a capture range, cudaProfilerStart, or a slice of a
     longer export) or ending after its last. Their launches are not in the trace, but the
@@ -473,21 +454,23 @@ def _edge_work(report: Report) -> list[str]:
         if ext is not None and ext[1] > api[1]:
             after[name] = report.count_where(name, f'"end" > {api[1]}')
     out = []
-    if any(before.values()):
-        out.append(f"{_listed({t: n for t, n in before.items() if n})} already running when the "
-                   "trace begins (a delayed capture, a capture range or a slice of a longer "
-                   "one): their launches are not in it; they are counted, as nsys stats counts "
-                   "them")
-    if any(after.values()):
-        out.append(f"{_listed({t: n for t, n in after.items() if n})} still running after the "
-                   "last recorded CUDA call (the capture or slice closed while they ran, or the "
-                   "application exited without waiting for them); they are counted, as nsys "
-                   "stats counts them")
+    before, after = ({t: n for t, n in d.items() if n} for d in (before, after))
+    if before:
+        out.append(_f("capture_edges", "note", f"{_listed(before)} already running when the "
+                      "trace begins (a delayed capture, a capture range or a slice of a longer "
+                      "one): their launches are not in it; they are counted, as nsys stats "
+                      "counts them", in_flight=before))
+    if after:
+        out.append(_f("capture_edges", "note", f"{_listed(after)} still running after the last "
+                      "recorded CUDA call (the capture or slice closed while they ran, or the "
+                      "application exited without waiting for them); they are counted, as "
+                      "nsys stats counts them"))
     return out
 
 
-def _f(check_: str, severity: str, message: str) -> dict:
-    return {"check": check_, "severity": severity, "message": message}
+def _f(check_: str, severity: str, message: str, **facts) -> dict:
+    """A finding: its check, severity and sentence, and the facts behind it (``facts``)."""
+    return {"check": check_, "severity": severity, "message": message, **facts}
 
 
 def _launch_calls(report: Report, kernels: int) -> tuple[int, int]:

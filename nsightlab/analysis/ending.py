@@ -218,12 +218,17 @@ def _kernels(report: Report, lo: int, hi: int, host: bool) -> tuple[list, int]:
     return [str(k) for _, _, k in rows if k is not None and k == k], launches
 
 
-def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
+def listed(counts: dict[str, int]) -> str:
+    """Counts by table as words: "3 kernels, 2 memcpy"."""
+    return ", ".join(f"{n:,} {t}" for t, n in counts.items())
+
+
+def finding(report: Report, cut_rows: pd.DataFrame, in_flight: dict | None = None
             ) -> dict | None:
     """The completeness finding for a cut last iteration (``cut``): a note when the capture
     cut it (the verdict stands), ``partial`` when the run died in it, a warning when the
     export cannot tell which. ``in_flight``: the words of GPU work running past the trace's
-    edges (a slice of a longer export, a capture opened or closed on running work:
+    edges (rows by table: a slice of a longer export, a capture opened on running work:
     ``completeness``' edge notes), which say the trace was cut around a running application
     where the export keeps no nsys diagnostics (a slice).
     Without a cut iteration: ``exited_with``."""
@@ -245,7 +250,9 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: str | None = None
     # says the capture stopped only where the export keeps no diagnostics to say more; so
     # does work already running when the trace begins (a slice of a longer export)
     unsaid = not diagnostics(report)
-    stopped = stopped_early(report) or (in_flight if unsaid else None) or (
+    stopped = stopped_early(report) or (
+        f"{listed(in_flight)} already running when the trace begins" if in_flight and unsaid
+        else None) or (
         "nsys closed its range at the collection's end" if c["closed_by_nsys"] and unsaid
         else None)
     code = exit_code(report)

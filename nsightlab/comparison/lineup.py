@@ -18,7 +18,7 @@ import pandas as pd
 
 from nsightlab.analysis import budget, completeness, kinds, runtime
 from nsightlab.core.labels import run_labels
-from nsightlab.analysis.budget import iteration_ranges
+from nsightlab.analysis.iterations import nvtx_ranges
 from nsightlab.comparison.diff import (Diff, compare as diff_profiles, more_runs, process_of,
                                        runs_of)
 from nsightlab.run.model import (RunProfile, batch_of, iteration_walls,
@@ -219,7 +219,7 @@ def _profile(report: Report, label: str) -> RunProfile:
 
 
 def _cpu_walls(report: Report) -> np.ndarray:
-    r = iteration_ranges(report)
+    r = nvtx_ranges(report)
     return (r["end_ns"] - r["start_ns"]).to_numpy(float) if len(r) else np.array([], float)
 
 

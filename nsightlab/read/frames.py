@@ -168,3 +168,23 @@ def release_memory() -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def plain_text(df: pd.DataFrame) -> pd.DataFrame:
+    """Category and other string columns in pandas' own text dtype (``str`` in pandas 3,
+    object before; missing values stay missing), so every recipe's text columns look alike
+    in pandas, Parquet and JSON whatever the recipe built them from."""
+    text_dtype = text_dtype_of_pandas()
+    for c in df.columns:
+        s = df[c]
+        text = isinstance(s.dtype, (pd.CategoricalDtype, pd.StringDtype)) or (
+            s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"))
+        if text and s.dtype != text_dtype:
+            plain = s.astype(object).where(s.notna(), None)
+            df[c] = plain if text_dtype == object else plain.astype(text_dtype)
+    return df
+
+
+def text_dtype_of_pandas():
+    """The dtype pandas gives a new column of text: ``str`` in pandas 3, object in pandas 2."""
+    return pd.Series(["x"], dtype=object).astype(str).dtype

@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, ending, gpu_metrics as gm, iterations, kinds, runtime
+from nsightlab.analysis import budget, completeness, ending, gpu_metrics as gm, iterations, kinds, loop, runtime
 from nsightlab.analysis.budget import base_name, base_name_matches
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches, want_pairs
@@ -30,7 +29,7 @@ from nsightlab.analysis.timeline import busy_time, slice_reduce
 from nsightlab.analysis.processes import gpu_work
 from nsightlab.analysis.work import shapes as work_shapes
 from nsightlab.core.units import natural_key
-from nsightlab.errors import NsightlabError
+from nsightlab.errors import NoDataError, NsightlabError
 from nsightlab.read.frames import pick_rows, release_memory
 from nsightlab.read import trace
 from nsightlab.read.machine import of_report
@@ -238,13 +237,12 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
     import json
 
     try:
-        out = recipes.run("budget", report)
-    except recipes.NoDataError:
+        lp = loop.of(report)
+    except NoDataError:
         return {}
-    it = out["iterations"]
+    it = lp.first_gpu()
     if not len(it):
         return {}
-    it = it[it["device_id"] == it["device_id"].iloc[0]]
     steady = it[it["kind"] != kinds.WARM_UP] if (it["kind"] != kinds.WARM_UP).any() else it
     main = steady[steady["kind"] == kinds.MAIN] if (steady["kind"] == kinds.MAIN).any() \
         else steady
@@ -257,8 +255,8 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
             # one process of several: its kernels waited for the others', which the trace holds
             "others_traced": of_one_process(report)}
     work, shapes = {}, {}
-    wt = out.get("work")
-    if wt is not None and len(wt) and "work" in main and str(wt["level"].iloc[0]) != "none":
+    wt = lp.work
+    if len(wt) and "work" in main and str(wt["level"].iloc[0]) != "none":
         usual = int(main["work"].mode().iloc[0])
         row = wt[wt["work"] == usual]
         work = json.loads(row["tokens"].iloc[0]) if len(row) else {}
@@ -304,12 +302,11 @@ def _kinds(report: Report) -> list[dict]:
     """The budget's kinds of iteration on the first GPU, as plain records (kind, pattern,
     which, iterations, med_ns, share_pct, verdict, cause)."""
     try:
-        k = recipes.run("budget", report)["kinds"]
-    except (recipes.NoDataError, KeyError):
+        k = loop.of(report).first_gpu("kinds")
+    except NoDataError:
         return []
     if not len(k):
         return []
-    k = k[k["device_id"] == k["device_id"].iloc[0]]
     cols = ["kind", "pattern", "which", "iterations", "med_ns", "min_ns", "max_ns", "share_pct",
             "verdict", "cause"]
     return [{c: (v.item() if hasattr(v, "item") else v) for c, v in r.items()}
@@ -321,11 +318,9 @@ def iteration_walls(report: Report, with_phase: bool = False):
     the report has no GPU work. ``with_phase``: (times, the kind of each: warm-up, main,
     B..., outlier; ``nsightlab.analysis.kinds``)."""
     try:
-        it = recipes.run("budget", report)["iterations"]
-    except recipes.NoDataError:
+        it = loop.of(report).first_gpu()
+    except NoDataError:
         it = pd.DataFrame({"wall_ns": [], "kind": []})
-    if len(it):
-        it = it[it["device_id"] == it["device_id"].iloc[0]]
     w = it["wall_ns"].to_numpy(float)
     if not with_phase:
         return w
@@ -356,11 +351,10 @@ def latency_stats(w: np.ndarray, label: np.ndarray | None = None) -> dict:
 
 
 def _budget(report: Report) -> dict:
-    """The budget recipe's summary for the first GPU, as plain data (empty without GPU work);
-    through the recipe, so ``report`` and ``diff`` share one stored budget."""
+    """The loop's summary for the first GPU, as plain data (empty without GPU work)."""
     try:
-        rows = recipes.run("budget", report)["summary"]
-    except recipes.NoDataError:
+        rows = loop.of(report).summary
+    except NoDataError:
         return {}
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in rows.iloc[0].items()}
 
@@ -410,8 +404,7 @@ def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str, 
     nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
     ranges = nvtx[nvtx["kind"] != "mark"].copy()
     ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
-    iters = ranges[base_name_matches(ranges["name"], iterations.iteration_pattern(report))] \
-        .sort_values("start_ns")
+    iters = iterations.nvtx_ranges(report)
     if len(iters) or not gpu_work(report):
         return ranges, _uncut(report, iters), "", budget.HOW_NVTX
     found, source = budget.ranges(report)
@@ -429,8 +422,8 @@ def _uncut(report: Report, iters: pd.DataFrame) -> pd.DataFrame:
         return iters
     iters = ending.untraced_tail(report, iters)[0]  # as the budget leaves them out
     try:
-        cut = recipes.run("budget", report)["cut"]
-    except recipes.NoDataError:
+        cut = loop.of(report).cut
+    except NoDataError:
         return iters
     if not len(cut):
         return iters
@@ -464,8 +457,8 @@ def _trace_gaps(report: Report, checked: list[dict]) -> list[dict]:
     cut last iteration (``budget.trace_findings``, given ``completeness.check``'s findings
     ``checked``), a graph-level trace."""
     try:
-        out = recipes.run("budget", report)
-    except recipes.NoDataError:
+        out = loop.of(report)
+    except NoDataError:
         return []
     found = [f for f in budget.trace_findings(report, out, checked) if f["severity"] != "note"]
     return [*found, *filter(None, [_graph_level(report)])]
@@ -510,12 +503,11 @@ def _steady_iterations(report: Report, iters: pd.DataFrame, n: int) -> np.ndarra
     included, ``nsightlab.analysis.kinds``); None when all are, none is, or the budget has no
     kinds for these iterations (then every iteration counts)."""
     try:
-        it = recipes.run("budget", report)["iterations"]
-    except recipes.NoDataError:
+        it = loop.of(report).first_gpu()
+    except NoDataError:
         return None
     if not len(it) or "phase" not in it:
         return None
-    it = it[it["device_id"] == it["device_id"].iloc[0]]
     phase = it["phase"].to_numpy()
     if len(phase) != n or len(iters) != n:
         return None

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from nsightlab import recipe_runner as recipes
-from nsightlab.analysis import budget, completeness, gpu_metrics as gm, kinds, processes, steady, stretch
-from nsightlab.analysis.budget import busy_pct, iteration_ranges
+from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, kinds, loop, processes, steady, stretch
+from nsightlab.analysis.budget import busy_pct
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.launches import want_pairs
 from nsightlab.run import remedies
@@ -337,8 +337,7 @@ def _budgets_stored(views: list[Report], started: list) -> None:
     iterations, then runs beside the rest of their work."""
     import time
 
-    budget_ = recipes.get("budget")
-    while not all(child.poll() is not None or budget_.stored(v)
+    while not all(child.poll() is not None or loop.stored(v)
                   for v, (child, _) in zip(views, started)):
         time.sleep(0.05)
 
@@ -492,9 +491,9 @@ def _iterations(views: list[Report], pids) -> dict:
     """pid -> its run's iterations (the budget's table, already computed), where it has any."""
     out = {}
     for v, pid in zip(views, pids):
-        b = _run(v, "budget")
-        if b is not None and len(b["iterations"]):
-            out[int(pid)] = b["iterations"]
+        b = _loop(v)
+        if b is not None and len(b.iterations):
+            out[int(pid)] = b.iterations
     return out
 
 
@@ -605,8 +604,8 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
     try:
         later = beside.submit(_profile, r, label) if has_kernels else None
         empty = pd.DataFrame()
-        b = _run(r, "budget")
-        budget_, sync_idle = (b["summary"], b["sync_idle"]) if b is not None else (empty, empty)
+        b = _loop(r)
+        budget_, sync_idle = (b.summary.copy(), b.sync_idle) if b is not None else (empty, empty)
         whole = _table(r, "kernel_sum", "kernel_sum")
         ks = whole  # the timed iterations' kernels when there are iterations; warm-up apart
         iterated = len(budget_) and budget_.iloc[0]["iteration_how"] in budget.ITERATED
@@ -629,13 +628,11 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
         warnings = completeness.ordered([*warnings, *budget.trace_findings(r, b, warnings)])
     rr = RunReport(label, p, warnings, budget_, [], ks.head(TOP_KERNELS), lc, syncs, gaps, tc,
                    api.head(TOP_KERNELS), ranges.head(TOP_KERNELS), sync_idle,
-                   0 if b is not None else len(iteration_ranges(r)))
-    if b is not None and len(b["iterations"]) and "kind" in b["iterations"]:
-        it = b["iterations"]
-        rr.unsteady = steady.explain(it[it["device_id"] == it["device_id"].iloc[0]])
-        k = b["kinds"]
-        rr.kinds = k[k["device_id"] == k["device_id"].iloc[0]].reset_index(drop=True) \
-            if len(k) else k
+                   0 if b is not None else len(iterations.nvtx_ranges(r)))
+    if b is not None and len(b.iterations) and "kind" in b.iterations:
+        it = b.iterations
+        rr.unsteady = steady.explain(b.first_gpu())
+        rr.kinds = b.first_gpu("kinds").reset_index(drop=True)
         rr.outside = _outside(r, it, budget_)
         rr.session_recorded = r.db.has("ANALYSIS_DETAILS")
     rr.ort_record = remedies.ort_record(r.source)
@@ -647,7 +644,7 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
         rr.findings = [f.replace(budget.READ_EVERY_RANK, " (the straggler line above says "
                                  "which rank the others wait for); then ") for f in rr.findings]
     if b is not None and p is not None and not rr.partial and len(budget_) and not no_loop:
-        own = remedies.findings(p.runtime, budget_.iloc[0], _first_gpu(b["iterations"]), ks,
+        own = remedies.findings(p.runtime, budget_.iloc[0], b.first_gpu(), ks,
                                 rr.ort_record, remedies.trt_enqueue(r, p)
                                 if p.runtime == "TensorRT" else None)
         at = next((i for i, f in enumerate(rr.findings) if f.startswith(("top kernel", "top GPU"))),
@@ -713,10 +710,6 @@ def _no_loop(r: Report, b: pd.Series) -> str:
     return (f"no loop: nothing repeats in the trace: {held} ({work}, the GPU busy "
             f"{busy_pct(b):.0f}% of {_ms(span)}); {end}. No steady-state verdict: capture the "
             "loop itself (one NVTX range per iteration, iterN, makes it exact)")
-
-
-def _first_gpu(it: pd.DataFrame) -> pd.DataFrame:
-    return it[it["device_id"] == it["device_id"].iloc[0]] if len(it) else it
 
 
 def _outside(r: Report, it: pd.DataFrame, summary: pd.DataFrame) -> tuple:
@@ -845,6 +838,14 @@ def _run(r: Report, name: str):
     """A recipe's result, or None when the report lacks what it needs."""
     try:
         return recipes.run(name, r)
+    except recipes.NoDataError:
+        return None
+
+
+def _loop(r: Report) -> "loop.Loop | None":
+    """The run's loop, or None when the report has no GPU operation."""
+    try:
+        return loop.of(r)
     except recipes.NoDataError:
         return None
 
