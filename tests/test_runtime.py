@@ -123,20 +123,22 @@ def test_launch_bound_pytorch_gets_pytorch_remedies(sqlite_of, cache_dir):
 
 
 def test_remedies_in_each_runtimes_terms_on_made_up_advice():
-    """Made-up advice strings (no TensorRT or CUDA-EP launch-bound trace here): each generic
-    remedy is said in the runtime's terms, unknown runtimes get the CUDA calls."""
-    from nsightlab.analysis import budget
+    """Made-up advice records (no TensorRT or CUDA-EP launch-bound trace here): each remedy
+    is said in the runtime's terms, unknown runtimes get the CUDA calls, several the generic
+    words; the records are the same for all."""
+    from nsightlab.renderers import words
     from nsightlab.run import remedies
 
-    advice = (f"capture the loop as a CUDA graph {budget.GRAPH_HOW}; pin it {budget.PIN_HOW}; "
-              f"remove it from the loop {budget.SYNC_HOW}")
-    trt = remedies.in_terms(advice, "TensorRT")
+    advice = [words.record("launch"), words.record("pin_pageable", pageable_pct=80.0),
+              words.record("sync_in_loop", about="cudaStreamSynchronize", per_iteration=1.0,
+                           idle_ns_per_iteration=2e5, copy=False)]
+    trt = words.said(advice, remedies.how("TensorRT"))
     assert "trtexec --useCudaGraph" in trt and "torch" not in trt
-    ort = remedies.in_terms(advice, "ONNX Runtime (CUDA EP)")
+    ort = words.said(advice, remedies.how("ONNX Runtime (CUDA EP)"))
     assert "enable_cuda_graph" in ort and "io_binding" in ort and "torch" not in ort
-    plain = remedies.in_terms(advice, "unknown")
+    plain = words.said(advice, remedies.how("unknown"))
     assert "cudaStreamBeginCapture" in plain and "torch" not in plain
-    assert remedies.in_terms(advice, "PyTorch / TensorRT") == advice  # several: generic
+    assert words.said(advice, remedies.how("PyTorch / TensorRT")) == words.said(advice)
 
 
 def test_trtexec_checks_stay_quiet_on_a_compute_bound_tensorrt_app(sqlite_of, cache_dir):
@@ -160,8 +162,8 @@ def test_trtexec_checks_on_fake_numbers():
 
     bound = pd.Series({"kernels_ns": 1e6, "h2d_pageable_ns": 1.5e6, "h2d_pinned_ns": 0.0,
                        "d2h_pageable_ns": 0.0, "d2h_pinned_ns": 2e5, "wall_cov_pct": 12.0})
-    said = remedies.trt_checks(bound, (1.2e6, "the median ExecutionContext::enqueue range"))
-    assert len(said) == 3
+    codes, said = zip(*remedies.trt_checks(bound, (1.2e6, "the median ExecutionContext::enqueue range")))
+    assert codes == ("trt_enqueue", "trt_copies", "trt_unstable")
     assert "--useCudaGraph" in said[0] and "1.20 ms" in said[0] and "1.00 ms" in said[0]
     assert said[1].startswith("host-to-device copies take 1.50 ms") and "--noDataTransfers" in said[1]
     assert "--useSpinWait" in said[2]

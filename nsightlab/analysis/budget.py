@@ -31,6 +31,7 @@ the budget as ``hidden_copy_ns``.
 """
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -62,6 +63,7 @@ from nsightlab.analysis.launches import pairs
 from nsightlab.analysis.timeline import covered, union
 from nsightlab.read.frames import release_memory
 from nsightlab.read.report import Report
+from nsightlab.renderers import words
 
 OP_COLUMNS = ("device_id", "start_ns", "end_ns", "api_start_ns", "part")
 DTYPES = {"device_id": np.int32, "start_ns": np.int64, "end_ns": np.int64,
@@ -505,11 +507,12 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                "warmup_ns": st["warmup_ns"], "main_iterations": int(len(main)),
                "main_med_ns": float(np.median(main)) if len(main) else st["p50_ns"]}
         _add_parts(row, use, wall)
-        row["verdict"], row["evidence"], row["advice"] = verdict(row, by_sync, graphs, params)
-        if (g["name"] == WHOLE_RUN).all():  # nothing repeats: no steady state to judge
-            row["verdict"], row["advice"] = NO_LOOP, ""
-            row["evidence"] = ("the whole span of GPU activity, set-up included, "
-                               + row["evidence"].replace("per iteration ", "", 1))
+        whole = (g["name"] == WHOLE_RUN).all()
+        row["verdict"], row["evidence"], advice = verdict(row, by_sync, graphs, params, whole)
+        row["advice"], row["advice_records"] = words.said(advice), json.dumps(advice)
+        if whole:  # nothing repeats: no steady state to judge
+            row["verdict"], row["advice"], row["advice_records"] = NO_LOOP, "", "[]"
+            row["evidence"] = "the whole span of GPU activity, set-up included, " + row["evidence"]
         elif loop_words(st):
             row["evidence"] += "; " + loop_words(st)
         rows.append(row)
@@ -831,21 +834,22 @@ def busy_pct(row) -> float:
     return 100.0 - sum(float(row[f"{p}_pct"]) for p in IDLE_PARTS)
 
 
-def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict
-            ) -> tuple[str, str, str]:
-    """(verdict, evidence, advice) for one GPU's mean iteration (a ``summarize`` row)."""
+def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict, whole: bool = False
+            ) -> tuple[str, str, list[dict]]:
+    """(verdict, evidence, advice records) for one GPU's mean iteration (a ``summarize``
+    row); ``whole``: the whole span as one iteration (its evidence is not per iteration)."""
     share = {grp: sum(row[f"{p}_pct"] for p in parts) for grp, parts in GROUPS.items()}
     top = max(share, key=share.get)
     wall = row["wall_ns"]
     if not wall:
-        return "no GPU activity", "the iterations hold no GPU work", ""
+        return "no GPU activity", "the iterations hold no GPU work", []
     copies = sorted(((row[f"{p}_ns"], p) for p in GROUPS["copies"]), reverse=True)
     named = {"kernels": "kernels", "communication": "NCCL kernels with no compute beside them",
              "copies": COPY_WORDS[copies[0][1]] if copies[0][0] else "copies",
              "sync": "GPU idle after host syncs", "launch": "GPU idle waiting for launches",
              "host": "GPU idle while the host works", "unattributed": "GPU idle (no cause known)"}
     ranked = sorted(share, key=share.get, reverse=True)
-    evidence = f"per iteration {wall / 1e6:.3f} ms: " + ", ".join(
+    evidence = f"{'' if whole else 'per iteration '}{wall / 1e6:.3f} ms: " + ", ".join(
         f"{named[g]} {share[g]:.0f}%" for g in ranked if share[g] >= 1)
     if share[top] >= params["dominant_pct"] and top in VERDICTS:
         word = VERDICTS[top]
@@ -854,75 +858,40 @@ def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict
     else:
         second = ranked[1]
         word = f"mixed ({named[top]} {share[top]:.0f}%, {named[second]} {share[second]:.0f}%)"
-    return word, evidence, " ".join(_advice(row, share, copies, by_sync, graphs, params))
+    return word, evidence, _advice(row, share, copies, by_sync, graphs, params)
 
 
-#: how, in the advice's own words; ``run.remedies`` says each in a runtime's terms
-GRAPH_HOW = "(torch.cuda.graphs, torch.compile mode='reduce-overhead', trtexec --useCudaGraph)"
-PIN_HOW = "(pin_memory=True / cudaHostAlloc)"
-ASYNC_HOW = "(pinned memory, non_blocking=True)"
-SYNC_HOW = "(.item(), .cpu(), torch.cuda.synchronize())"
-
-
-#: the communication advice's pointer to every rank's trace, which a report of the whole job
-#: (``run.report``) replaces with its own straggler line
-READ_EVERY_RANK = (", so read every rank together (nsightlab report of the whole job, or of each "
-                   "rank's report at once) for the one the others wait for; then ")
-
-
-def _advice(row, share, copies, by_sync, graphs, params) -> list[str]:
-    """Advice that the numbers support, most important first."""
+def _advice(row, share, copies, by_sync, graphs, params) -> list[dict]:
+    """Advice that the numbers support, most important first, as records (said by
+    ``renderers.words.advice``)."""
     out = []
     notable = params["notable_pct"]
     copy_ns = sum(ns for ns, _ in copies)
     if share["copies"] >= notable:
         pageable = sum(row[f"{p}_ns"] for p in ("h2d_pageable", "d2h_pageable"))
         if pageable >= 0.5 * copy_ns:
-            out.append(f"{100 * pageable / copy_ns:.0f}% of the copy time moves pageable host "
-                       f"memory: pin it {PIN_HOW} so copies run at full "
-                       "bandwidth and can be asynchronous.")
+            out.append(words.record("pin_pageable", pageable_pct=100 * pageable / copy_ns))
         elif share["copies"] >= params["dominant_pct"]:
-            out.append("copies already use pinned memory: move less data per iteration (keep "
-                       "tensors on the GPU, send FP16/INT8 inputs) or overlap the next batch's "
-                       "copy with this batch's compute.")
+            out.append(words.record("copies_pinned"))
         if row["hidden_copy_ns"] < 0.1 * copy_ns and share["kernels"] >= 5:
-            out.append("copies do not overlap kernels: issue them asynchronously on another "
-                       f"stream {ASYNC_HOW} so they hide under compute.")
+            out.append(words.record("copies_serial"))
     if share["sync"] >= notable and len(by_sync):
         top = by_sync.iloc[0]
         per_iter = top["stretches"] / max(row["iterations"], 1)
-        fix = ("make the copy asynchronous (cudaMemcpyAsync from pinned memory) and wait once, "
-               "where the result is needed" if sync_kind(str(top["api_name"])) in ("memcpy", "memset")
-               else f"remove it from the loop {SYNC_HOW} or move it after the work that does "
-                    "not need its result")
         if per_iter >= 0.5:
-            out.append(f"{top['api_name']} ({per_iter:.0f} per iteration) leaves the GPU idle "
-                       f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration: {fix}.")
+            out.append(words.record(
+                "sync_in_loop", about=str(top["api_name"]), per_iteration=per_iter,
+                idle_ns_per_iteration=top["idle_ns_per_iteration"],
+                copy=sync_kind(str(top["api_name"])) in ("memcpy", "memset")))
         else:  # after a few iterations only: the host's wait after it returned, not the call's
-            n = int(top["stretches"])
-            out.append(f"the GPU idled after {top['api_name']} {n} time(s) in the "
-                       f"{int(row['iterations'])} iterations ({top['idle_ns'] / 1e6:.2f} ms in all, "
-                       f"{top['idle_ns_per_iteration'] / 1e6:.2f} ms per iteration on average): "
-                       "there the host waited after the call returned (another process, a "
-                       "barrier, input, I/O): see what it did then (nsys --trace=osrt shows "
-                       "its waits); the call itself is not in every iteration.")
+            out.append(words.record(
+                "sync_rare", about=str(top["api_name"]), times=int(top["stretches"]),
+                iterations=int(row["iterations"]), idle_ns=top["idle_ns"],
+                idle_ns_per_iteration=top["idle_ns_per_iteration"]))
     if share["launch"] >= notable:
-        if graphs:
-            out.append("the run already replays CUDA graphs, and the GPU still waits for "
-                       "launches: graph-node tracing (--cuda-graph-trace=node) slows graph "
-                       "launches, so time them with --cuda-graph-trace=graph before acting; "
-                       "otherwise fuse kernels or grow the batch.")
-        else:
-            out.append(f"the GPU waits for kernel launches: capture the loop as a CUDA graph "
-                       f"{GRAPH_HOW} or fuse small kernels.")
+        out.append(words.record("launch_with_graphs" if graphs else "launch"))
     if share["communication"] >= notable:
-        out.append(f"NCCL collectives run {row['communication_ns'] / 1e6:.2f} ms per iteration "
-                   "with no compute beside them: a rank that starts a collective early spins "
-                   f"until the last arrives{READ_EVERY_RANK}overlap communication with "
-                   "compute (DDP: bucket_cap_mb; no_sync for gradient accumulation).")
+        out.append(words.record("communication", communication_ns=row["communication_ns"]))
     if share["host"] >= notable:
-        out.append(f"the host spends {row['idle_host_ns'] / 1e6:.2f} ms per iteration on work that "
-                   "launches nothing while the GPU idles: move it out of the loop, overlap it "
-                   "with GPU work (another thread, prefetching), or profile the CPU side "
-                   "(nsys --sample=cpu).")
+        out.append(words.record("host", idle_host_ns=row["idle_host_ns"]))
     return out

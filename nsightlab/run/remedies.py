@@ -1,10 +1,9 @@
 """Advice in the terms of the run's own runtime.
 
-The budget's advice names remedies generically (``budget.GRAPH_HOW``, ``PIN_HOW``,
-``ASYNC_HOW``, ``SYNC_HOW``: the PyTorch, CUDA and trtexec spellings side by side). Once the
-runtime behind the run is known (``analysis.runtime``), each is said as that runtime's users
-do it; an unknown runtime gets the CUDA calls themselves. Only the wording changes: when to
-advise stays the budget's rule on the measured shares.
+The budget's advice is records (``budget._advice``); once the runtime behind the run is known
+(``analysis.runtime``), ``how`` gives the words each remedy is said in, as that runtime's users
+do it (``renderers.words.HOW``); an unknown runtime gets the CUDA calls themselves. Only the
+wording changes: when to advise stays the budget's rule on the measured shares.
 
 ``findings`` adds the remedies a runtime has of its own, each only where the trace (and, for
 an ``--ort`` capture, the runner's record of ORT's placement) supports it:
@@ -26,10 +25,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsightlab.analysis import budget
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.kinds import UNSTABLE_COV_PCT  # the report's UNSTABLE line: --useSpinWait
 from nsightlab.core.units import fmt_ms as _ms
+from nsightlab.renderers import words
 
 #: per-iteration copies below this many bytes are ORT's own shape values, not a run's inputs
 IO_BYTES = 1024
@@ -38,48 +37,12 @@ FP32_MATH_PCT = 25.0
 #: CPU-EP node names shown
 NAMED_NODES = 6
 
-ORT = ("(the CUDA EP's enable_cuda_graph provider option, with inputs and outputs bound by "
-       "io_binding; ONNX Runtime refuses it while any node runs on the CPU EP: see nsightlab "
-       "ort for the placement)")
-#: runtime (as ``analysis.runtime`` names it, EP apart) -> generic phrase -> its own phrase
-TERMS = {
-    "PyTorch": {budget.GRAPH_HOW: "(torch.cuda.graphs, or torch.compile mode='reduce-overhead')",
-                budget.PIN_HOW: "(pin_memory=True on the DataLoader or tensor)",
-                budget.ASYNC_HOW: "(pinned memory, .to(device, non_blocking=True))",
-                budget.SYNC_HOW: "(.item(), .cpu(), .tolist(), torch.cuda.synchronize())"},
-    "PyTorch (torch.compile)": {budget.GRAPH_HOW: "(torch.compile mode='reduce-overhead')"},
-    "TensorRT": {budget.GRAPH_HOW: "(trtexec --useCudaGraph; in an application, enqueueV3 "
-                                   "captured once into a CUDA graph and replayed)",
-                 budget.PIN_HOW: "(cudaHostAlloc for the bindings' host buffers; trtexec "
-                                 "--noDataTransfers to time the engine alone)",
-                 budget.ASYNC_HOW: "(cudaMemcpyAsync from pinned buffers on the enqueue's stream)",
-                 budget.SYNC_HOW: "(a cudaStreamSynchronize after every enqueue; trtexec "
-                                  "--useSpinWait makes its waits tighter)"},
-    "ONNX Runtime": {budget.GRAPH_HOW: ORT,
-                     budget.PIN_HOW: "(io_binding with device or pinned buffers)",
-                     budget.ASYNC_HOW: "(io_binding: inputs bound on the device)",
-                     budget.SYNC_HOW: "(session.run copies every output back and waits: "
-                                      "io_binding keeps them on the device)"},
-    "unknown": {budget.GRAPH_HOW: "(cudaStreamBeginCapture ... cudaGraphLaunch)",
-                budget.PIN_HOW: "(cudaHostAlloc / cudaHostRegister)",
-                budget.ASYNC_HOW: "(cudaMemcpyAsync from pinned memory)",
-                budget.SYNC_HOW: "(cudaDeviceSynchronize, cudaStreamSynchronize, a blocking "
-                                 "cudaMemcpy)"},
-}
-
-
-def in_terms(advice: str, runtime: str, record: dict | None = None) -> str:
-    """``advice`` with each generic remedy said in ``runtime``'s terms (one runtime: several,
-    as "PyTorch / TensorRT", keep the generic words). ``record``: the ORT runner's record of
-    the run (``ort_record``), whose placement says whether enable_cuda_graph can work."""
-    terms = TERMS.get(runtime.split(" (")[0] if runtime.startswith("ONNX Runtime") else runtime)
-    if not advice or terms is None:
-        return advice
-    if runtime.startswith("ONNX Runtime"):
-        terms = {**terms, budget.GRAPH_HOW: ort_graph_words(record or {})}
-    for generic, own in terms.items():
-        advice = advice.replace(generic, own)
-    return advice
+def how(runtime: str, record: dict | None = None, job: bool = False) -> dict:
+    """The words of each remedy in ``runtime``'s terms (``renderers.words.how``); for ONNX
+    Runtime, CUDA graphs as far as the runner's ``record`` knows the placement; ``job``: a
+    report of the whole job."""
+    graph = ort_graph_words(record or {}) if runtime.startswith("ONNX Runtime") else None
+    return words.how(runtime, graph, job)
 
 
 def ort_record(source: Path | str) -> dict:
@@ -111,7 +74,7 @@ def ort_graph_words(record: dict) -> str:
     """The CUDA-graph remedy for an ORT run, as far as its placement is known."""
     nodes = cpu_nodes(record)
     if nodes is None:
-        return ORT
+        return words.HOW["ONNX Runtime"]["graph"]
     if not nodes:
         return ("(the CUDA EP's enable_cuda_graph provider option, with inputs and outputs "
                 "bound by io_binding: every node here runs on the CUDA EP, so ORT can capture it)")
@@ -132,11 +95,12 @@ def _named(nodes: list[str]) -> str:
 
 
 def findings(runtime: str, summary: pd.Series, iterations: pd.DataFrame, ks: pd.DataFrame,
-             record: dict, enqueue: tuple[float, str] | None = None) -> list[str]:
+             record: dict, enqueue: tuple[float, str] | None = None) -> list[tuple[str, str]]:
     """The runtime's own remedies that the evidence supports (see the module's docstring):
     ``summary`` one GPU's budget summary row, ``iterations`` its timed iterations, ``ks`` the
     iterations' kernel_sum table, ``record`` the ORT runner's record ({} when none),
-    ``enqueue`` the host's enqueue time per iteration and where it comes from (TensorRT)."""
+    ``enqueue`` the host's enqueue time per iteration and where it comes from (TensorRT). Each
+    as (code, sentence)."""
     out = []
     if runtime == "TensorRT":
         return trt_checks(summary, enqueue)
@@ -146,15 +110,15 @@ def findings(runtime: str, summary: pd.Series, iterations: pd.DataFrame, ks: pd.
     if runtime.startswith("ONNX Runtime"):
         out += _ort(summary, iterations, record, share)
     elif runtime.startswith("PyTorch") and share["fp32"] >= FP32_MATH_PCT:
-        out.append(f"what to do about the FP32 math ({share['fp32']:.0f}% of GPU time in FP32 "
+        out.append(("pytorch_fp32", f"what to do about the FP32 math ({share['fp32']:.0f}% of GPU time in FP32 "
                    "GEMM/attention/conv kernels on CUDA cores): let PyTorch use TF32 Tensor Cores "
                    "(torch.set_float32_matmul_precision('high'), or torch.backends.cuda.matmul."
                    "allow_tf32 = True and torch.backends.cudnn.allow_tf32 = True) or run under "
-                   "torch.autocast('cuda', dtype=torch.bfloat16)")
+                   "torch.autocast('cuda', dtype=torch.bfloat16)"))
     return out
 
 
-def _ort(summary: pd.Series, it: pd.DataFrame, record: dict, share: dict) -> list[str]:
+def _ort(summary: pd.Series, it: pd.DataFrame, record: dict, share: dict) -> list[tuple[str, str]]:
     out = []
     steady = it[it["phase"] != "warm-up"] if "phase" in it else it
     if len(steady) and not record.get("io_binding"):
@@ -166,50 +130,50 @@ def _ort(summary: pd.Series, it: pd.DataFrame, record: dict, share: dict) -> lis
                 f"its inputs in from pageable host memory ({h2d / 1e3:,.1f} kB)" if h2d >= IO_BYTES else "",
                 f"its outputs out to pageable memory ({d2h / 1e3:,.1f} kB, a copy session.run "
                 "waits for)" if d2h >= IO_BYTES else "") if x)
-            out.append(f"each run copies {said}: {_ms(ns)} of copies per run on the GPU, and "
+            out.append(("ort_io_binding", f"each run copies {said}: {_ms(ns)} of copies per run on the GPU, and "
                        "the host waits: bind inputs on the device once and outputs to device "
                        "buffers with io_binding (session.io_binding(), bind_ortvalue_input, "
-                       "bind_output(name, 'cuda'), run_with_iobinding)")
+                       "bind_output(name, 'cuda'), run_with_iobinding)"))
     if record.get("profiler_on"):
-        out.append("ONNX Runtime's profiler was on in this run (the runner's record): it adds "
+        out.append(("ort_profiler", "ONNX Runtime's profiler was on in this run (the runner's record): it adds "
                    "host time to every node, so the host side looks slower than it is; capture "
                    "the runner without --profile (nsightlab capture NAME -- python -m "
-                   "nsightlab.runners.ort MODEL ...) for the run's own wall time")
+                   "nsightlab.runners.ort MODEL ...) for the run's own wall time"))
     fp = share["fp32"] + share["tf32"]
     if fp >= FP32_MATH_PCT:
         which = "TF32 (the CUDA EP's default for FP32 MatMul/Gemm: use_tf32)" \
             if share["tf32"] >= share["fp32"] else "FP32"
-        out.append(f"the math is {which}: {fp:.0f}% of GPU time in FP32/TF32 GEMM/attention/conv "
+        out.append(("ort_math", f"the math is {which}: {fp:.0f}% of GPU time in FP32/TF32 GEMM/attention/conv "
                    "kernels; for Tensor Core precision export an fp16 model "
                    "(onnxconverter_common.float16.convert_float_to_float16) or run the TensorRT EP "
-                   "with trt_fp16_enable")
+                   "with trt_fp16_enable"))
     return out
 
 
-def trt_checks(summary: pd.Series, enqueue: tuple[float, str] | None) -> list[str]:
+def trt_checks(summary: pd.Series, enqueue: tuple[float, str] | None) -> list[tuple[str, str]]:
     """trtexec's warnings at the end of a run, from the trace's numbers per iteration."""
     out = []
     compute = float(summary.get("kernels_ns", 0.0))
     if compute <= 0:
         return out
     if enqueue and enqueue[0] >= compute:
-        out.append(f"enqueue time {_ms(enqueue[0])} ({enqueue[1]}) is at or above the GPU "
+        out.append(("trt_enqueue", f"enqueue time {_ms(enqueue[0])} ({enqueue[1]}) is at or above the GPU "
                    f"compute time {_ms(compute)} per inference: throughput is bound by the host's "
                    "enqueue, as trtexec warns: capture the enqueue as a CUDA graph "
                    "(trtexec --useCudaGraph; in an application, enqueueV3 captured once and "
-                   "replayed)")
+                   "replayed)"))
     for key, said in (("h2d", "host-to-device"), ("d2h", "device-to-host")):
         ns = float(summary.get(f"{key}_pageable_ns", 0.0) + summary.get(f"{key}_pinned_ns", 0.0))
         if ns >= compute:
-            out.append(f"{said} copies take {_ms(ns)} per inference, at or above the GPU compute "
+            out.append(("trt_copies", f"{said} copies take {_ms(ns)} per inference, at or above the GPU compute "
                        f"time {_ms(compute)}: throughput is bound by the transfers, as trtexec "
                        "warns: time the engine alone with trtexec --noDataTransfers, and in the "
                        "application keep the bindings on the device (or pinned, copied with "
-                       "cudaMemcpyAsync on the enqueue's stream)")
+                       "cudaMemcpyAsync on the enqueue's stream)"))
     cov = float(summary.get("wall_cov_pct", 0.0))
     if cov > UNSTABLE_COV_PCT:
-        out.append(f"the iterations vary by {cov:.0f}% (CoV): trtexec --useSpinWait makes its "
-                   "waits for the GPU tighter, and locked GPU clocks steadier")
+        out.append(("trt_unstable", f"the iterations vary by {cov:.0f}% (CoV): trtexec --useSpinWait makes its "
+                   "waits for the GPU tighter, and locked GPU clocks steadier"))
     return out
 
 

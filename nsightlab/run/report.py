@@ -7,6 +7,7 @@ Rendering (terminal text, HTML with charts) is ``nsightlab.renderers``' job.
 """
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pandas as pd
 from nsightlab import recipe_runner as recipes
 from nsightlab.analysis import budget, completeness, gpu_metrics as gm, iterations, kinds, loop, processes, steady, stretch
 from nsightlab.analysis.budget import busy_pct
+from nsightlab.renderers import words
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.launches import want_pairs
 from nsightlab.run import remedies
@@ -70,7 +72,7 @@ class RunReport(Result):
     profile: RunProfile | None
     warnings: list[dict]
     budget: pd.DataFrame
-    findings: list[str]
+    findings: list  # sentences that keep their records (``said``, ``words.Said``)
     top_kernels: pd.DataFrame
     launch: pd.DataFrame
     syncs: pd.DataFrame
@@ -118,7 +120,8 @@ class RunReport(Result):
     def tables(self) -> dict[str, pd.DataFrame]:
         out = {"run": pd.DataFrame([self.run_row()]),
                "warnings": pd.DataFrame(self.warnings, columns=["check", "severity", "message"]),
-               "findings": pd.DataFrame({"finding": self.findings}, dtype=object),
+               "findings": pd.DataFrame({"finding": [str(f) for f in self.findings],
+                                         "code": [f.code for f in self.findings]}, dtype=object),
                "budget": self.budget}
         if self.profile is not None:
             out.update(by_class=self.profile.by_class, by_layer=self.profile.by_layer)
@@ -134,7 +137,7 @@ class RunReport(Result):
     def to_json(self) -> dict:
         """The run summary, warnings and findings as plain data, every other table as records."""
         out = {"run": json_value(self.run_row()), "warnings": json_value(self.warnings),
-               "findings": list(self.findings)}
+               "findings": [json_value(f.record()) for f in self.findings]}
         out.update({t: json_records(df) for t, df in self.tables().items()
                     if t not in ("run", "findings", "warnings")})
         return out
@@ -164,7 +167,7 @@ class ProcessesReport(Result):
         return f"{self.label}: {len(self.runs)} processes"
 
     @property
-    def findings(self) -> list[str]:  # what the renderers and data warnings read per run
+    def findings(self) -> list:  # what the renderers and data warnings read per run
         return [f for r in self.runs for f in r.findings]
 
     def tables(self) -> dict[str, pd.DataFrame]:
@@ -416,10 +419,11 @@ def _say_shared(pr: "ProcessesReport") -> None:
                     "kernel time and verdict count it" if mode.get(x.device_id) != "concurrent"
                     else f"; its kernels ran beside other processes' kernels (MPS: sharing the "
                     f"SMs) {_ms(x.held_ns)} per iteration")
-        runs[x.pid].findings.insert(0, (
-            f"GPU {x.device_id} is shared: its iterations took {_ms(x.wall_ns)} beside the "
-            f"other process(es), {_ms(x.alone_ns)} replayed alone (stretch {_ms(x.stretch_ns)}, "
-            f"median of {x.iterations} iterations){held}"))
+        runs[x.pid].findings.insert(0, said(
+            "gpu_shared", f"GPU {x.device_id} is shared: its iterations took {_ms(x.wall_ns)} "
+            f"beside the other process(es), {_ms(x.alone_ns)} replayed alone (stretch "
+            f"{_ms(x.stretch_ns)}, median of {x.iterations} iterations){held}", x.device_id,
+            wall_ns=x.wall_ns, alone_ns=x.alone_ns, stretch_ns=x.stretch_ns))
 
 
 #: matched collectives ending further apart than this (median) say the clocks disagree
@@ -636,42 +640,40 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
         rr.outside = _outside(r, it, budget_)
         rr.session_recorded = r.db.has("ANALYSIS_DETAILS")
     rr.ort_record = remedies.ort_record(r.source)
-    rr.findings = findings(rr, ks)
+    rr.findings = findings(rr, ks, job)
     no_loop = len(budget_) and (budget_["verdict"] == budget.NO_LOOP).all() and not rr.partial
     if no_loop:  # said first: there is no steady state, and why the trace has none
-        rr.findings.insert(0, _no_loop(r, budget_.iloc[0]))
-    if job:  # every rank is here: the job's straggler line says who the others wait for
-        rr.findings = [f.replace(budget.READ_EVERY_RANK, " (the straggler line above says "
-                                 "which rank the others wait for); then ") for f in rr.findings]
+        rr.findings.insert(0, said("no_loop", _no_loop(r, budget_.iloc[0])))
     if b is not None and p is not None and not rr.partial and len(budget_) and not no_loop:
-        own = remedies.findings(p.runtime, budget_.iloc[0], b.first_gpu(), ks,
-                                rr.ort_record, remedies.trt_enqueue(r, p)
-                                if p.runtime == "TensorRT" else None)
-        at = next((i for i, f in enumerate(rr.findings) if f.startswith(("top kernel", "top GPU"))),
+        own = [said(code, text) for code, text in remedies.findings(
+            p.runtime, budget_.iloc[0], b.first_gpu(), ks, rr.ort_record,
+            remedies.trt_enqueue(r, p) if p.runtime == "TensorRT" else None)]
+        at = next((i for i, f in enumerate(rr.findings) if f.code in ("top_kernel", "top_graph")),
                   len(rr.findings))
         rr.findings[at:at] = own
-        if any(f.startswith("what to do about the FP32 math") for f in own):  # said there
-            rr.findings = [f for f in rr.findings if not f.startswith("FP32 math left over")]
+        if any(f.code == "pytorch_fp32" for f in own):  # said there
+            rr.findings = [f for f in rr.findings if f.code != "fp32_math"]
     outside = float(whole["total_ns"].sum() - ks["total_ns"].sum()) if len(whole) else 0.0
     if len(whole) and outside > WARMUP_NOTE_PCT / 100 * max(whole["total_ns"].sum(), 1) \
             and not rr.partial:
         top = whole.set_index("name")["total_ns"].sub(ks.set_index("name")["total_ns"],
                                                       fill_value=0).idxmax()
-        rr.findings.append(
-            f"outside the iterations (warm-up, compile, teardown): {_ms(outside)} of kernels, "
-            f"{100 * outside / whole['total_ns'].sum():.0f}% of all kernel time, most in "
-            f"{str(top)[:80]}; the kernel tables count the iterations only")
+        rr.findings.append(said(
+            "outside_iterations", f"outside the iterations (warm-up, compile, teardown): "
+            f"{_ms(outside)} of kernels, {100 * outside / whole['total_ns'].sum():.0f}% of all "
+            f"kernel time, most in {str(top)[:80]}; the kernel tables count the iterations only",
+            about=str(top)[:80], time_ns=outside))
     if len(ks) and not rr.partial and "name" in ks:
         nccl = ks[ks["name"].astype(str).str.startswith("nccl")]
         if len(nccl) and not job and len(processes.cuda_pids(r)) <= 1:
-            rr.findings.append(
-                f"NCCL collectives take {nccl['time_pct'].sum():.0f}% of kernel time, but this "
-                "report holds one rank: which rank the others wait for (the straggler) needs "
-                "every rank's trace (one report of the whole job, e.g. nsys profile around "
-                "torchrun)")
+            rr.findings.append(said(
+                "one_rank", f"NCCL collectives take {nccl['time_pct'].sum():.0f}% of kernel "
+                "time, but this report holds one rank: which rank the others wait for (the "
+                "straggler) needs every rank's trace (one report of the whole job, e.g. nsys "
+                "profile around torchrun)", time_pct=nccl["time_pct"].sum()))
     memory = _memory_finding(r)
     if memory:
-        rr.findings.append(memory)
+        rr.findings.append(said("gpu_memory", memory))
     return rr
 
 
@@ -882,86 +884,112 @@ def _outside_wait(p: RunProfile | None, b) -> str:
 CUT_NOTES = ("capture_cut",)
 
 
-def findings(rr: RunReport, ks: pd.DataFrame) -> list[str]:
-    """Sentences about the run, most important first, each with the numbers behind it: the
-    budget's verdict and advice (none for a partial trace), the top kernel, FP32 math left,
-    quantize cost and Tensor Core activity (measured or estimated)."""
+def said(code: str, text: str, gpu=None, about: str | None = None, **values) -> words.Said:
+    """A finding of the report: its sentence, which keeps its record (``words.Said``)."""
+    return words.Said(text, code, gpu, about, values)
+
+
+def findings(rr: RunReport, ks: pd.DataFrame, job: bool = False) -> list[dict]:
+    """Findings about the run, most important first, each a record with its sentence and the
+    numbers behind it: the budget's verdict and advice (none for a partial trace; the advice
+    in the run's runtime's terms, ``job``: read with the whole job's straggler line), the top
+    kernel, FP32 math left, quantize cost and Tensor Core activity (measured or estimated)."""
     out = []
     p, tc = rr.profile, rr.tensor_core
     if rr.partial:
-        out.append("no performance verdict: the trace lacks part of the run (see the warnings)")
+        out.append(said("no_verdict", "no performance verdict: the trace lacks part of the run "
+                        "(see the warnings)"))
     elif len(rr.budget):
         # how the trace ended, when it cut an iteration: said before the numbers it changes
-        out += [w["message"] for w in rr.warnings if w["check"] in CUT_NOTES]
-        out += time_by_kind(rr.kinds)
+        out += [said(w["check"], w["message"]) for w in rr.warnings if w["check"] in CUT_NOTES]
+        out += [said("kinds", t) for t in time_by_kind(rr.kinds)]
         for _, b in rr.budget.iterrows():
-            gpu = f"GPU {b['device_id']}: " if len(rr.budget) > 1 else ""
+            dev = int(b["device_id"])
+            gpu = f"GPU {dev}: " if len(rr.budget) > 1 else ""
+            advice = json.loads(b["advice_records"])
             waited = _outside_wait(p, b)
             if waited:  # the launch-idle time is the GPU's time elsewhere: said first
-                out.append(gpu + waited)
-                b = b.copy()
-                b["advice"] = ""
+                out.append(said("busy_outside_trace", gpu + waited, dev))
+                b, advice = b.copy(), []
                 if b["verdict"] == budget.VERDICTS["launch"]:
                     b["verdict"] = "waiting for a GPU busy outside the trace"
             main = rr.kinds[rr.kinds["kind"] == kinds.MAIN] if len(rr.kinds) else rr.kinds
             if b["kinds"] > 1 and len(main) and b["device_id"] == rr.kinds["device_id"].iloc[0]:
                 m = main.iloc[0]
-                out.append(f"{gpu}the main kind ({m['which']}, median {_ms(m['med_ns'])}): "
-                           f"{m['verdict']}")
-                out.append(f"{gpu}the loop, every kind by its time: {b['verdict']}: {b['evidence']}")
+                out.append(said("main_kind", f"{gpu}the main kind ({m['which']}, median "
+                                f"{_ms(m['med_ns'])}): {m['verdict']}", dev, med_ns=m["med_ns"]))
+                out.append(said("verdict", f"{gpu}the loop, every kind by its time: "
+                                f"{b['verdict']}: {b['evidence']}", dev))
             elif b["verdict"] == budget.NO_LOOP:  # where its time went, no verdict
-                out.append(f"{gpu}{b['evidence']}")
+                out.append(said("no_loop_time", f"{gpu}{b['evidence']}", dev))
             else:
-                out.append(f"{gpu}{b['verdict']}: {b['evidence']}")
-            if b["advice"]:
-                out.append(f"{gpu}what to do: " + remedies.in_terms(
-                    b["advice"], p.runtime if p else "unknown", rr.ort_record))
+                out.append(said("verdict", f"{gpu}{b['verdict']}: {b['evidence']}", dev))
+            if advice:
+                how = remedies.how(p.runtime if p else "unknown", rr.ort_record, job)
+                out.append(said("advice", f"{gpu}what to do: " + words.said(advice, how), dev,
+                                advice=advice))
+            sync_said = any(a["code"] == "sync_rare" or (a["code"] == "sync_in_loop"
+                                                          and not a["values"]["copy"])
+                            for a in advice)
             if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
-                    b["verdict"] != budget.NO_LOOP and \
-                    "remove it from the loop" not in b["advice"] and \
-                    "the GPU idled after" not in b["advice"]:  # said there already
+                    b["verdict"] != budget.NO_LOOP and not sync_said:  # said there already
                 top = rr.sync_idle.iloc[0]
-                out.append(f"{gpu}host syncs: {top['stretches'] / b['iterations']:.0f} per iteration "
-                           f"({top['api_name']}) leave the GPU idle "
-                           f"{_ms(top['idle_ns_per_iteration'])} per iteration "
-                           f"({b['idle_sync_pct']:.0f}%)")
+                n = top["stretches"] / b["iterations"]
+                out.append(said("host_syncs", f"{gpu}host syncs: {n:.0f} per iteration "
+                                f"({top['api_name']}) leave the GPU idle "
+                                f"{_ms(top['idle_ns_per_iteration'])} per iteration "
+                                f"({b['idle_sync_pct']:.0f}%)", dev, str(top["api_name"]),
+                                per_iteration=n, idle_ns=top["idle_ns_per_iteration"],
+                                idle_pct=b["idle_sync_pct"]))
     elif not len(ks):
-        out.append("no GPU activity in the trace: API time and NVTX ranges only")
+        out.append(said("no_gpu_activity", "no GPU activity in the trace: API time and NVTX "
+                        "ranges only"))
     if rr.partial or p is None:
         return out
     it = p.iteration_ns or 1.0
     if len(ks):
         top = ks.iloc[0]
+        name = str(top["name"])[:80]
         if top["kernel_class"] == "cuda graph":  # a graph-level trace: whole graphs, no kernels
             share = 100 * top["total_ns"] / max(ks["total_ns"].sum(), 1)
-            out.append(f"top GPU work: {str(top['name'])[:80]} takes {share:.0f}% of the GPU "
-                       "time recorded (its kernels were not recorded one by one)")
+            out.append(said("top_graph", f"top GPU work: {name} takes {share:.0f}% of the GPU "
+                            "time recorded (its kernels were not recorded one by one)",
+                            about=name, time_pct=share))
         else:
-            out.append(f"top kernel: {top['kernel_class']} {top['precision']} takes "
-                       f"{top['time_pct']:.0f}% of GPU time ({str(top['name'])[:80]})")
+            out.append(said("top_kernel", f"top kernel: {top['kernel_class']} {top['precision']} "
+                            f"takes {top['time_pct']:.0f}% of GPU time ({name})", about=name,
+                            time_pct=top["time_pct"], kernel_class=top["kernel_class"],
+                            precision=top["precision"]))
         fp32 = ks[(ks["precision"] == "fp32") & ks["kernel_class"].isin(MATH_CLASSES)]
         if len(fp32) and fp32["time_pct"].sum() > 5:
-            out.append(f"FP32 math left over: {fp32['time_pct'].sum():.0f}% of GPU time in FP32 "
-                       "GEMM/attention/conv kernels")
+            out.append(said("fp32_math", f"FP32 math left over: {fp32['time_pct'].sum():.0f}% of "
+                            "GPU time in FP32 GEMM/attention/conv kernels",
+                            time_pct=fp32["time_pct"].sum()))
     conv = p.by_class.set_index("kernel_class")["time_ns"].get("quantize", 0.0)
     if conv > 0.05 * it:
-        out.append(f"quantize/cast kernels take {_ms(conv)} per iteration "
-                   f"({100 * conv / it:.0f}%): precision conversion is not free")
+        out.append(said("quantize", f"quantize/cast kernels take {_ms(conv)} per iteration "
+                        f"({100 * conv / it:.0f}%): precision conversion is not free",
+                        time_ns=conv, time_pct=100 * conv / it))
     clock, most = p.machine.get("trace_sm_mhz"), p.machine.get("trace_sm_mhz_max")
     if clock and most and clock < (1 - gm.CLOCK_DROP_PCT / 100) * most:
-        out.append(f"the SM clock averaged {clock:,.0f} MHz inside the iterations, below the "
-                   f"{most:,.0f} MHz it reached in the run (GPU metrics): power, thermal or "
-                   "application clock limits slow the GPU's kernels")
+        out.append(said("clock_low", f"the SM clock averaged {clock:,.0f} MHz inside the "
+                        f"iterations, below the {most:,.0f} MHz it reached in the run (GPU "
+                        "metrics): power, thermal or application clock limits slow the GPU's "
+                        "kernels", sm_mhz=clock, sm_mhz_max=most))
     if p.tensor_core.get("source") == "gpu_metrics" and len(tc):
-        out.append(f"Tensor Active {p.tensor_core['tensor_active_pct']:.0f}% on average inside the "
-                   f"iterations ({tc.iloc[0]['tensor_active_avg_pct']:.0f}% over all GPU activity)")
+        out.append(said("tensor_active", f"Tensor Active {p.tensor_core['tensor_active_pct']:.0f}% "
+                        "on average inside the iterations "
+                        f"({tc.iloc[0]['tensor_active_avg_pct']:.0f}% over all GPU activity)",
+                        tensor_active_pct=p.tensor_core["tensor_active_pct"]))
     elif len(tc):
         t = tc.iloc[0]
         if t["source"] == "gpu_metrics":
-            out.append(f"Tensor Active {t['tensor_active_avg_pct']:.0f}% on average over the run "
-                       f"(SMs Active {t['sm_active_avg_pct']:.0f}%)")
+            out.append(said("tensor_active", f"Tensor Active {t['tensor_active_avg_pct']:.0f}% on "
+                            f"average over the run (SMs Active {t['sm_active_avg_pct']:.0f}%)",
+                            tensor_active_pct=t["tensor_active_avg_pct"]))
         else:
-            out.append(f"{t['tensor_kernel_time_pct']:.0f}% of kernel time is in Tensor-Core-capable "
-                       "GEMM/attention/conv kernels (estimate from names; capture with --gpu-metrics "
-                       "to measure)")
+            out.append(said("tensor_estimate", f"{t['tensor_kernel_time_pct']:.0f}% of kernel "
+                            "time is in Tensor-Core-capable GEMM/attention/conv kernels "
+                            "(estimate from names; capture with --gpu-metrics to measure)",
+                            time_pct=t["tensor_kernel_time_pct"]))
     return out

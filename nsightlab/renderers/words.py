@@ -1,0 +1,138 @@
+"""The vocabulary: records (a finding, a piece of advice) said as sentences.
+
+Analyses and the run's report make records: a ``code``, the numbers behind it (``values``),
+what it is about (a GPU, a kernel) and, once said, its ``text``; decisions read codes, never
+text. This module says them, and says a remedy in the terms of the run's runtime (PyTorch,
+TensorRT, ONNX Runtime, or the CUDA calls themselves when unknown): a rendering choice, not a
+rewrite of generic words. It sits in the core layer (``nsightlab._layers``) so every layer
+that makes a record can say it.
+"""
+from __future__ import annotations
+
+#: how each remedy is done, generically (the PyTorch, CUDA and trtexec spellings side by side),
+#: then in each runtime's own terms (as ``analysis.runtime`` names it, EP apart)
+HOW = {
+    None: {"graph": "(torch.cuda.graphs, torch.compile mode='reduce-overhead', trtexec --useCudaGraph)",
+           "pin": "(pin_memory=True / cudaHostAlloc)",
+           "async": "(pinned memory, non_blocking=True)",
+           "sync": "(.item(), .cpu(), torch.cuda.synchronize())"},
+    "PyTorch": {"graph": "(torch.cuda.graphs, or torch.compile mode='reduce-overhead')",
+                "pin": "(pin_memory=True on the DataLoader or tensor)",
+                "async": "(pinned memory, .to(device, non_blocking=True))",
+                "sync": "(.item(), .cpu(), .tolist(), torch.cuda.synchronize())"},
+    "PyTorch (torch.compile)": {"graph": "(torch.compile mode='reduce-overhead')"},
+    "TensorRT": {"graph": "(trtexec --useCudaGraph; in an application, enqueueV3 captured once "
+                          "into a CUDA graph and replayed)",
+                 "pin": "(cudaHostAlloc for the bindings' host buffers; trtexec "
+                        "--noDataTransfers to time the engine alone)",
+                 "async": "(cudaMemcpyAsync from pinned buffers on the enqueue's stream)",
+                 "sync": "(a cudaStreamSynchronize after every enqueue; trtexec --useSpinWait "
+                         "makes its waits tighter)"},
+    "ONNX Runtime": {"graph": "(the CUDA EP's enable_cuda_graph provider option, with inputs and "
+                              "outputs bound by io_binding; ONNX Runtime refuses it while any "
+                              "node runs on the CPU EP: see nsightlab ort for the placement)",
+                     "pin": "(io_binding with device or pinned buffers)",
+                     "async": "(io_binding: inputs bound on the device)",
+                     "sync": "(session.run copies every output back and waits: io_binding "
+                             "keeps them on the device)"},
+    "unknown": {"graph": "(cudaStreamBeginCapture ... cudaGraphLaunch)",
+                "pin": "(cudaHostAlloc / cudaHostRegister)",
+                "async": "(cudaMemcpyAsync from pinned memory)",
+                "sync": "(cudaDeviceSynchronize, cudaStreamSynchronize, a blocking cudaMemcpy)"},
+}
+#: the communication advice's pointer to every rank's trace; a report of the whole job says
+#: its own straggler line instead (``how(job=True)``)
+EVERY_RANK = (", so read every rank together (nsightlab report of the whole job, or of each "
+              "rank's report at once) for the one the others wait for; then ")
+STRAGGLER_ABOVE = " (the straggler line above says which rank the others wait for); then "
+
+
+def how(runtime: str | None = None, graph: str | None = None, job: bool = False) -> dict:
+    """The words of each remedy for ``runtime`` (several, as "PyTorch / TensorRT", or None:
+    generic); ``graph``: the CUDA-graph remedy as far as the run's placement is known (ORT);
+    ``job``: a report of the whole job, whose straggler line says which rank to read."""
+    own = HOW.get(runtime.split(" (")[0] if runtime and runtime.startswith("ONNX Runtime")
+                  else runtime) if runtime else None
+    out = {**HOW[None], **(own or {}), "every_rank": STRAGGLER_ABOVE if job else EVERY_RANK}
+    if graph and own is not None:
+        out["graph"] = graph
+    return out
+
+
+def record(code: str, gpu: int | None = None, about: str | None = None, **values) -> dict:
+    """A record: its code, the GPU and the thing it is about, the numbers behind it."""
+    return {"code": code, "gpu": gpu, "about": about,
+            "values": {k: _plain(v) for k, v in values.items()}}
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def advice(a: dict, words: dict | None = None) -> str:
+    """One piece of the budget's advice (``budget._advice``'s records) in ``words``
+    (``how()``; generic when None)."""
+    w, v = words or how(), a["values"]
+    ms = lambda ns: f"{ns / 1e6:.2f} ms"  # noqa: E731
+    code = a["code"]
+    if code == "pin_pageable":
+        return (f"{v['pageable_pct']:.0f}% of the copy time moves pageable host memory: pin it "
+                f"{w['pin']} so copies run at full bandwidth and can be asynchronous.")
+    if code == "copies_pinned":
+        return ("copies already use pinned memory: move less data per iteration (keep tensors "
+                "on the GPU, send FP16/INT8 inputs) or overlap the next batch's copy with this "
+                "batch's compute.")
+    if code == "copies_serial":
+        return ("copies do not overlap kernels: issue them asynchronously on another stream "
+                f"{w['async']} so they hide under compute.")
+    if code == "sync_in_loop":
+        fix = ("make the copy asynchronous (cudaMemcpyAsync from pinned memory) and wait once, "
+               "where the result is needed" if v["copy"] else
+               f"remove it from the loop {w['sync']} or move it after the work that does not "
+               "need its result")
+        return (f"{a['about']} ({v['per_iteration']:.0f} per iteration) leaves the GPU idle "
+                f"{ms(v['idle_ns_per_iteration'])} per iteration: {fix}.")
+    if code == "sync_rare":
+        return (f"the GPU idled after {a['about']} {v['times']} time(s) in the {v['iterations']} "
+                f"iterations ({ms(v['idle_ns'])} in all, {ms(v['idle_ns_per_iteration'])} per "
+                "iteration on average): there the host waited after the call returned (another "
+                "process, a barrier, input, I/O): see what it did then (nsys --trace=osrt shows "
+                "its waits); the call itself is not in every iteration.")
+    if code == "launch_with_graphs":
+        return ("the run already replays CUDA graphs, and the GPU still waits for launches: "
+                "graph-node tracing (--cuda-graph-trace=node) slows graph launches, so time them "
+                "with --cuda-graph-trace=graph before acting; otherwise fuse kernels or grow the "
+                "batch.")
+    if code == "launch":
+        return ("the GPU waits for kernel launches: capture the loop as a CUDA graph "
+                f"{w['graph']} or fuse small kernels.")
+    if code == "communication":
+        return (f"NCCL collectives run {ms(v['communication_ns'])} per iteration with no compute "
+                "beside them: a rank that starts a collective early spins until the last "
+                f"arrives{w['every_rank']}overlap communication with compute (DDP: "
+                "bucket_cap_mb; no_sync for gradient accumulation).")
+    if code == "host":
+        return (f"the host spends {ms(v['idle_host_ns'])} per iteration on work that launches "
+                "nothing while the GPU idles: move it out of the loop, overlap it with GPU work "
+                "(another thread, prefetching), or profile the CPU side (nsys --sample=cpu).")
+    raise KeyError(f"no words for advice {code!r}")
+
+
+def said(records: list[dict], words: dict | None = None) -> str:
+    """Every piece of advice in ``records``, one after another."""
+    return " ".join(advice(a, words) for a in records)
+
+
+class Said(str):
+    """A sentence that keeps its record: as a ``str``, what users read; ``code``, ``gpu``,
+    ``about`` and ``values``, what code decides on; ``record()``, both as JSON data."""
+
+    def __new__(cls, text: str = "", code: str = "", gpu=None, about=None, values=None):
+        self = super().__new__(cls, text)
+        self.code, self.gpu, self.about = code, _plain(gpu), about
+        self.values = {k: _plain(v) for k, v in (values or {}).items()}
+        return self
+
+    def record(self) -> dict:
+        return {"code": self.code, "gpu": self.gpu, "about": self.about, "values": self.values,
+                "text": str(self)}
