@@ -183,9 +183,14 @@ def test_unclosed_ranges_and_no_iteration_ranges_synthetic_from_real(sqlite_of, 
     with sqlite3.connect(flat) as c:
         c.execute("DELETE FROM NVTX_EVENTS WHERE text LIKE 'iter%'")
     d = nsightlab.diff(unclosed, flat)
+    # the range never closed: its iteration's end is unknown, so it is left out (one NVTX
+    # rule for the budget and the profile: before, the profile kept 20 and the budget, which
+    # read the open range as nested at depth -1, kept that one range alone)
+    assert d.headline["a_iterations"] == 19
+    assert "the last (iter19) cut by the trace's end" in d.headline["a_iteration_source"]
     # without its iteration ranges, the 20 passes are found in the trace (within 10%)
     # (the trace also holds the workload's 3 unmarked warm-up passes: 20 to 23 are right)
-    assert d.headline["a_iterations"] == 20 and 20 <= d.headline["b_iterations"] <= 23
+    assert 20 <= d.headline["b_iterations"] <= 23
     assert "found in the trace (no NVTX iteration ranges)" in d.headline["b_iteration_source"]
     assert abs(d.by_class["b_ns"].sum() - d.headline["b_kernel_ns"]) < 1
 

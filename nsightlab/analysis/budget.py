@@ -552,12 +552,16 @@ def kinds_table(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
         ids = g["work"].to_numpy(np.int64) if "work" in g else None
         with kinds.numbered(kinds.user_numbers(g["name"])):  # iter8 is iteration 8
             out += _kind_rows(g, int(dev), wall, label, ids, works, by_sync, graphs, params)
-    cols = ["device_id", "kind", "pattern", "which", "iterations", "med_ns", "min_ns", "max_ns",
-            "mean_ns", "time_ns", "share_pct", "period", "basis", "work", "verdict", "cause",
-            "kernel_first_ns", "kernel_last_ns", "kernel_quarter", "same_work", "work_kernels",
-            "first", "listed",
+    cols = ["device_id", "kind", "pattern", "which", "head", "base", "iterations", "med_ns",
+            "min_ns", "max_ns", "mean_ns", "time_ns", "share_pct", "period", "basis", "work",
+            "verdict", "cause", "kernel_first_ns", "kernel_last_ns", "kernel_quarter",
+            "same_work", "work_kernels", "first", "listed", *(f"trend_{k}" for k in TREND),
             *(f"{p}_ns" for p in PARTS), "hidden_copy_ns", *BYTES]
     return pd.DataFrame(out, columns=cols)
+
+
+#: a trend's numbers in the kinds table (``trend_*``: ``kinds.Loop.trend``)
+TREND = ("change_pct", "first_ns", "last_ns", "quarter")
 
 
 def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, ids, works,
@@ -567,21 +571,23 @@ def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, i
     loop = kinds.describe(wall, label, ids)
     loop_ns = float(wall[label != kinds.WARM_UP].sum())
     main = g[label == kinds.MAIN]
-    groups = [(x.name, x.pattern, x.words) for x in loop.kinds if (label == x.name).any()]
+    groups = [(x.name, x.pattern, x.words, x.head) for x in loop.kinds if (label == x.name).any()]
     basis = {x.name: x.basis for x in loop.kinds}
     basis[kinds.MAIN] = "work"
     if (label == kinds.OUTLIER).any():
         rows = np.flatnonzero(label == kinds.OUTLIER)
+        head = f"iteration{'s' if len(rows) > 1 else ''} {kinds.listed(rows, 8)}"
         groups.append((kinds.OUTLIER, "isolated", f"{len(rows)} of {len(wall) - loop.warmup}: "
-                       f"iterations {kinds.listed(rows, 8)}"))
+                       + head, head))
     if loop.warmup:
-        groups.append((kinds.WARM_UP, "prefix", f"iteration {kinds.number(0)}"
-                       if loop.warmup == 1 else f"iterations {kinds.number(0)}-"
-                       f"{kinds.number(loop.warmup - 1)}"))
-    for name, pattern, which in groups:
+        head = f"iteration {kinds.number(0)}" if loop.warmup == 1 else \
+            f"iterations {kinds.number(0)}-{kinds.number(loop.warmup - 1)}"
+        groups.append((kinds.WARM_UP, "prefix", head, head))
+    for name, pattern, which, head in groups:
         mine = g[label == name]
         w = mine["wall_ns"].to_numpy(float)
-        row = {"device_id": dev, "kind": name, "pattern": pattern, "which": which,
+        row = {"device_id": dev, "kind": name, "pattern": pattern, "which": which, "head": head,
+               "base": which,
                "iterations": len(mine), "med_ns": float(np.median(w)),
                "min_ns": float(w.min()), "max_ns": float(w.max()), "mean_ns": float(w.mean()),
                "time_ns": float(w.sum()),
@@ -602,8 +608,7 @@ def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, i
         if name == kinds.MAIN and loop.cycle and sum(
                 x.basis == "work" for x in loop.kinds if x.name != kinds.MAIN) >= 2:
             row["period"] = loop.cycle  # the main kind's: the cycle the work repeats in
-            row["which"] += (f"; the work repeats in a cycle of {loop.cycle} iterations "
-                             f"(one unit of the loop is {loop.cycle} iterations)")
+            row["which"] += "; " + words.cycle(loop.cycle)
         if name == kinds.MAIN:  # the same work's kernels growing (or shrinking) in time
             same, kt = _kernel_trend(mine, ids, label == name, works)
             row["kernel_first_ns"] = kt["first_ns"] if kt else float("nan")
@@ -611,12 +616,9 @@ def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, i
             row["kernel_quarter"] = kt["quarter"] if kt else 0
             row["same_work"] = same
         if name == kinds.MAIN and loop.trend:
-            t = loop.trend
             row["pattern"] = "trend"
-            row["which"] += (f"; {'slows down' if t['change_pct'] > 0 else 'speeds up'} "
-                             f"{abs(t['change_pct']):.0f}%: median {t['first_ns'] / 1e6:.3g} "
-                             f"ms in the first {t['quarter']} iterations, "
-                             f"{t['last_ns'] / 1e6:.3g} ms in the last {t['quarter']}")
+            row.update({f"trend_{k}": loop.trend[k] for k in TREND})
+            row["which"] += "; " + words.trend(row)
         out.append(row)
     return out
 

@@ -61,14 +61,15 @@ NAMES = "BCDEFGH"
 @dataclass
 class Kind:
     """One kind of iteration: ``rows`` (iteration numbers, in order), ``pattern`` (recurring,
-    phase, cluster, scattered or main), ``period`` (recurring kinds) and ``words`` (which
-    iterations, as a person says it)."""
+    phase, cluster, scattered or main), ``period`` (recurring kinds), ``words`` (which
+    iterations, as a person says it) and ``head`` (the same without their count)."""
 
     name: str
     rows: np.ndarray
     pattern: str
     words: str
     period: int | None = None
+    head: str = ""
     basis: str = "pace"  # "work": it runs other work than the main kind; "pace": the same
 
 
@@ -187,7 +188,7 @@ def _pace_of_main(w: np.ndarray, main_rows: np.ndarray, k: int, work_kinds: list
     label[odd[odd >= k]] = OUTLIER
     kinds = [x for x in kinds if x.name]
     out = [Kind(MAIN, np.flatnonzero(label == MAIN), MAIN, "")] + kinds
-    out[0].words = _main_words(out[0].rows, k, n, len(out) > 1)
+    out[0].words = out[0].head = _main_words(out[0].rows, k, n, len(out) > 1)
     return Loop(label, k, out, pace.trend, unit)
 
 
@@ -263,7 +264,7 @@ def _by_time(wall, cycle: int = 0) -> Loop:
     for x in kinds:
         rows = np.flatnonzero(label == x.name)
         out.append(Kind(x.name, rows, *_pattern(rows, k, n)))
-    out[0].words = _main_words(out[0].rows, k, n, len(out) > 1)
+    out[0].words = out[0].head = _main_words(out[0].rows, k, n, len(out) > 1)
     trend = _trend_words(w[k:], label[k:]) if fit is not None else None
     return Loop(label, k, out, trend)
 
@@ -766,33 +767,37 @@ def _runs(rows: np.ndarray) -> list[np.ndarray]:
     return np.split(rows, np.flatnonzero(np.diff(rows) > 2) + 1) if len(rows) else []
 
 
-def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None]:
-    """(pattern, words, period) of iterations ``rows`` of a loop from ``k`` to ``n``:
-    recurring every Nth, a phase (one stretch that reaches the loop's start or end), a
-    cluster (up to 3 stretches), or scattered."""
+def _pattern(rows: np.ndarray, k: int, n: int) -> tuple[str, str, int | None, str]:
+    """(pattern, words, period, head: the words without the count) of iterations ``rows`` of
+    a loop from ``k`` to ``n``: recurring every Nth, a phase (one stretch that reaches the
+    loop's start or end), a cluster (up to 3 stretches), or scattered."""
+    of = f"{len(rows)} of {n - k}"
     if len(rows) >= MIN_KIND:
         d = np.diff(rows)
         p = int(np.bincount(d).argmax())
         if p >= 2 and (d % p == 0).all() and (d == p).mean() >= 0.7:
-            return ("recurring", f"every {ordinal(p)} iteration ({len(rows)} of {n - k}: "
-                    f"iterations {listed(rows)})", p)
+            head = f"every {ordinal(p)} iteration"
+            return "recurring", f"{head} ({of}: iterations {listed(rows)})", p, head
         for q in range(3, MAX_PERIOD + 1):  # several places in a cycle: 2 of every 4
             places = np.unique(rows % q)
             if len(places) < q - 1 and (len(rows) >= 2 * q or len(places) == 1) and \
                     np.isin(np.arange(rows[0], rows[-1] + 1) % q, places).sum() <= len(rows) + 2:
-                return ("recurring", f"{len(places)} of every {q} iterations ({len(rows)} of "
-                        f"{n - k}: iterations {listed(rows)})", q)
+                head = f"{len(places)} of every {q} iterations"
+                return "recurring", f"{head} ({of}: iterations {listed(rows)})", q, head
     runs = _bulk(rows)
     if sum(map(len, runs)) < 0.8 * len(rows):  # most of them alone: scattered
         runs = []
     if len(runs) == 1 and runs[0][-1] >= n - 2:
-        return "phase", f"from iteration {number(runs[0][0])} on ({len(rows)} of {n - k})", None
-    if len(runs) == 1 and runs[0][0] <= k + 1:
-        return "phase", f"until iteration {number(runs[0][-1])} ({len(rows)} of {n - k})", None
-    if 1 <= len(runs) <= 3:
-        spans = ", ".join(f"{number(r[0])}-{number(r[-1])}" for r in runs)
-        return "cluster", f"iterations {spans} ({len(rows)} of {n - k})", None
-    return "scattered", f"{len(rows)} of {n - k}, no pattern: iterations {listed(rows)}", None
+        pattern, head = "phase", f"from iteration {number(runs[0][0])} on"
+    elif len(runs) == 1 and runs[0][0] <= k + 1:
+        pattern, head = "phase", f"until iteration {number(runs[0][-1])}"
+    elif 1 <= len(runs) <= 3:
+        pattern = "cluster"
+        head = "iterations " + ", ".join(f"{number(r[0])}-{number(r[-1])}" for r in runs)
+    else:
+        words = f"{of}, no pattern: iterations {listed(rows)}"
+        return "scattered", words, None, words
+    return pattern, f"{head} ({of})", None, head
 
 
 def _bulk(rows: np.ndarray) -> list[np.ndarray]:

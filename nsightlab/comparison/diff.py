@@ -30,6 +30,7 @@ from nsightlab.core.labels import run_labels
 from nsightlab.core.units import fmt_ms as _ms, kernel_label
 from nsightlab.read.opener import as_report
 from nsightlab.read.report import Report
+from nsightlab.renderers.words import Said
 
 #: kernels that convert to or from a narrow format by what they are called: Q/DQ, FP8/FP4/INT8
 _NARROW = re.compile(r"quantiz|qdq|float8|fp8|e4m3|e5m2|fp4|e2m1|(?<!u)int8|nvfp4|mxfp", re.I)
@@ -454,11 +455,14 @@ def _match_slots(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("delta_ns", key=abs, ascending=False, kind="stable").reset_index(drop=True)
 
 
+#: the wall-clock part that a launch-bound run grows (its kernel counts are said with it)
+LAUNCH_IDLE = "GPU idle waiting for launches"
+
 #: the time budget's parts as the verdict names them (copies are one part)
 _WALL_PARTS = (("GPU work", ("kernels",)), ("exposed communication (NCCL)", ("communication",)),
                ("copies", budget.COPY_PARTS), ("memsets", ("memset",)),
                ("waits on host syncs", ("idle_sync",)),
-               ("GPU idle waiting for launches", ("idle_launch",)),
+               (LAUNCH_IDLE, ("idle_launch",)),
                ("host work between launches", ("idle_host",)),
                ("other GPU idle", ("idle_unattributed",)))
 
@@ -503,10 +507,10 @@ def pair_labels(kernels: pd.DataFrame, width: int = 72) -> list[str]:
 
 
 def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.DataFrame,
-                   target: float) -> str:
+                   target: float) -> tuple[str, list[str]]:
     """Which kernels, layers or classes make up >= 80% of a kernel-time change ``target``
     (the finest grain that needs at most three rows); when gains and losses cancel, the
-    largest of each."""
+    largest of each. In words, and the rows named."""
     where = {OUTSIDE: " (outside layers)", ITERATION_LAYER: ""}
     k = kernels.assign(key=[f"{label}{where.get(lay, f' ({lay})')}" for label, lay in
                             zip(pair_labels(kernels, 56), kernels["layer"])])
@@ -521,18 +525,18 @@ def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.D
             rows = explaining(table["delta_ns"], target)
             if rows:
                 return ", ".join(f"{r} {_ms(table.loc[r, 'a_ns'])} -> {_ms(table.loc[r, 'b_ns'])}"
-                                 for r in rows)
+                                 for r in rows), [str(r) for r in rows]
     if abs(target) >= 0.5 * gross:  # one way, but spread over many rows: the largest classes
         table = grains[2][0]
         top = table["delta_ns"][np.sign(table["delta_ns"]) == np.sign(target)].abs().nlargest(3)
         return (f"spread over many kernels ({100 * top.sum() / abs(target):.0f}% in "
                 + ", ".join(f"{r} {_ms(table.loc[r, 'a_ns'])} -> {_ms(table.loc[r, 'b_ns'])}"
-                            for r in top.index) + ")")
+                            for r in top.index) + ")"), [str(r) for r in top.index]
     table = grains[0][0]
     up, down = table["delta_ns"].idxmax(), table["delta_ns"].idxmin()
     return (f"gains and losses cancel: largest gain {down} {_ms(table.loc[down, 'a_ns'])} -> "
             f"{_ms(table.loc[down, 'b_ns'])}, largest loss {up} {_ms(table.loc[up, 'a_ns'])} -> "
-            f"{_ms(table.loc[up, 'b_ns'])}")
+            f"{_ms(table.loc[up, 'b_ns'])}"), [str(down), str(up)]
 
 
 def _overlap_note(pa: RunProfile, pb: RunProfile) -> str:
@@ -561,7 +565,7 @@ def kinds_note(pa: RunProfile, pb: RunProfile, mains: bool = True) -> str:
         if not other:
             return f"{r} has one kind"
         return f"{r} also has " + ", ".join(
-            f"{k['which'].split(' (')[0]} ({k['iterations']}, median {_ms(k['med_ns'])}, "
+            f"{k['head']} ({k['iterations']}, median {_ms(k['med_ns'])}, "
             f"{k['share_pct']:.0f}% of its loop's time)" for k in other)
     which = (f"the main kinds' medians (A {_ms(pa.main_ns)}, B {_ms(pb.main_ns)})" if mains
              else "the loops' medians (a main kind holds less than 60% of its loop)")
@@ -611,20 +615,25 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     same = bool(pa.work) and pa.work == pb.work and not moved
     ci = (f"; {100 * interval['level']:.0f}% CI {pace.span(interval['low'], interval['high'])}x"
           " of A's time" if np.isfinite(interval["low"]) else "")
+    times = {"a_ns": a_ns, "b_ns": b_ns, "speedup": speedup, "low": interval["low"],
+             "high": interval["high"], "level": interval["level"]}
     if same:
-        parts.append(f"The same work in A and B ({work.summary(pa.work)} per iteration): ")
-        parts[-1] += (f"B takes {pace.x(b_ns / a_ns)}x A's time per iteration ({_ms(b_ns)} vs "
-                      f"{_ms(a_ns)}{ci}), the machine's pace, not a change" if real else
-                      f"no measurable difference per iteration ({_ms(b_ns)} vs {_ms(a_ns)}"
-                      f"{ci})")
+        parts.append(Said(f"The same work in A and B ({work.summary(pa.work)} per iteration): "
+                          + (f"B takes {pace.x(b_ns / a_ns)}x A's time per iteration ({_ms(b_ns)} "
+                             f"vs {_ms(a_ns)}{ci}), the machine's pace, not a change" if real else
+                             f"no measurable difference per iteration ({_ms(b_ns)} vs "
+                             f"{_ms(a_ns)}{ci})"),
+                          "same_work_pace" if real else "same_work_no_difference", values=times))
     elif not real:
-        parts.append(f"No measurable difference per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})")
+        parts.append(Said(f"No measurable difference per iteration ({_ms(b_ns)} vs {_ms(a_ns)}"
+                          f"{ci})", "no_difference", values=times))
     elif abs(speedup - 1) < 0.02:
-        parts.append(f"B runs an iteration in the same time as A ({_ms(b_ns)} vs {_ms(a_ns)}"
-                     f"{ci})")
+        parts.append(Said(f"B runs an iteration in the same time as A ({_ms(b_ns)} vs "
+                          f"{_ms(a_ns)}{ci})", "same_time", values=times))
     else:
         word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
-        parts.append(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})")
+        parts.append(Said(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})",
+                          "faster" if speedup > 1 else "slower", values=times))
     touched = _touched(kernels, {c["token"] for c in moved if c["kind"] == "kernel"})
     gpu = pace.ratio(pa.main_kernel_walls, pb.main_kernel_walls)
     if not np.isfinite(gpu["low"]):  # too few iterations for an interval: 2% is a change
@@ -636,13 +645,13 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         if not same and pa.work and pb.work else ""
     if hidden:  # one side's kernels are hidden in whole-graph executions: no kernel compare
         change = ""
-        parts.append(
+        parts.append(Said(
             f"{hidden} replays a CUDA graph whose kernels were not recorded one by one (traced "
             f"at graph level), so its kernels cannot be compared with "
             f"{'A' if hidden == 'B' else 'B'}'s; what compares: the iteration time, the launches "
             f"({pa.kernels:.0f} -> {pb.kernels:.0f} per iteration: kernels or whole graphs) and "
             f"the host's time; to compare kernels, profile {hidden} with "
-            "--cuda-graph-trace=node")
+            "--cuda-graph-trace=node", "graph_level", about=hidden))
     if change:
         text = "the work changed: " + change
         if touched["kernels"]:
@@ -651,23 +660,28 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
                      + (" (no measurable change of GPU time" +
                         (": the difference per iteration is the machine's pace)" if real
                          else ")") if not gpu["significant"] else ""))
-        parts.append(text)
+        parts.append(Said(text, "work_changed", values={
+            "touched_kernels": touched["kernels"], "touched_a_ns": touched["a_ns"],
+            "touched_b_ns": touched["b_ns"]}))
     outside = _outside_work(pa, pb, delta, base) if real else ""
     if outside:
-        parts.append(outside)
+        parts.append(Said(outside, "busy_outside_trace"))
     gpu_pace = touched["same_ratio"]
     if real and np.isfinite(gpu_pace) and abs(gpu_pace - 1) >= 0.03 and touched["same_ns"] \
             > 0.1 * base and gpu["significant"]:
-        parts.append(f"identical kernels take {pace.x(gpu_pace)}x as long in B "
-                     f"({_ms(touched['same_a_ns'])} -> {_ms(touched['same_b_ns'])} per "
-                     "iteration): the GPU's pace (clocks, power, other processes)")
+        parts.append(Said(f"identical kernels take {pace.x(gpu_pace)}x as long in B "
+                          f"({_ms(touched['same_a_ns'])} -> {_ms(touched['same_b_ns'])} per "
+                          "iteration): the GPU's pace (clocks, power, other processes)",
+                          "gpu_pace", values={"ratio": gpu_pace, "a_ns": touched["same_a_ns"],
+                                              "b_ns": touched["same_b_ns"]}))
     skewed = [p for p in (pa, pb) if p.mean_ns and p.iteration_ns
               and abs(p.mean_ns - p.iteration_ns) > kinds.MEAN_MEDIAN_PCT / 100 * p.iteration_ns]
     if several:
-        parts[0] += " (" + kinds_note(pa, pb, a_main and b_main) + ")"
+        parts[0] = parts[0].more(" (" + kinds_note(pa, pb, a_main and b_main) + ")")
     elif skewed:  # the headline's times are medians; the parts below add up to the means
-        parts[0] += (f" (medians of the loops' iterations after warm-up; their means, to "
-                      f"which the parts add up: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)})")
+        parts[0] = parts[0].more(f" (medians of the loops' iterations after warm-up; their "
+                                 f"means, to which the parts add up: A {_ms(pa.mean_ns)}, B "
+                                 f"{_ms(pb.mean_ns)})")
     # the wall-clock change, part by part of the time budget: a launch-idle change is a cause
     # only in a run the budget calls launch-bound (else it is queue back-pressure)
     wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
@@ -675,13 +689,13 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     # launch idle is a cause in a launch-bound run, or where it moves with the kernel count
     # (4x the kernels, 4x the launches); otherwise it is queue back-pressure
     more_kernels = abs(pb.kernels - pa.kernels) > 0.1 * max(pa.kernels, 1)
-    if "GPU idle waiting for launches" in wall and not bound and not more_kernels:
-        wall.pop("GPU idle waiting for launches")
+    if LAUNCH_IDLE in wall and not bound and not more_kernels:
+        wall.pop(LAUNCH_IDLE)
     deltas = pd.Series({n: b - a for n, (a, b) in wall.items()})
     # the parts add up to the change of the steady mean: they explain that one, to 90%
     mean_delta = (pb.mean_ns - pa.mean_ns) if pa.mean_ns and pb.mean_ns else delta
     if outside:  # the idle is the GPU's time elsewhere, not launches or the host
-        for n in ("GPU idle waiting for launches", "other GPU idle"):
+        for n in (LAUNCH_IDLE, "other GPU idle"):
             deltas = deltas.drop(n, errors="ignore")
     named = explaining(deltas, mean_delta, share=0.9, most=4) if abs(delta) >= 0.02 * base \
         and real else None
@@ -695,7 +709,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         if abs(b - a) < 0.02 * base:
             continue
         text = f"{n} {'rose' if b > a else 'fell'} {_ms(a)} -> {_ms(b)}"
-        if n == "GPU idle waiting for launches":
+        if n == LAUNCH_IDLE:
             r = "B" if b > a else "A"
             p = pb if r == "B" else pa
             if r in bound:
@@ -704,39 +718,47 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
             else:
                 text += (f" (B launches {pb.kernels:.0f} kernels per iteration, A "
                          f"{pa.kernels:.0f})")
-        parts.append(text)
+        parts.append(Said(text, "part_moved", about=n, values={"a_ns": a, "b_ns": b}))
     if not hidden and (abs(kernel_delta) >= 0.05 * base or (named and "GPU work" in named)):
-        reason = _kernel_reason(kernels, by_layer, by_class, kernel_delta)
-        parts.append("kernel time: " + reason + _overlap_note(pa, pb))
-        if gemm_a and abs(gemm_change) >= 5 and "gemm" not in reason:  # what a precision is for
-            parts.append(f"its GEMMs take {abs(gemm_change):.0f}% "
-                         f"{'less' if gemm_change < 0 else 'more'} time ({_ms(gemm_a)} -> {_ms(gemm_b)})")
+        reason, rows = _kernel_reason(kernels, by_layer, by_class, kernel_delta)
+        parts.append(Said("kernel time: " + reason + _overlap_note(pa, pb), "kernel_time",
+                          values={"delta_ns": kernel_delta, "rows": rows}))
+        if gemm_a and abs(gemm_change) >= 5 and not any("gemm" in r for r in rows):
+            parts.append(Said(f"its GEMMs take {abs(gemm_change):.0f}% "  # what a precision is for
+                              f"{'less' if gemm_change < 0 else 'more'} time ({_ms(gemm_a)} -> "
+                              f"{_ms(gemm_b)})", "gemm_time", values={
+                                  "change_pct": gemm_change, "a_ns": gemm_a, "b_ns": gemm_b}))
     if conversion_ns > 0.05 * base and not hidden:
         tail = ""
         if delta > 0:
             tail = (", more than the whole regression" if conversion_ns > delta
                     else f", {100 * conversion_ns / delta:.0f}% of the regression")
-        parts.append(f"precision-conversion kernels only in B (casts, scaling, amax) add "
-                     f"{_ms(conversion_ns)}{tail}")
-    said = any("kernels per iteration" in t or t.startswith("the work changed") for t in parts)
+        parts.append(Said(f"precision-conversion kernels only in B (casts, scaling, amax) add "
+                          f"{_ms(conversion_ns)}{tail}", "conversion",
+                          values={"conversion_ns": conversion_ns}))
+    # the kernel counts said already (the work's change, a launch-idle part)
+    said = any(t.code == "work_changed" or (t.code == "part_moved" and t.about == LAUNCH_IDLE)
+               for t in parts)
     if more_kernels and not said and len(parts) > 1:  # kernels added or removed: how many
-        parts.append(f"B launches {pb.kernels:.0f} kernels per iteration, A {pa.kernels:.0f}")
+        parts.append(Said(f"B launches {pb.kernels:.0f} kernels per iteration, A "
+                          f"{pa.kernels:.0f}", "kernel_count",
+                          values={"a": pa.kernels, "b": pb.kernels}))
     if same and real and not named and not outside:
-        parts.append(_pace_where(pa, pb))
+        parts.append(Said(_pace_where(pa, pb), "pace_where"))
     if len(parts) == 1 and real:
-        parts.append("no part of the iteration changes by more than 2% of it")
+        parts.append(Said("no part of the iteration changes by more than 2% of it", "no_part"))
     if runs:
-        parts.append(f"{1 + len(more_a)} run{'s' if more_a else ''} of A and {1 + len(more_b)} "
-                     f"of B: the interval holds the spread between runs (run medians "
-                     f"{_spread(interval.get('a_run_medians'))} in A, "
-                     f"{_spread(interval.get('b_run_medians'))} in B)")
+        parts.append(Said(f"{1 + len(more_a)} run{'s' if more_a else ''} of A and "
+                          f"{1 + len(more_b)} of B: the interval holds the spread between runs "
+                          f"(run medians {_spread(interval.get('a_run_medians'))} in A, "
+                          f"{_spread(interval.get('b_run_medians'))} in B)", "runs"))
     elif same or not real or not interval["ratio"] > 0 \
             or abs(np.log(interval["ratio"])) < np.log(1.4):
-        parts.append("one run per side cannot show the run-to-run variance (the same code "
-                     "differs by 5-37% between runs on a shared machine): capture each side "
-                     "several times (nsightlab capture --repeat N), alternating A and B, with "
-                     "the GPU otherwise idle")
-    parts += _machine_words(pa, pb)
+        parts.append(Said("one run per side cannot show the run-to-run variance (the same code "
+                          "differs by 5-37% between runs on a shared machine): capture each "
+                          "side several times (nsightlab capture --repeat N), alternating A and "
+                          "B, with the GPU otherwise idle", "one_run"))
+    parts += [Said(t, "machine") for t in _machine_words(pa, pb)]
     verdict = parts[0] + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "") + "."
     return {
         "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,
@@ -752,7 +774,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         "gemm_change_pct": gemm_change, "conversion_overhead_ns": float(conversion_ns),
         "layers_matched": int((by_layer["status"] == "matched").sum()
                               - (OUTSIDE in set(by_layer["layer"]))),
-        "verdict": verdict,
+        "verdict": verdict, "parts": [p.record() for p in parts],
         "a_verdict": _run_verdict(pa), "b_verdict": _run_verdict(pb),
         "a_outside_kernel_ns": pa.outside_kernel_ns, "b_outside_kernel_ns": pb.outside_kernel_ns,
         "a_warnings": [w["message"] for w in pa.warnings],

@@ -872,7 +872,8 @@ def _nvtx_depth(tables: Iterator[pa.Table]) -> pa.Array:
     cols: dict[str, list[np.ndarray]] = {"start": [], "end": [], "key": []}
     for t in tables:
         cols["start"].append(t.column("start_ns").to_numpy())
-        cols["end"].append(pc.fill_null(t.column("end_ns"), t.column("start_ns")).to_numpy())
+        # a range never closed holds every later one (depth 0 if it is outermost, not -1)
+        cols["end"].append(pc.fill_null(t.column("end_ns"), np.iinfo(np.int64).max).to_numpy())
         # pid and tid are 24-bit; a range without a thread (NULL globalTid) is of thread 0
         key = pc.fill_null(t.column("pid"), 0).to_numpy().astype(np.int64) << 26
         key |= pc.fill_null(t.column("tid"), 0).to_numpy().astype(np.int64) << 1

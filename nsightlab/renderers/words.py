@@ -123,6 +123,19 @@ def said(records: list[dict], words: dict | None = None) -> str:
     return " ".join(advice(a, words) for a in records)
 
 
+def cycle(n: int) -> str:
+    """A main kind whose work repeats in a cycle of ``n`` iterations."""
+    return f"the work repeats in a cycle of {n} iterations (one unit of the loop is {n} iterations)"
+
+
+def trend(k) -> str:
+    """A loop's trend, from a kinds-table row's ``trend_*`` numbers."""
+    pct, q = k["trend_change_pct"], int(k["trend_quarter"])
+    return (f"{'slows down' if pct > 0 else 'speeds up'} {abs(pct):.0f}%: median "
+            f"{k['trend_first_ns'] / 1e6:.3g} ms in the first {q} iterations, "
+            f"{k['trend_last_ns'] / 1e6:.3g} ms in the last {q}")
+
+
 class Said(str):
     """A sentence that keeps its record: as a ``str``, what users read; ``code``, ``gpu``,
     ``about`` and ``values``, what code decides on; ``record()``, both as JSON data."""
@@ -136,3 +149,7 @@ class Said(str):
     def record(self) -> dict:
         return {"code": self.code, "gpu": self.gpu, "about": self.about, "values": self.values,
                 "text": str(self)}
+
+    def more(self, text: str) -> "Said":
+        """The sentence with ``text`` after it, the same record."""
+        return Said(str(self) + text, self.code, self.gpu, self.about, self.values)

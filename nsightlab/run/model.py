@@ -205,10 +205,13 @@ def _compute(report: Report, label: str) -> RunProfile:
         overheads = overheads.result()
     # the headline's iteration: the loop's median one (the budget's parts add up to the mean)
     wall = summary.get("wall_med_ns") or summary.get("wall_ns") or span_ns
+    # how the iterations were found: the loop's words and code (one source for every command)
     return RunProfile(
-        label=label, iterations=total, steady_iterations=n, iteration_source=source,
-        iteration_how=how if len(iters) or how == budget.HOW_REJECTED else
-        budget.HOW_WHOLE if span_ns else budget.HOW_NONE,
+        label=label, iterations=total, steady_iterations=n,
+        iteration_source=summary.get("iteration_source") or source,
+        iteration_how=summary.get("iteration_how") or (
+            how if len(iters) or how == budget.HOW_REJECTED else
+            budget.HOW_WHOLE if span_ns else budget.HOW_NONE),
         iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns, gpus=_gpu_names(report),
         batch=batch_of(report), drivers=report.drivers,
         kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
@@ -307,8 +310,8 @@ def _kinds(report: Report) -> list[dict]:
         return []
     if not len(k):
         return []
-    cols = ["kind", "pattern", "which", "iterations", "med_ns", "min_ns", "max_ns", "share_pct",
-            "verdict", "cause"]
+    cols = ["kind", "pattern", "which", "head", "iterations", "med_ns", "min_ns", "max_ns",
+            "share_pct", "verdict", "cause"]
     return [{c: (v.item() if hasattr(v, "item") else v) for c, v in r.items()}
             for r in k[cols].to_dict("records")]
 

@@ -752,36 +752,29 @@ def time_by_kind(k: pd.DataFrame) -> list[str]:
         out.append(cycle)
     for r in others.itertuples():
         cause = f" with {r.cause}" if r.cause else ""
-        out.append(f"{r.pattern if r.pattern != 'recurring' else ''} {r.which}".strip()
-                   .replace("phase from", "from").replace("phase until", "until")
-                   .replace("cluster iterations", "iterations")
-                   .replace("scattered ", "")
-                   + f"{cause}, {_ms(r.min_ns)}-{_ms(r.max_ns)} each (median {_ms(r.med_ns)}): "
-                   f"{r.share_pct:.0f}% of the loop's time")
+        out.append(f"{r.which}{cause}, {_ms(r.min_ns)}-{_ms(r.max_ns)} each (median "
+                   f"{_ms(r.med_ns)}): {r.share_pct:.0f}% of the loop's time")
     if len(others) and len(main):
         m = main.iloc[0]
-        which = m["which"].split("; the work repeats")[0] if cycle else m["which"]
-        out.append(f"{which}: median {_ms(m['med_ns'])}, {m['share_pct']:.0f}% of the "
-                   "loop's time")
+        out.append(f"{m['base'] if cycle else m['which']}: median {_ms(m['med_ns'])}, "
+                   f"{m['share_pct']:.0f}% of the loop's time")
     if len(main) and main.iloc[0]["pattern"] == "trend":
         m = main.iloc[0]
-        out.append(f"a trend, not kinds: the loop {m['which'].split('; ', 1)[-1]}"
+        out.append(f"a trend, not kinds: the loop {words.trend(m)}"
                    + (f"; {m['cause']}" if m["cause"] and not grows else ""))
     odd = k[k["kind"] == kinds.OUTLIER]
     for r in odd.itertuples():
         span = _ms(r.min_ns) if r.iterations == 1 else f"{_ms(r.min_ns)}-{_ms(r.max_ns)}"
         out.append(f"{r.iterations} outlier iteration{'s' if r.iterations > 1 else ''} "
-                   f"({r.which.replace('iterations ', 'iteration ') if r.iterations == 1 else r.which}), "
-                   f"{span}" + (f", {r.cause}" if r.cause else "")
+                   f"({r.which}), {span}" + (f", {r.cause}" if r.cause else "")
                    + f": {r.share_pct:.1f}% of the loop's time, kept in every statistic")
     warm = k[k["kind"] == kinds.WARM_UP]
     if len(warm) and warm.iloc[0]["share_pct"] >= NAMED_PCT:
         w = warm.iloc[0]
         size = (f"{w['share_pct'] / 100:.1f}x the loop's time" if w["share_pct"] >= 100
                 else f"{w['share_pct']:.0f}% of the loop's time")
-        which = w["which"].replace("iterations 0-0", "iteration 0")  # (kinds tables cached before)
-        out.append(f"warm-up ({which}): {_ms(w['time_ns'])}, as long as {size}; left out of "
-                   "the loop's numbers")
+        out.append(f"warm-up ({w['which']}): {_ms(w['time_ns'])}, as long as {size}; left out "
+                   "of the loop's numbers")
     return out
 
 
