@@ -20,7 +20,7 @@ from __future__ import annotations
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("nsightlab._version", "nsightlab._layers", "nsightlab.errors",
                 "nsightlab.runners")),
-    ("core: results and units", ("nsightlab.core",)),
+    ("core: results, units and statistics", ("nsightlab.core",)),
     ("formats: Nsight Compute, trtexec, ONNX Runtime", ("nsightlab.formats",)),
     ("read: locate, export, SQLite, tables, cache, workers, Report", ("nsightlab.read",)),
     ("analysis: timeline, stats, classes, launches, budget, iterations, completeness",
