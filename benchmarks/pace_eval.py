@@ -19,7 +19,8 @@
    iterations a side, B slower by 0, 5, 10, 25 or 50%, the same draws as the pairs above
    otherwise: per cell the interval's coverage and the share of pairs found different (the
    power; at 0% the false claims). ``--candidates``: the same grid (the same draws) for the
-   other methods weighed for ``pace.ratio`` (``CANDIDATES``; the bootstrap takes minutes).
+   other methods weighed for ``benchmath.compare`` (``CANDIDATES``; the bootstrap takes
+   minutes).
 4. **Real pairs**: every pair listed in PAIRS whose captures and truth are in the folders
    given (tests/data/pace by default): the interval against the truth's ratio of medians (the
    workloads' own events, start to start, after nsightlab's warm-up), and the first words.
@@ -34,11 +35,13 @@ import lzma
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from nsightlab.analysis import kinds, pace
+from nsightlab.analysis import kinds
+from nsightlab.core import benchmath
 
 HERE = Path(__file__).resolve().parent.parent
 #: (A, B, what): pairs of captures with truth, by stem without the h200- prefix
@@ -208,6 +211,11 @@ def run_synthetic(pool, loops: int, seed: int = 0) -> dict:
     return out
 
 
+def ratio(a, b) -> dict:
+    """``benchmath.compare`` of iteration times ``a``, ``b`` as a dict (as the candidates')."""
+    return asdict(benchmath.compare(a, b))
+
+
 def run_pairs(pool, pairs: int, seed: int = 1) -> dict:
     rng = np.random.default_rng(seed)
     held, wrong_same, wrong_diff, n_same, n_diff = 0, 0, 0, 0, 0
@@ -218,7 +226,7 @@ def run_pairs(pool, pairs: int, seed: int = 1) -> dict:
         model = pool[rng.integers(len(pool))]  # one machine: both runs' noise alike
         a = 5e6 * np.exp(noise(pool, n_a, rng, s, model))
         b = r * 5e6 * np.exp(noise(pool, n_b, rng, s, model))
-        res = pace.ratio(a, b)
+        res = ratio(a, b)
         held += res["low"] <= r <= res["high"]
         if r == 1.0:
             n_same += 1
@@ -235,7 +243,7 @@ GRID_N = (10, 30, 100, 300)
 GRID_CHANGE = (0.0, 0.05, 0.10, 0.25, 0.50)
 
 
-def run_grid(pool, pairs: int, method=pace.ratio, seed: int = 2) -> dict:
+def run_grid(pool, pairs: int, method=ratio, seed: int = 2) -> dict:
     """{(n, change): (coverage, found)}: ``pairs`` pairs per cell, A and B of n iterations
     from the same noise model (one machine) at 0.5-2x its scale (as ``run_pairs``), B slower
     by the change; the share whose 95% interval (``method(a, b)``: low, high, significant)
@@ -284,7 +292,7 @@ def wander(n: int, rng) -> np.ndarray:
     return 0.03 * rng.standard_t(5, n) + x[200:]
 
 
-def run_wander(pairs: int, method=pace.ratio, seed: int = 4) -> dict:
+def run_wander(pairs: int, method=ratio, seed: int = 4) -> dict:
     """{n: coverage} of ``method``'s 95% interval on A/A pairs of ``wander`` noise, 30, 100
     and 300 iterations a side: whether an interval holds when the noise is not AR(1)."""
     out = {}
@@ -298,10 +306,10 @@ def run_wander(pairs: int, method=pace.ratio, seed: int = 4) -> dict:
     return out
 
 
-# ---- the candidates weighed for pace.ratio (issue 61), each (a, b) -> low, high, significant
+# ---- the candidates weighed for the interval (issue 61), each (a, b) -> low, high, significant
 
 def _interval(lo: float, hi: float) -> dict:
-    """A log-ratio interval as ``pace.ratio`` gives it."""
+    """A log-ratio interval as ``benchmath.compare`` gives it."""
     return {"low": float(np.exp(lo)), "high": float(np.exp(hi)),
             "significant": bool(lo > 0 or hi < 0)}
 
@@ -309,8 +317,8 @@ def _interval(lo: float, hi: float) -> dict:
 def iact(y: np.ndarray) -> float:
     """The integrated autocorrelation time of log times ``y`` (clipped at 3 robust sigma),
     by Sokal's automatic window (the first lag M with M >= 5 tau(M))."""
-    s = pace._sigma(y) or 1e-12
-    rho = pace._autocorrelation(np.clip(y - np.median(y), -3 * s, 3 * s))
+    s = benchmath._sigma(y) or 1e-12
+    rho = benchmath._autocorrelation(np.clip(y - np.median(y), -3 * s, 3 * s))
     tau = 1.0
     for m in range(1, max(2, len(y) // 3)):
         tau = 1 + 2 * float(rho[1:m + 1].sum())
@@ -340,7 +348,7 @@ def batch_medians(a, b, tau: str = "lag-1", min_len: float = 5.0) -> dict:
     (batch means): ``pace.ratio`` before issue 61 with the defaults."""
     ya, yb = np.log(a), np.log(b)
     ba, bb = _batch_medians(ya, tau, min_len), _batch_medians(yb, tau, min_len)
-    lo, hi, _ = pace.welch(np.log(np.median(b) / np.median(a)), ba.var(ddof=1) / len(ba),
+    lo, hi, _ = benchmath.welch(np.log(np.median(b) / np.median(a)), ba.var(ddof=1) / len(ba),
                            bb.var(ddof=1) / len(bb), len(ba) - 1, len(bb) - 1)
     return _interval(lo, hi)
 
@@ -392,20 +400,22 @@ def block_bootstrap(a, b, rng=np.random.default_rng(3), resamples: int = 1000) -
 
 
 def ar1_only(a, b) -> dict:
-    """``pace.ratio`` with the AR(1) model's effective iterations alone (no Geyer term)."""
+    """``benchmath.compare`` with the AR(1) model's effective iterations alone (no Geyer
+    term)."""
     def side(x) -> tuple[float, float, float]:
-        y = pace._logs(x)
-        s = pace._sigma(y)
-        n_eff = max(len(y) / pace._tau_ar1(pace._phi(y, s), len(y)), 2.0)
-        return float(np.log(np.median(x))), np.pi / 2 * s * s / n_eff, max(n_eff - 1,
-                                                                            pace.MIN_DF)
+        y = benchmath._logs(x)
+        s = benchmath._sigma(y)
+        n_eff = max(len(y) / benchmath._tau_ar1(benchmath._phi(y, s), len(y)), 2.0)
+        return float(np.log(np.median(x))), np.pi / 2 * s * s / n_eff, \
+            max(n_eff - 1, benchmath.MIN_DF)
     (ma, va, da), (mb, vb, db) = side(a), side(b)
-    lo, hi, _ = pace.welch(mb - ma, va, vb, da, db)
+    lo, hi, _ = benchmath.welch(mb - ma, va, vb, da, db)
     return _interval(lo, hi)
 
 
-def _at_least(method, n: int = pace.MIN_ITERATIONS):
-    """``method`` where both sides have ``n`` iterations, else no interval (as pace.ratio)."""
+def _at_least(method, n: int = benchmath.MIN_ITERATIONS):
+    """``method`` where both sides have ``n`` iterations, else no interval (as
+    ``benchmath.compare``)."""
     def run(a, b) -> dict:
         if min(len(a), len(b)) < n:
             return {"low": float("nan"), "high": float("nan"), "significant": False}
@@ -484,7 +494,7 @@ def main(argv: list[str]) -> int:
               f"{100 * pr['coverage']:.1f}%; a difference claimed where there is none "
               f"{100 * pr['false_difference']:.1f}%; a 15%+ difference missed "
               f"{100 * pr['missed_15pct']:.1f}%")
-        methods = {"pace.ratio": pace.ratio, **(CANDIDATES if args.candidates else {})}
+        methods = {"benchmath.compare": ratio, **(CANDIDATES if args.candidates else {})}
         for name, method in methods.items() if args.grid_pairs else ():
             t1 = time.time()
             print_grid(name, run_grid(pool, args.grid_pairs, method), args.grid_pairs,

@@ -20,7 +20,8 @@ from __future__ import annotations
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("nsightlab._version", "nsightlab._layers", "nsightlab.errors",
                 "nsightlab.runners")),
-    ("core: results, units and the vocabulary", ("nsightlab.core", "nsightlab.renderers.words")),
+    ("core: results, units, statistics and the vocabulary",
+     ("nsightlab.core", "nsightlab.renderers.words")),
     ("formats: Nsight Compute, trtexec, ONNX Runtime", ("nsightlab.formats",)),
     ("read: locate, export, SQLite, tables, cache, workers, Report", ("nsightlab.read",)),
     ("analysis: timeline, stats, classes, launches, budget, iterations, completeness",

@@ -14,7 +14,7 @@ import pytest
 import nsightlab
 import nsightlab.recipe_runner as R
 from conftest import xz_fixtures
-from nsightlab.analysis import kinds, pace, work
+from nsightlab.analysis import kinds, work
 
 PACE = Path(__file__).parent / "data" / "pace"
 
@@ -245,26 +245,6 @@ def test_work_difference_names_replacements_and_additions():
     assert "-1 sync cudaStreamSynchronize" in words
     assert work.difference(a, a) == "the same operations"
     assert work.summary(a) == "16 kernels, 1 sync"
-
-
-def test_ratio_interval_holds_the_truth_and_says_no_difference_inside_the_noise():
-    rng = np.random.default_rng(5)
-
-    def loop(n, scale):
-        a = np.zeros(n)
-        for j in range(1, n):
-            a[j] = 0.7 * a[j - 1] + rng.normal(0, 0.05)
-        return scale * 4e6 * np.exp(a)
-
-    same = pace.ratio(loop(200, 1.0), loop(200, 1.0))
-    assert not same["significant"] or abs(same["ratio"] - 1) < 0.03
-    assert same["low"] < same["ratio"] < same["high"]
-    slower = pace.ratio(loop(200, 1.0), loop(200, 1.5))
-    assert slower["significant"] and slower["low"] <= 1.5 <= slower["high"] * 1.05
-    few = pace.ratio([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
-    assert np.isnan(few["low"]) and not few["significant"]
-    m, lo, hi = pace.median_interval(loop(100, 1.0))
-    assert lo < m < hi
 
 
 def test_several_runs_per_side_put_the_spread_between_runs_in_the_interval(run, cache_dir):

@@ -61,6 +61,7 @@ from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matche
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.launches import pairs
 from nsightlab.analysis.timeline import covered, union
+from nsightlab.core import benchmath
 from nsightlab.read.frames import release_memory
 from nsightlab.read.report import Report
 from nsightlab.renderers import words
@@ -505,7 +506,7 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                "wall_ns": wall, "wall_med_ns": st["p50_ns"], "wall_p95_ns": st["p95_ns"],
                "wall_p99_ns": st["p99_ns"], "wall_cov_pct": st["cov_pct"],
                "warmup_ns": st["warmup_ns"], "main_iterations": int(len(main)),
-               "main_med_ns": float(np.median(main)) if len(main) else st["p50_ns"]}
+               "main_med_ns": benchmath.median(main, st["p50_ns"])}
         _add_parts(row, use, wall)
         whole = (g["name"] == WHOLE_RUN).all()
         row["verdict"], row["evidence"], advice = verdict(row, by_sync, graphs, params, whole)
@@ -587,8 +588,7 @@ def _kind_rows(g: pd.DataFrame, dev: int, wall: np.ndarray, label: np.ndarray, i
         mine = g[label == name]
         w = mine["wall_ns"].to_numpy(float)
         row = {"device_id": dev, "kind": name, "pattern": pattern, "which": which, "head": head,
-               "base": which,
-               "iterations": len(mine), "med_ns": float(np.median(w)),
+               "base": which, "iterations": len(mine), "med_ns": benchmath.median(w),
                "min_ns": float(w.min()), "max_ns": float(w.max()), "mean_ns": float(w.mean()),
                "time_ns": float(w.sum()),
                "share_pct": 100.0 * float(w.sum()) / loop_ns if loop_ns else float("nan"),
@@ -756,7 +756,7 @@ def _untraced(report: Report, first: pd.DataFrame, empty: np.ndarray, launches: 
     lookups = _lookups(report)[0]
     versions = (f"; {older}: an nsys older than the application's CUDA misses launches made "
                 "through driver entry points")
-    wall = float(np.median(hi - lo)) / 1e6
+    wall = benchmath.median(hi - lo) / 1e6
     return {"check": "launches_untraced", "severity": "partial",
             "message": f"launches not recorded: {int(bare.sum())} of {len(first)} iterations "
                        f"({wall:.3g} ms each) "

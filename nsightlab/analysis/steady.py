@@ -9,6 +9,7 @@ import pandas as pd
 from nsightlab.analysis.budget_parts import COPY_PARTS, COPY_WORDS
 from nsightlab.analysis import kinds
 from nsightlab.analysis.kinds import MAIN, OUTLIER, WARM_UP
+from nsightlab.core import benchmath
 
 #: budget parts (or groups of them), as the cause of a difference is said
 CAUSES = {"kernels": "kernel time", "communication": "exposed NCCL time", "idle_host": "host work with the GPU idle",
@@ -77,7 +78,7 @@ def explain(table: pd.DataFrame) -> pd.DataFrame:
     odd = table[kind.isin([WARM_UP, OUTLIER])]
     if odd.empty or main.empty:
         return pd.DataFrame(columns=["iteration", "phase", "wall_ns", "excess_ns", "why"])
-    med = float(np.median(main["wall_ns"]))
+    med = benchmath.median(main["wall_ns"])
     # the user's numbers where the ranges carry them (iter8 is iteration 8)
     nums = kinds.user_numbers(table["name"]) if "name" in table else None
     nums = nums[np.flatnonzero(kind.isin([WARM_UP, OUTLIER]).to_numpy())] if nums is not None \

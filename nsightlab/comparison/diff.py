@@ -15,19 +15,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis import budget, kinds, pace, work
+from nsightlab.analysis import budget, kinds, work
 from nsightlab.analysis.budget_parts import COMM_PREFIX
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.comparison import trt_layers
 from nsightlab.run.model import ITERATION_LAYER, OUTSIDE, RunProfile, profile
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.core.labels import run_labels
-from nsightlab.core.units import fmt_ms as _ms, kernel_label
+from nsightlab.core import benchmath
+from nsightlab.core.units import fmt_ms as _ms, fmt_ratio, fmt_span, kernel_label
 from nsightlab.read.opener import as_report
 from nsightlab.read.report import Report
 from nsightlab.renderers.words import Said
@@ -150,7 +151,7 @@ def diff(a, b, a_process: int | None = None, b_process: int | None = None,
 
     A side may be several runs of the same code (a list, 'A1,A2', or a capture made with
     ``--repeat``): every table is of the first run, and the headline's interval holds the
-    spread between the runs (``pace.runs_ratio``).
+    spread between the runs (``benchmath.compare_runs``).
 
     A report of several CUDA processes is one run per process: ``a_process``/``b_process``
     (pids) pick them; else A's busiest process, and on B the same rank where both hold ranks,
@@ -587,6 +588,21 @@ def _same_kind(p: RunProfile, both: bool) -> tuple[float, list, bool]:
     return p.iteration_ns, p.walls, False
 
 
+def _said(c: benchmath.Comparison) -> dict:
+    """A comparison as the headline keeps it: its figures and how they were found, in words."""
+    d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(c).items()
+         if v is not None and "n_eff" not in k and (c.a_runs or k != "runs")}
+    if c.a_runs:
+        return {**d, "method": f"{c.a_runs} run{'s' if c.a_runs > 1 else ''} of A, {c.b_runs} of "
+                "B: Welch t on the runs' log medians (the spread between runs), never narrower "
+                "than the pooled iterations' interval"}
+    return {**d, "method": "too few iterations for an interval" if np.isnan(c.a_n_eff) else
+            f"log medians, each with the spread of its iterations (MAD) over its effective "
+            f"iterations (A's {c.a_n} worth {c.a_n_eff:.0f} independent ones, B's {c.b_n} "
+            f"{c.b_n_eff:.0f}, from their autocorrelation), Welch t interval and test on the "
+            "log ratio", "runs": 1}
+
+
 def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more_a=(),
               more_b=()) -> dict:
     several = bool(_several(pa) or _several(pb))
@@ -601,8 +617,8 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     base = max(a_ns, 1.0)
     parts = []
     walls = lambda p, main: (p.main_walls or p.walls) if main else p.walls  # noqa: E731
-    interval = pace.runs_ratio([a_walls] + [walls(p, a_main) for p in more_a],
-                               [b_walls] + [walls(p, b_main) for p in more_b])
+    interval = _said(benchmath.compare_runs([a_walls] + [walls(p, a_main) for p in more_a],
+                                            [b_walls] + [walls(p, b_main) for p in more_b]))
     runs = interval["runs"] > 1 or len(more_a) or len(more_b)
     if runs and interval.get("a_run_medians") and interval.get("b_run_medians"):
         # several runs a side: the headline's times are the runs' (geometric mean of their
@@ -613,13 +629,13 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     real = interval["significant"] or not np.isfinite(interval["low"])
     moved = work.reshaped(pa.shapes, pb.shapes) if pa.work and pb.work else []
     same = bool(pa.work) and pa.work == pb.work and not moved
-    ci = (f"; {100 * interval['level']:.0f}% CI {pace.span(interval['low'], interval['high'])}x"
+    ci = (f"; {100 * interval['level']:.0f}% CI {fmt_span(interval['low'], interval['high'])}x"
           " of A's time" if np.isfinite(interval["low"]) else "")
     times = {"a_ns": a_ns, "b_ns": b_ns, "speedup": speedup, "low": interval["low"],
              "high": interval["high"], "level": interval["level"]}
     if same:
         parts.append(Said(f"The same work in A and B ({work.summary(pa.work)} per iteration): "
-                          + (f"B takes {pace.x(b_ns / a_ns)}x A's time per iteration ({_ms(b_ns)} "
+                          + (f"B takes {fmt_ratio(b_ns / a_ns)}x A's time per iteration ({_ms(b_ns)} "
                              f"vs {_ms(a_ns)}{ci}), the machine's pace, not a change" if real else
                              f"no measurable difference per iteration ({_ms(b_ns)} vs "
                              f"{_ms(a_ns)}{ci})"),
@@ -635,7 +651,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         parts.append(Said(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})",
                           "faster" if speedup > 1 else "slower", values=times))
     touched = _touched(kernels, {c["token"] for c in moved if c["kind"] == "kernel"})
-    gpu = pace.ratio(pa.main_kernel_walls, pb.main_kernel_walls)
+    gpu = _said(benchmath.compare(pa.main_kernel_walls, pb.main_kernel_walls))
     if not np.isfinite(gpu["low"]):  # too few iterations for an interval: 2% is a change
         gpu["significant"] = abs(pb.kernel_ns - pa.kernel_ns) >= 0.02 * max(pa.kernel_ns, 1.0)
     hidden = graph_level_side(pa, pb)
@@ -669,7 +685,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     gpu_pace = touched["same_ratio"]
     if real and np.isfinite(gpu_pace) and abs(gpu_pace - 1) >= 0.03 and touched["same_ns"] \
             > 0.1 * base and gpu["significant"]:
-        parts.append(Said(f"identical kernels take {pace.x(gpu_pace)}x as long in B "
+        parts.append(Said(f"identical kernels take {fmt_ratio(gpu_pace)}x as long in B "
                           f"({_ms(touched['same_a_ns'])} -> {_ms(touched['same_b_ns'])} per "
                           "iteration): the GPU's pace (clocks, power, other processes)",
                           "gpu_pace", values={"ratio": gpu_pace, "a_ns": touched["same_a_ns"],

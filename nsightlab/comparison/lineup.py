@@ -40,7 +40,7 @@ class Lineup(Result):
       iterations_per_s, batch, items_per_s, speedup (the baseline's median iteration / this
       run's, as its diff's headline says it: ``diff``'s ``speedup``),
       speedup_low / speedup_high (the 95% interval of the speed-up of the medians, the spread
-      between reports included; ``analysis.pace``), kernel_ns, busy_pct, conversion_ns (precision-conversion kernels this run
+      between reports included; ``core.benchmath``), kernel_ns, busy_pct, conversion_ns (precision-conversion kernels this run
       adds over the baseline), copies_ns, tensor_kernel_time_pct, tensor_active_pct, verdict,
       and for ONNX Runtime runs (captures made with --ort) execution_providers (node time
       share per EP), ort_fallback_pct, ort_memcpy_pct; a run without GPU kernels (CPU EP) is

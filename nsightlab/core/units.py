@@ -1,4 +1,4 @@
-"""Units for people: nanoseconds as the milliseconds verdicts and tables show."""
+"""Units for people: nanoseconds as the milliseconds verdicts and tables show, and ratios."""
 from __future__ import annotations
 
 import re
@@ -21,6 +21,17 @@ def fmt_bytes(n: float) -> str:
 def fmt_ms(ns: float) -> str:
     """Nanoseconds as '12.34 ms' (for verdicts and findings)."""
     return f"{ns / 1e6:.2f} ms"
+
+
+def fmt_ratio(v: float) -> str:
+    """A ratio as people read it: three decimals near 1 (1.012), two elsewhere (1.37)."""
+    return f"{v:.3f}" if abs(v - 1) < 0.1 else f"{v:.2f}"
+
+
+def fmt_span(lo: float, hi: float) -> str:
+    """An interval of ratios, both ends to the same decimals: '0.918-1.103', '2.01-2.19'."""
+    d = 3 if min(abs(lo - 1), abs(hi - 1)) < 0.1 else 2
+    return f"{lo:.{d}f}-{hi:.{d}f}"
 
 
 _NOISE = re.compile(r"\bvoid\b|\b(?:at::native::|at::|c10::|cudnn::|cutlass::|binary_internal::"

@@ -14,7 +14,6 @@ from functools import singledispatch
 import numpy as np
 import pandas as pd
 
-from nsightlab.analysis import pace
 from nsightlab.analysis.budget import parts_table
 from nsightlab.comparison.diff import Diff, runs_note, slot_labels
 from nsightlab.comparison.lineup import Lineup
@@ -22,7 +21,7 @@ from nsightlab.comparison.ort_placement import Placement
 from nsightlab.run.model import OUTSIDE
 from nsightlab.run.report import ProcessesReport, RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
-from nsightlab.core.units import fmt_bytes, kernel_label, ms_columns
+from nsightlab.core.units import fmt_bytes, fmt_span, kernel_label, ms_columns
 from nsightlab.read.metadata import ReportInfos
 from nsightlab.recipe_runner import RunResult
 
@@ -243,7 +242,7 @@ def _speedup_ci(s: pd.DataFrame) -> list[str]:
         if i == 0 or not (np.isfinite(lo) and np.isfinite(hi)):
             out.append("")
         else:
-            out.append(f"{pace.span(lo, hi)}" + (" ~" if lo <= 1 <= hi else ""))
+            out.append(f"{fmt_span(lo, hi)}" + (" ~" if lo <= 1 <= hi else ""))
     return out
 
 

@@ -28,6 +28,7 @@ from nsightlab.analysis.stats import first_rows
 from nsightlab.analysis.timeline import busy_time, slice_reduce
 from nsightlab.analysis.processes import gpu_work
 from nsightlab.analysis.work import shapes as work_shapes
+from nsightlab.core import benchmath
 from nsightlab.core.units import natural_key
 from nsightlab.errors import NoDataError, NsightlabError
 from nsightlab.read.frames import pick_rows, release_memory
@@ -249,12 +250,12 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
     steady = it[it["kind"] != kinds.WARM_UP] if (it["kind"] != kinds.WARM_UP).any() else it
     main = steady[steady["kind"] == kinds.MAIN] if (steady["kind"] == kinds.MAIN).any() \
         else steady
-    med = lambda c: float(np.median(main[c])) if c in main and len(main) else 0.0  # noqa: E731
+    med = lambda c: benchmath.median(main[c], 0.0) if c in main else 0.0  # noqa: E731
     # the profile's iterations are the budget's steady ones (``_steady_iterations``)
     q = queued[(steady["kind"] == kinds.MAIN).to_numpy()] \
         if len(queued) == len(steady) and (steady["kind"] == kinds.MAIN).any() else queued
     pace = {"kernel_ns": med("kernels_ns"), "host_ns": med("idle_host_ns") + med("idle_launch_ns"),
-            "sync_ns": med("idle_sync_ns"), "queued_ns": float(np.median(q)) if len(q) else 0.0,
+            "sync_ns": med("idle_sync_ns"), "queued_ns": benchmath.median(q, 0.0),
             # one process of several: its kernels waited for the others', which the trace holds
             "others_traced": of_one_process(report)}
     work, shapes = {}, {}
@@ -744,7 +745,7 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
                                     minlength=n)
             memcpys = np.bincount(m_in[inside], minlength=n)
     idle = (spans["e"] - spans["s"]).to_numpy() - busy_i
-    med = lambda a: float(np.median(a)) if len(a) else 0.0  # noqa: E731
+    med = lambda a: benchmath.median(a, 0.0)  # noqa: E731
     return {"launch_overhead_ns": med(launch), "launch_calls": med(launch_calls),
             "api_ns": med(api_ns), "api_calls": med(api_calls),
             "sync_wait_ns": med(sync_ns), "syncs": med(syncs), "gpu_idle_ns": med(idle),
