@@ -191,4 +191,4 @@ def test_two_captures_with_one_report_name_are_two_reports_without_the_cache(tmp
                                    "--no-cache", "--json"])
     assert out.exit_code == 0, out.output
     head = json.loads(out.output[out.output.index("{"):])["headline"]
-    assert head["a_iteration_ns"] != head["b_iteration_ns"]  # syncy runs slower
+    assert head["a_median_ns"] != head["b_median_ns"]  # syncy runs slower

@@ -228,5 +228,5 @@ def test_report_prints_the_loop_mean_the_kinds_and_json_holds_them(run, cache_di
     assert "kinds of iteration (share: of the loop's time):" in res.output
     res = CliRunner().invoke(cli, ["report", str(run("periodic_d2h")), "--json"])
     out = json.loads(res.output)
-    assert out["run"]["mean_ns"] == pytest.approx(out["run"]["iteration_ns"])
+    assert out["run"]["wall_med_ns"] <= out["run"]["mean_ns"]
     assert {r["kind"] for r in out["kinds"]} == {"main", "B", "warm-up"}

@@ -65,7 +65,7 @@ OVERHEADS = (("launch_overhead", "launch_overhead_ns", "launch_calls"),
 class Diff(Result):
     """Run B against run A, per iteration. Sections (DataFrames, times in ns per iteration):
 
-    - ``headline`` (a dict): labels, iterations and their source, ``a/b_iteration_ns`` (the
+    - ``headline`` (a dict): labels, iterations and their source, ``a/b_median_ns`` (the
       loop's median iteration after warm-up), ``a/b_mean_ns`` (the loop's mean: the budget's
       parts add up to it), ``a/b_main_ns`` (the main kind's median), ``a/b_kinds``,
       ``a/b_steady_iterations``, ``speedup`` (of the medians; of the main kinds' medians when
@@ -568,7 +568,7 @@ def kinds_note(pa: RunProfile, pb: RunProfile, mains: bool = True) -> str:
         return f"{r} also has " + ", ".join(
             f"{k['head']} ({k['iterations']}, median {_ms(k['med_ns'])}, "
             f"{k['share_pct']:.0f}% of its loop's time)" for k in other)
-    which = (f"the main kinds' medians (A {_ms(pa.main_ns)}, B {_ms(pb.main_ns)})" if mains
+    which = (f"the main kinds' medians (A {_ms(pa.main_median_ns)}, B {_ms(pb.main_median_ns)})" if mains
              else "the loops' medians (a main kind holds less than 60% of its loop)")
     return (f"the runs' kinds of iteration differ: {said('A', pa)}; {said('B', pb)}; the times "
             f"above are {which}; the loops' means: A {_ms(pa.mean_ns)}, B {_ms(pb.mean_ns)}")
@@ -583,9 +583,9 @@ def _same_kind(p: RunProfile, both: bool) -> tuple[float, list, bool]:
     different kinds)."""
     main = next((k for k in p.kinds if k["kind"] == kinds.MAIN), None)
     held = main["iterations"] / max(p.steady_iterations, 1) if main else 1.0
-    if both and held >= 0.6 and p.main_ns:
-        return p.main_ns, p.main_walls or p.walls, True
-    return p.iteration_ns, p.walls, False
+    if both and held >= 0.6 and p.main_median_ns:
+        return p.main_median_ns, p.main_walls or p.walls, True
+    return p.median_ns, p.walls, False
 
 
 def _said(c: benchmath.Comparison) -> dict:
@@ -690,8 +690,8 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
                           "iteration): the GPU's pace (clocks, power, other processes)",
                           "gpu_pace", values={"ratio": gpu_pace, "a_ns": touched["same_a_ns"],
                                               "b_ns": touched["same_b_ns"]}))
-    skewed = [p for p in (pa, pb) if p.mean_ns and p.iteration_ns
-              and abs(p.mean_ns - p.iteration_ns) > kinds.MEAN_MEDIAN_PCT / 100 * p.iteration_ns]
+    skewed = [p for p in (pa, pb) if p.mean_ns and p.median_ns
+              and abs(p.mean_ns - p.median_ns) > kinds.MEAN_MEDIAN_PCT / 100 * p.median_ns]
     if several:
         parts[0] = parts[0].more(" (" + kinds_note(pa, pb, a_main and b_main) + ")")
     elif skewed:  # the headline's times are medians; the parts below add up to the means
@@ -779,10 +779,10 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     return {
         "a": pa.label, "b": pb.label, "a_iterations": pa.iterations, "b_iterations": pb.iterations,
         "a_iteration_source": pa.iteration_source, "b_iteration_source": pb.iteration_source,
-        "a_iteration_ns": pa.iteration_ns, "b_iteration_ns": pb.iteration_ns,
+        "a_median_ns": pa.median_ns, "b_median_ns": pb.median_ns,
         "a_mean_ns": pa.mean_ns, "b_mean_ns": pb.mean_ns,
         "a_steady_iterations": pa.steady_iterations, "b_steady_iterations": pb.steady_iterations,
-        "a_main_ns": pa.main_ns, "b_main_ns": pb.main_ns,
+        "a_main_ns": pa.main_median_ns, "b_main_ns": pb.main_median_ns,
         "a_kinds": len(pa.kinds) and 1 + len(_several(pa)), "b_kinds": len(pb.kinds) and 1 + len(_several(pb)),
         "speedup": speedup, "a_kernel_ns": pa.kernel_ns, "b_kernel_ns": pb.kernel_ns,
         "a_busy_pct": pa.busy_pct, "b_busy_pct": pb.busy_pct,
@@ -989,7 +989,7 @@ def workload_warnings(pa: RunProfile, pb: RunProfile) -> list[str]:
                    f"{len(la)} and {len(lb)}): are they the same model?")
     whole = [p for p in (pa, pb) if p.iteration_how not in budget.ITERATED]
     if whole:
-        ratio = max(pa.iteration_ns, pb.iteration_ns) / max(min(pa.iteration_ns, pb.iteration_ns), 1)
+        ratio = max(pa.median_ns, pb.median_ns) / max(min(pa.median_ns, pb.median_ns), 1)
         out.append(("neither run has" if len(whole) == 2 else f"{'A' if whole[0] is pa else 'B'} has no")
                    + " NVTX iteration ranges: whole runs are compared"
                    + (f", and they differ {ratio:.1f}x in length" if ratio > 1.5 else ""))

@@ -65,9 +65,9 @@ def parse(text: str) -> Rule:
 def value_of(p: RunProfile, metric: str, conversion_ns: float = 0.0) -> float:
     """The run's value of ``metric`` (ns per iteration; iterations/s for throughput)."""
     if metric.startswith("latency_"):
-        return p.latency.get(f"{metric[8:]}_ns", p.iteration_ns)
+        return p.latency.get(f"{metric[8:]}_ns", p.median_ns)
     if metric == "throughput":
-        mean = p.latency.get("mean_ns", p.iteration_ns)
+        mean = p.latency.get("mean_ns", p.median_ns)
         return 1e9 / mean if mean else 0.0
     if metric == "kernel_time":
         return p.kernel_ns

@@ -123,8 +123,8 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     batches = [batch or batch_of(r) for r in reports]
     rows, classes, precisions, walls = [], [], [], []
     for i, (p, r, b) in enumerate(zip(profiles, reports, batches)):
-        lat = p.latency or {"mean_ns": p.iteration_ns}
-        mean = lat.get("mean_ns") or p.iteration_ns
+        lat = p.latency or {"mean_ns": p.median_ns}
+        mean = lat.get("mean_ns") or p.median_ns
         interval = _interval(diffs, p) if i else {"low": 1.0, "high": 1.0}
         row = {"run": p.label, "reports": len(sides[i]), "runtime": p.runtime,
                "iterations": p.iterations,
@@ -210,7 +210,7 @@ def _profile(report: Report, label: str) -> RunProfile:
     return RunProfile(
         label=label, iterations=len(w),
         iteration_source=f"{len(w)} NVTX iteration ranges, CPU only (no GPU kernels)",
-        iteration_ns=latency["mean_ns"], kernel_ns=0.0, kernels=0.0, busy_pct=0.0,
+        median_ns=latency["p50_ns"], kernel_ns=0.0, kernels=0.0, busy_pct=0.0,
         by_class=empty, by_precision=pd.DataFrame({"precision": [], "kernel_class": [], "time_ns": []}),
         by_layer=pd.DataFrame({"layer": [], "time_ns": [], "count": [], "math_precision": []}),
         slots=pd.DataFrame(), flat_slots=pd.DataFrame(),
@@ -242,7 +242,7 @@ SETTING_WORDS = {"io_binding": "io_binding", "cuda_graph": "enable_cuda_graph",
 
 def _cpu_verdict(a: RunProfile, b: RunProfile) -> str:
     """The pair sentence when one run has no GPU kernels: latency only."""
-    ma, mb = a.latency.get("mean_ns", a.iteration_ns), b.latency.get("mean_ns", b.iteration_ns)
+    ma, mb = a.latency.get("mean_ns", a.median_ns), b.latency.get("mean_ns", b.median_ns)
     speed = ma / mb if mb else float("nan")
     word = f"{speed:.2f}x faster" if speed >= 1 else f"{1 / speed:.2f}x slower"
     cpu = [p.label for p in (a, b) if not p.kernels]
@@ -272,5 +272,5 @@ def _speedup(diffs: list, p, base) -> float:
     d = next((d for d in diffs if d.headline.get("b") == p.label), None)
     if d is not None:
         return float(d.headline["speedup"])
-    return base.iteration_ns / p.iteration_ns if p.iteration_ns else float("nan")
+    return base.median_ns / p.median_ns if p.median_ns else float("nan")
 

@@ -116,8 +116,8 @@ def render(obj) -> str:
 def _(d: Diff) -> str:
     h = d.headline
     summary = pd.DataFrame([
-        {"": "median iteration (wall clock), ms", "A": h["a_iteration_ns"] / 1e6,
-         "B": h["b_iteration_ns"] / 1e6},
+        {"": "median iteration (wall clock), ms", "A": h["a_median_ns"] / 1e6,
+         "B": h["b_median_ns"] / 1e6},
         {"": "kernel time, ms", "A": h["a_kernel_ns"] / 1e6, "B": h["b_kernel_ns"] / 1e6},
         {"": "kernels", "A": h["a_kernels"], "B": h["b_kernels"]},
         {"": "GPU busy %", "A": h["a_busy_pct"], "B": h["b_busy_pct"]},
@@ -195,8 +195,8 @@ def _(rr: RunReport) -> str:
                    for w in rr.warnings if w["severity"] != "note")
     items = "".join(f"<li>{html.escape(f)}</li>" for f in rr.findings)
     head = html.escape(str(run["iteration_source"]))
-    if run["iteration_ns"] is not None:
-        head += (f"; iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock (the loop's mean), "
+    if run["mean_ns"] is not None:
+        head += (f"; iteration {run['mean_ns'] / 1e6:.2f} ms wall clock (the loop's mean), "
                  f"median {run['wall_med_ns'] / 1e6:.2f} ms, GPU busy {run['busy_pct']:.0f}%")
     sections = [("Findings", f"<p>{head}</p>" + (f"<ul class='verdict'>{warn}</ul>" if warn else "")
                  + f"<ul>{items}</ul>")]

@@ -106,9 +106,9 @@ def _(d: Diff, limit: int | None = 12) -> str:
              f"{h['a_verdict']}",
              f"B {h['b']}: {h['b_iterations']} iterations ({h['b_iteration_source']}); "
              f"{h['b_verdict']}",
-             f"per iteration (median): {h['a_iteration_ns'] / 1e6:.3f} ms -> "
-             f"{h['b_iteration_ns'] / 1e6:.3f} ms "
-             f"(speedup {h['a_iteration_ns'] / h['b_iteration_ns']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
+             f"per iteration (median): {h['a_median_ns'] / 1e6:.3f} ms -> "
+             f"{h['b_median_ns'] / 1e6:.3f} ms "
+             f"(speedup {h['a_median_ns'] / h['b_median_ns']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
              f"GPU busy {h['a_busy_pct']:.0f}% -> {h['b_busy_pct']:.0f}%, "
              f"conversion overhead {h['conversion_overhead_ns'] / 1e6:.3f} ms",
              *([f"outside the iterations (warm-up, compile; not in the numbers below): kernels "
@@ -298,14 +298,14 @@ def _comm_verdict(pr, pid: int, run: dict) -> str:
     computes: said with the wait the collectives' matching measured, before the budget's own
     verdict (whose communication part is exposed NCCL time, waiting and transfer together)."""
     c = pr.collectives
-    if not c or "ranks" not in c or not run.get("iteration_ns"):
+    if not c or "ranks" not in c or not run.get("mean_ns"):
         return ""
     t = c["ranks"].set_index("pid")
-    if pid not in t.index or t.loc[pid, "exposed_ns"] < COMM_BOUND_PCT / 100 * run["iteration_ns"]:
+    if pid not in t.index or t.loc[pid, "exposed_ns"] < COMM_BOUND_PCT / 100 * run["mean_ns"]:
         return ""
     r = t.loc[pid]
     return (f"communication-bound: NCCL exposed {r['exposed_ns'] / 1e6:.2f} ms of its "
-            f"{run['iteration_ns'] / 1e6:.2f} ms iteration, {r['exposed_wait_ns'] / 1e6:.2f} ms "
+            f"{run['mean_ns'] / 1e6:.2f} ms iteration, {r['exposed_wait_ns'] / 1e6:.2f} ms "
             f"of it waiting for peers (its budget: {run['verdict'] or 'no verdict'})")
 
 
@@ -374,13 +374,13 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
     run = rr.run_row()
     lines = [f"{rr.label}: {run['iterations'] or 0} iteration(s) ({run['iteration_source']})"]
     lines += runtime_lines(rr.profile.runtimes if rr.profile is not None else [])
-    if run["iteration_ns"] is not None:
+    if run["mean_ns"] is not None:
         kernel = f", {run['kernel_ns'] / 1e6:.2f} ms kernel time, {run['kernels']:.0f} kernels" \
             if run["kernel_ns"] is not None else ""
-        lines.append(f"  iteration {run['iteration_ns'] / 1e6:.2f} ms wall clock (the loop's "
+        lines.append(f"  iteration {run['mean_ns'] / 1e6:.2f} ms wall clock (the loop's "
                      f"mean: what throughput sees){kernel}, GPU busy {run['busy_pct']:.0f}%")
         if (run.get("iterations") or 0) >= 4 and run.get("steady_iterations") is not None:
-            loop_ns = run["iteration_ns"] * run["steady_iterations"]
+            loop_ns = run["mean_ns"] * run["steady_iterations"]
             share = f" ({100 * run['warmup_ns'] / loop_ns:.0f}% of the loop's time)" \
                 if loop_ns else ""
             left = (f"; warm-up left out: {run['warmup_iterations']} iteration(s), "

@@ -61,7 +61,7 @@ class RunProfile:
     label: str
     iterations: int  # every iteration, warm-up and outliers included
     iteration_source: str
-    iteration_ns: float          # median wall-clock iteration of the loop (after warm-up)
+    median_ns: float             # median wall-clock iteration of the loop (after warm-up)
     kernel_ns: float             # kernel time per iteration of the loop
     kernels: float               # kernels per iteration
     busy_pct: float              # share of the iteration with GPU work (kernels, copies, memsets)
@@ -84,7 +84,7 @@ class RunProfile:
     drivers: dict = field(default_factory=dict)  # NVIDIA driver and CUDA versions, if recorded
     latency: dict = field(default_factory=dict)  # wall-clock iteration: mean/p50/p95/p99/min/max_ns
     warnings: list = field(default_factory=list)  # trace completeness: check, severity, message
-    main_ns: float = 0.0         # median iteration of the main kind (the same kind in two runs)
+    main_median_ns: float = 0.0         # median iteration of the main kind (the same kind in two runs)
     kinds: list = field(default_factory=list)  # the budget's kinds table (first GPU) as records
     runtimes: list = field(default_factory=list)  # per process: ``analysis.runtime.identify``
     settings: dict = field(default_factory=dict)  # the ORT runner's: io_binding, cuda_graph, profiler_on
@@ -213,7 +213,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         iteration_how=summary.get("iteration_how") or (
             how if len(iters) or how == budget.HOW_REJECTED else
             budget.HOW_WHOLE if span_ns else budget.HOW_NONE),
-        iteration_ns=wall, mean_ns=summary.get("wall_ns") or span_ns, gpus=_gpu_names(report),
+        median_ns=wall, mean_ns=summary.get("wall_ns") or span_ns, gpus=_gpu_names(report),
         batch=batch_of(report), drivers=report.drivers,
         kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
         busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
@@ -223,7 +223,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         flat_slots=flat_slots,
         overheads=overheads,
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
-        main_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
+        main_median_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
         runtimes=runtime.identify(report).to_dict("records"),
         settings=_ort_settings(report.source), machine=_machine(report, spans),
         **_work_and_pace(report, queued))

@@ -52,7 +52,8 @@ LONGEST_GAPS = 15
 class RunReport(Result):
     """One run on one page. Tables (times in ns):
 
-    - ``run``: label, iterations, iteration_source, iteration_ns (wall clock), kernel_ns,
+    - ``run``: label, iterations, iteration_source, mean_ns (the loop's mean iteration, wall
+      clock; ``wall_med_ns`` its median), kernel_ns,
       kernels, busy_pct, verdict (one row, per iteration);
     - ``warnings``: check, severity, message (trace completeness, said first);
     - ``kinds``: the budget's kinds of iteration (first GPU): kind, pattern, which,
@@ -101,7 +102,6 @@ class RunReport(Result):
                 "iterations": int(b["iterations"]) if b is not None else (p.iterations if p else n),
                 "iteration_source": b["iteration_source"] if b is not None else
                 (p.iteration_source if p else no_gpu),
-                "iteration_ns": float(b["wall_ns"]) if b is not None else None,
                 "mean_ns": float(b["wall_ns"]) if b is not None else None,
                 "before_ns": self.outside[0], "after_ns": self.outside[1],
                 "session_recorded": self.session_recorded,
@@ -860,14 +860,14 @@ def _outside_wait(p: RunProfile | None, b) -> str:
     no traced GPU work running (``RunProfile.pace`` queued_ns): the GPU was busy with work
     the trace does not hold (another process), so its idle is neither launch overhead nor
     something a CUDA graph removes; "" otherwise."""
-    if p is None or not p.pace or not p.iteration_ns or p.pace.get("others_traced"):
+    if p is None or not p.pace or not p.median_ns or p.pace.get("others_traced"):
         return ""
     q = p.pace.get("queued_ns", 0.0)
     launch = float(b.get("idle_launch_ns", 0.0)) + float(b.get("idle_unattributed_ns", 0.0))
-    if q < OUTSIDE_PCT / 100 * p.iteration_ns or q < OUTSIDE_OF_LAUNCH * launch:
+    if q < OUTSIDE_PCT / 100 * p.median_ns or q < OUTSIDE_OF_LAUNCH * launch:
         return ""
     return (f"the GPU was busy with work outside the trace: kernels waited {_ms(q)} per "
-            f"iteration ({100 * q / p.iteration_ns:.0f}% of the median iteration) to start "
+            f"iteration ({100 * q / p.median_ns:.0f}% of the median iteration) to start "
             "after their launch calls had returned, with no traced GPU work running (another "
             "process on the same GPU, or work nsys did not trace); that idle is not launch "
             "overhead, and a CUDA graph will not remove it: run alone on the GPU to measure")
@@ -939,7 +939,7 @@ def findings(rr: RunReport, ks: pd.DataFrame, job: bool = False) -> list[dict]:
                         "ranges only"))
     if rr.partial or p is None:
         return out
-    it = p.iteration_ns or 1.0
+    it = p.median_ns or 1.0
     if len(ks):
         top = ks.iloc[0]
         name = str(top["name"])[:80]
