@@ -57,7 +57,7 @@ def is_conversion(name: str, kernel_class: str, math_changed: bool) -> bool:
 #: (a CPU figure); the GPU's idle after them is the budget's ``idle_sync`` (a mean, a GPU
 #: figure): two different numbers, named apart
 OVERHEADS = (("launch_overhead", "launch_overhead_ns", "launch_calls"),
-             ("api", "api_ns", "api_calls"), ("host_in_syncs", "sync_wait_ns", "syncs"),
+             ("api", "api_ns", "api_calls"), ("host_in_syncs", "host_in_syncs_ns", "syncs"),
              ("gpu_idle", "gpu_idle_ns", None), ("memcpy", "memcpy_ns", "memcpys"))
 
 
@@ -814,7 +814,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
 
 _PACE_WORDS = (("kernel_ns", "kernel time (the GPU's pace)"),
                ("host_ns", "host work and launch gaps (the host's pace)"),
-               ("sync_ns", "GPU idle after host syncs"),
+               ("idle_sync_ns", "GPU idle after host syncs"),
                ("queued_ns", "kernels waiting to start (work outside the trace)"))
 
 

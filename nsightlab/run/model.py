@@ -100,7 +100,7 @@ class RunProfile:
     #                                              recorded (``read.machine.of_report``)
     pace: dict = field(default_factory=dict)  # medians over the main kind's iterations:
     #                                           kernel_ns (GPU busy), host_ns (host work and
-    #                                           launch idle), sync_ns, queued_ns (GPU idle with
+    #                                           launch idle), idle_sync_ns, queued_ns (GPU idle with
     #                                           a launched kernel waiting to start)
 
 
@@ -255,7 +255,7 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
     q = queued[(steady["kind"] == kinds.MAIN).to_numpy()] \
         if len(queued) == len(steady) and (steady["kind"] == kinds.MAIN).any() else queued
     pace = {"kernel_ns": med("kernels_ns"), "host_ns": med("idle_host_ns") + med("idle_launch_ns"),
-            "sync_ns": med("idle_sync_ns"), "queued_ns": benchmath.median(q, 0.0),
+            "idle_sync_ns": med("idle_sync_ns"), "queued_ns": benchmath.median(q, 0.0),
             # one process of several: its kernels waited for the others', which the trace holds
             "others_traced": of_one_process(report)}
     work, shapes = {}, {}
@@ -748,7 +748,7 @@ def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
     med = lambda a: benchmath.median(a, 0.0)  # noqa: E731
     return {"launch_overhead_ns": med(launch), "launch_calls": med(launch_calls),
             "api_ns": med(api_ns), "api_calls": med(api_calls),
-            "sync_wait_ns": med(sync_ns), "syncs": med(syncs), "gpu_idle_ns": med(idle),
+            "host_in_syncs_ns": med(sync_ns), "syncs": med(syncs), "gpu_idle_ns": med(idle),
             "memcpy_ns": med(memcpy_ns), "memcpys": med(memcpys)}
 
 
