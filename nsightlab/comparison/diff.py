@@ -603,6 +603,70 @@ def _said(c: benchmath.Comparison) -> dict:
             "log ratio", "runs": 1}
 
 
+def _times(a_ns: float, b_ns: float, interval: dict, real: bool, same: str) -> Said:
+    """The headline's first words: B's iteration against A's, with the interval; ``same``:
+    the work both run, in words, where it is the same."""
+    ci = (f"; {100 * interval['level']:.0f}% CI {fmt_span(interval['low'], interval['high'])}x"
+          " of A's time" if np.isfinite(interval["low"]) else "")
+    speedup, vs = a_ns / b_ns if b_ns else float("nan"), f"{_ms(b_ns)} vs {_ms(a_ns)}{ci}"
+    times = {"a_ns": a_ns, "b_ns": b_ns, "speedup": speedup, "low": interval["low"],
+             "high": interval["high"], "level": interval["level"]}
+    if same:
+        return Said(f"The same work in A and B ({same} per iteration): " + (
+            f"B takes {fmt_ratio(b_ns / a_ns)}x A's time per iteration ({vs}), the machine's "
+            "pace, not a change" if real else f"no measurable difference per iteration ({vs})"),
+            "same_work_pace" if real else "same_work_no_difference", values=times)
+    if not real:
+        return Said(f"No measurable difference per iteration ({vs})", "no_difference", values=times)
+    if abs(speedup - 1) < 0.02:
+        return Said(f"B runs an iteration in the same time as A ({vs})", "same_time", values=times)
+    word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
+    return Said(f"B is {word} per iteration ({vs})", "faster" if speedup > 1 else "slower",
+                values=times)
+
+
+def _moved(pa, pb, parts: list, delta: float, base: float, real: bool, outside: str,
+           more_kernels: bool) -> list | None:
+    """The parts of the time budget whose change explains the wall-clock change (90% of the
+    change of the steady mean, at most four; the largest gain and loss where they cancel),
+    each said in ``parts``; a launch-idle change is a cause only in a run the budget calls
+    launch-bound or where the kernel count moved (else it is queue back-pressure)."""
+    wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
+    bound = {r for r, p in (("A", pa), ("B", pb)) if p.budget.get("verdict") == budget.VERDICTS["launch"]}
+    # launch idle is a cause in a launch-bound run, or where it moves with the kernel count
+    # (4x the kernels, 4x the launches); otherwise it is queue back-pressure
+    if LAUNCH_IDLE in wall and not bound and not more_kernels:
+        wall.pop(LAUNCH_IDLE)
+    deltas = pd.Series({n: b - a for n, (a, b) in wall.items()})
+    # the parts add up to the change of the steady mean: they explain that one, to 90%
+    mean_delta = (pb.mean_ns - pa.mean_ns) if pa.mean_ns and pb.mean_ns else delta
+    if outside:  # the idle is the GPU's time elsewhere, not launches or the host
+        for n in (LAUNCH_IDLE, "other GPU idle"):
+            deltas = deltas.drop(n, errors="ignore")
+    named = explaining(deltas, mean_delta, share=0.9, most=4) if abs(delta) >= 0.02 * base \
+        and real else None
+    if real and len(deltas) and (named is None or deltas.abs().sum() > 2 * abs(mean_delta)) \
+            and deltas.abs().max() >= 0.02 * base:
+        # gains and losses cancel (or the change is small): the largest of each way
+        named = sorted({deltas.idxmin(), deltas.idxmax()}, key=lambda n: -deltas[n] * np.sign(delta or 1))
+    for n in named or []:
+        a, b = wall[n]
+        if abs(b - a) < 0.02 * base:
+            continue
+        text = f"{n} {'rose' if b > a else 'fell'} {_ms(a)} -> {_ms(b)}"
+        if n == LAUNCH_IDLE:
+            r = "B" if b > a else "A"
+            p = pb if r == "B" else pa
+            if r in bound:
+                text += (f" ({r} is launch-bound: {p.kernels:.0f} kernels per iteration, "
+                         f"{_ms(p.overheads.get('api_ns', 0.0))} in CUDA API calls)")
+            else:
+                text += (f" (B launches {pb.kernels:.0f} kernels per iteration, A "
+                         f"{pa.kernels:.0f})")
+        parts.append(Said(text, "part_moved", about=n, values={"a_ns": a, "b_ns": b}))
+    return named
+
+
 def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more_a=(),
               more_b=()) -> dict:
     several = bool(_several(pa) or _several(pb))
@@ -629,27 +693,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     real = interval["significant"] or not np.isfinite(interval["low"])
     moved = work.reshaped(pa.shapes, pb.shapes) if pa.work and pb.work else []
     same = bool(pa.work) and pa.work == pb.work and not moved
-    ci = (f"; {100 * interval['level']:.0f}% CI {fmt_span(interval['low'], interval['high'])}x"
-          " of A's time" if np.isfinite(interval["low"]) else "")
-    times = {"a_ns": a_ns, "b_ns": b_ns, "speedup": speedup, "low": interval["low"],
-             "high": interval["high"], "level": interval["level"]}
-    if same:
-        parts.append(Said(f"The same work in A and B ({work.summary(pa.work)} per iteration): "
-                          + (f"B takes {fmt_ratio(b_ns / a_ns)}x A's time per iteration ({_ms(b_ns)} "
-                             f"vs {_ms(a_ns)}{ci}), the machine's pace, not a change" if real else
-                             f"no measurable difference per iteration ({_ms(b_ns)} vs "
-                             f"{_ms(a_ns)}{ci})"),
-                          "same_work_pace" if real else "same_work_no_difference", values=times))
-    elif not real:
-        parts.append(Said(f"No measurable difference per iteration ({_ms(b_ns)} vs {_ms(a_ns)}"
-                          f"{ci})", "no_difference", values=times))
-    elif abs(speedup - 1) < 0.02:
-        parts.append(Said(f"B runs an iteration in the same time as A ({_ms(b_ns)} vs "
-                          f"{_ms(a_ns)}{ci})", "same_time", values=times))
-    else:
-        word = f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.2f}x slower"
-        parts.append(Said(f"B is {word} per iteration ({_ms(b_ns)} vs {_ms(a_ns)}{ci})",
-                          "faster" if speedup > 1 else "slower", values=times))
+    parts.append(_times(a_ns, b_ns, interval, real, work.summary(pa.work) if same else ""))
     touched = _touched(kernels, {c["token"] for c in moved if c["kind"] == "kernel"})
     gpu = _said(benchmath.compare(pa.main_kernel_walls, pb.main_kernel_walls))
     if not np.isfinite(gpu["low"]):  # too few iterations for an interval: 2% is a change
@@ -698,43 +742,9 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         parts[0] = parts[0].more(f" (medians of the loops' iterations after warm-up; their "
                                  f"means, to which the parts add up: A {_ms(pa.mean_ns)}, B "
                                  f"{_ms(pb.mean_ns)})")
-    # the wall-clock change, part by part of the time budget: a launch-idle change is a cause
-    # only in a run the budget calls launch-bound (else it is queue back-pressure)
-    wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
-    bound = {r for r, p in (("A", pa), ("B", pb)) if p.budget.get("verdict") == budget.VERDICTS["launch"]}
-    # launch idle is a cause in a launch-bound run, or where it moves with the kernel count
-    # (4x the kernels, 4x the launches); otherwise it is queue back-pressure
     more_kernels = abs(pb.kernels - pa.kernels) > 0.1 * max(pa.kernels, 1)
-    if LAUNCH_IDLE in wall and not bound and not more_kernels:
-        wall.pop(LAUNCH_IDLE)
-    deltas = pd.Series({n: b - a for n, (a, b) in wall.items()})
-    # the parts add up to the change of the steady mean: they explain that one, to 90%
-    mean_delta = (pb.mean_ns - pa.mean_ns) if pa.mean_ns and pb.mean_ns else delta
-    if outside:  # the idle is the GPU's time elsewhere, not launches or the host
-        for n in (LAUNCH_IDLE, "other GPU idle"):
-            deltas = deltas.drop(n, errors="ignore")
-    named = explaining(deltas, mean_delta, share=0.9, most=4) if abs(delta) >= 0.02 * base \
-        and real else None
-    if real and len(deltas) and (named is None or deltas.abs().sum() > 2 * abs(mean_delta)) \
-            and deltas.abs().max() >= 0.02 * base:
-        # gains and losses cancel (or the change is small): the largest of each way
-        named = sorted({deltas.idxmin(), deltas.idxmax()}, key=lambda n: -deltas[n] * np.sign(delta or 1))
+    named = _moved(pa, pb, parts, delta, base, real, outside, more_kernels)
     kernel_delta = pb.kernel_ns - pa.kernel_ns
-    for n in named or []:
-        a, b = wall[n]
-        if abs(b - a) < 0.02 * base:
-            continue
-        text = f"{n} {'rose' if b > a else 'fell'} {_ms(a)} -> {_ms(b)}"
-        if n == LAUNCH_IDLE:
-            r = "B" if b > a else "A"
-            p = pb if r == "B" else pa
-            if r in bound:
-                text += (f" ({r} is launch-bound: {p.kernels:.0f} kernels per iteration, "
-                         f"{_ms(p.overheads.get('api_ns', 0.0))} in CUDA API calls)")
-            else:
-                text += (f" (B launches {pb.kernels:.0f} kernels per iteration, A "
-                         f"{pa.kernels:.0f})")
-        parts.append(Said(text, "part_moved", about=n, values={"a_ns": a, "b_ns": b}))
     if not hidden and (abs(kernel_delta) >= 0.05 * base or (named and "GPU work" in named)):
         reason, rows = _kernel_reason(kernels, by_layer, by_class, kernel_delta)
         parts.append(Said("kernel time: " + reason + _overlap_note(pa, pb), "kernel_time",

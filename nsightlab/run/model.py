@@ -240,11 +240,8 @@ def _work_and_pace(report: Report, queued: np.ndarray) -> dict:
     and ``queued`` time (``_queued``), first GPU."""
     import json
 
-    try:
-        lp = loop.of(report)
-    except NoDataError:
-        return {}
-    it = lp.first_gpu()
+    lp = loop_of(report)
+    it = lp.first_gpu() if lp else []
     if not len(it):
         return {}
     steady = it[it["kind"] != kinds.WARM_UP] if (it["kind"] != kinds.WARM_UP).any() else it
@@ -302,13 +299,18 @@ def _queued(lk: pd.DataFrame, n: int) -> np.ndarray:
     return out
 
 
+def loop_of(report: Report) -> "loop.Loop | None":
+    """The run's loop; None without GPU work."""
+    try:
+        return loop.of(report)
+    except NoDataError:
+        return None
+
+
 def _kinds(report: Report) -> list[dict]:
     """The budget's kinds of iteration on the first GPU, as plain records (kind, pattern,
     which, iterations, med_ns, share_pct, verdict, cause)."""
-    try:
-        k = loop.of(report).first_gpu("kinds")
-    except NoDataError:
-        return []
+    k = loop_of(report).first_gpu("kinds") if loop_of(report) else []
     if not len(k):
         return []
     cols = ["kind", "pattern", "which", "head", "iterations", "med_ns", "min_ns", "max_ns",
@@ -321,10 +323,7 @@ def iteration_walls(report: Report, with_phase: bool = False):
     """The wall-clock time (ns) of every iteration of the time budget, first GPU; empty when
     the report has no GPU work. ``with_phase``: (times, the kind of each: warm-up, main,
     B..., outlier; ``nsightlab.analysis.kinds``)."""
-    try:
-        it = loop.of(report).first_gpu()
-    except NoDataError:
-        it = pd.DataFrame({"wall_ns": [], "kind": []})
+    it = loop_of(report).first_gpu() if loop_of(report) else pd.DataFrame({"wall_ns": [], "kind": []})
     w = it["wall_ns"].to_numpy(float)
     if not with_phase:
         return w
@@ -356,11 +355,9 @@ def latency_stats(w: np.ndarray, label: np.ndarray | None = None) -> dict:
 
 def _budget(report: Report) -> dict:
     """The loop's summary for the first GPU, as plain data (empty without GPU work)."""
-    try:
-        rows = loop.of(report).summary
-    except NoDataError:
-        return {}
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in rows.iloc[0].items()}
+    rows = loop_of(report).summary if loop_of(report) else []
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in rows.iloc[0].items()} \
+        if len(rows) else {}
 
 
 def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFrame,
@@ -425,10 +422,7 @@ def _uncut(report: Report, iters: pd.DataFrame) -> pd.DataFrame:
     if not len(iters) or not (gpu_work(report) or report.has_rows("memcpy")):
         return iters
     iters = ending.untraced_tail(report, iters)[0]  # as the budget leaves them out
-    try:
-        cut = loop.of(report).cut
-    except NoDataError:
-        return iters
+    cut = loop_of(report).cut if loop_of(report) else []
     if not len(cut):
         return iters
     return iters[iters["start_ns"].to_numpy(np.int64) != int(cut["start_ns"].iloc[0])]
@@ -460,11 +454,9 @@ def _trace_gaps(report: Report, checked: list[dict]) -> list[dict]:
     """Completeness findings that need the iterations: iterations without any GPU work, a
     cut last iteration (``budget.trace_findings``, given ``completeness.check``'s findings
     ``checked``), a graph-level trace."""
-    try:
-        out = loop.of(report)
-    except NoDataError:
+    if not loop_of(report):
         return []
-    found = [f for f in budget.trace_findings(report, out, checked) if f["severity"] != "note"]
+    found = [f for f in budget.trace_findings(report, loop_of(report), checked) if f["severity"] != "note"]
     return [*found, *filter(None, [_graph_level(report)])]
 
 
@@ -506,10 +498,7 @@ def _steady_iterations(report: Report, iters: pd.DataFrame, n: int) -> np.ndarra
     """Which of the ``n`` iterations are in the loop (after warm-up: every kind and outlier
     included, ``nsightlab.analysis.kinds``); None when all are, none is, or the budget has no
     kinds for these iterations (then every iteration counts)."""
-    try:
-        it = loop.of(report).first_gpu()
-    except NoDataError:
-        return None
+    it = loop_of(report).first_gpu() if loop_of(report) else []
     if not len(it) or "phase" not in it:
         return None
     phase = it["phase"].to_numpy()

@@ -23,7 +23,7 @@ from nsightlab.renderers import words
 from nsightlab.analysis.classify import MATH_CLASSES
 from nsightlab.analysis.launches import want_pairs
 from nsightlab.run import remedies
-from nsightlab.run.model import RunProfile, profile
+from nsightlab.run.model import RunProfile, loop_of, profile
 from nsightlab.core.labels import run_labels
 from nsightlab.core.result import Result, json_records, json_value
 from nsightlab.core.units import fmt_ms as _ms
@@ -495,7 +495,7 @@ def _iterations(views: list[Report], pids) -> dict:
     """pid -> its run's iterations (the budget's table, already computed), where it has any."""
     out = {}
     for v, pid in zip(views, pids):
-        b = _loop(v)
+        b = loop_of(v)
         if b is not None and len(b.iterations):
             out[int(pid)] = b.iterations
     return out
@@ -608,7 +608,7 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
     try:
         later = beside.submit(_profile, r, label) if has_kernels else None
         empty = pd.DataFrame()
-        b = _loop(r)
+        b = loop_of(r)
         budget_, sync_idle = (b.summary.copy(), b.sync_idle) if b is not None else (empty, empty)
         whole = _table(r, "kernel_sum", "kernel_sum")
         ks = whole  # the timed iterations' kernels when there are iterations; warm-up apart
@@ -836,13 +836,6 @@ def _run(r: Report, name: str):
     except recipes.NoDataError:
         return None
 
-
-def _loop(r: Report) -> "loop.Loop | None":
-    """The run's loop, or None when the report has no GPU operation."""
-    try:
-        return loop.of(r)
-    except recipes.NoDataError:
-        return None
 
 
 def _table(r: Report, name: str, table: str) -> pd.DataFrame:
