@@ -131,7 +131,7 @@ def test_remedies_in_each_runtimes_terms_on_made_up_advice():
 
     advice = [words.record("launch"), words.record("pin_pageable", pageable_pct=80.0),
               words.record("sync_in_loop", about="cudaStreamSynchronize", per_iteration=1.0,
-                           idle_ns_per_iteration=2e5, copy=False)]
+                           idle_per_iteration_ns=2e5, copy=False)]
     trt = words.said(advice, remedies.how("TensorRT"))
     assert "trtexec --useCudaGraph" in trt and "torch" not in trt
     ort = words.said(advice, remedies.how("ONNX Runtime (CUDA EP)"))

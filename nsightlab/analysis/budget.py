@@ -883,13 +883,13 @@ def _advice(row, share, copies, by_sync, graphs, params) -> list[dict]:
         if per_iter >= 0.5:
             out.append(words.record(
                 "sync_in_loop", about=str(top["api_name"]), per_iteration=per_iter,
-                idle_ns_per_iteration=top["idle_ns_per_iteration"],
+                idle_per_iteration_ns=top["idle_ns_per_iteration"],
                 copy=sync_kind(str(top["api_name"])) in ("memcpy", "memset")))
         else:  # after a few iterations only: the host's wait after it returned, not the call's
             out.append(words.record(
                 "sync_rare", about=str(top["api_name"]), times=int(top["stretches"]),
                 iterations=int(row["iterations"]), idle_ns=top["idle_ns"],
-                idle_ns_per_iteration=top["idle_ns_per_iteration"]))
+                idle_per_iteration_ns=top["idle_ns_per_iteration"]))
     if share["launch"] >= notable:
         out.append(words.record("launch_with_graphs" if graphs else "launch"))
     if share["communication"] >= notable:

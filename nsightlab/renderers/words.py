@@ -69,53 +69,51 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
+#: each piece of advice (``budget._advice``'s codes); ``{pin}`` etc.: how the remedy is done
+#: (``how``), ``{X_ms}``: the value ``X_ns`` in ms
+ADVICE = {
+    "pin_pageable": "{pageable_pct:.0f}% of the copy time moves pageable host memory: pin it "
+                    "{pin} so copies run at full bandwidth and can be asynchronous.",
+    "copies_pinned": "copies already use pinned memory: move less data per iteration (keep "
+                     "tensors on the GPU, send FP16/INT8 inputs) or overlap the next batch's copy "
+                     "with this batch's compute.",
+    "copies_serial": "copies do not overlap kernels: issue them asynchronously on another stream "
+                     "{async} so they hide under compute.",
+    "sync_in_loop": "{about} ({per_iteration:.0f} per iteration) leaves the GPU idle "
+                    "{idle_per_iteration_ms:.2f} ms per iteration: {fix}.",
+    "sync_rare": "the GPU idled after {about} {times} time(s) in the {iterations} iterations "
+                 "({idle_ms:.2f} ms in all, {idle_per_iteration_ms:.2f} ms per iteration on "
+                 "average): there the host waited after the call returned (another process, a "
+                 "barrier, input, I/O): see what it did then (nsys --trace=osrt shows its waits); "
+                 "the call itself is not in every iteration.",
+    "launch_with_graphs": "the run already replays CUDA graphs, and the GPU still waits for "
+                          "launches: graph-node tracing (--cuda-graph-trace=node) slows graph "
+                          "launches, so time them with --cuda-graph-trace=graph before acting; "
+                          "otherwise fuse kernels or grow the batch.",
+    "launch": "the GPU waits for kernel launches: capture the loop as a CUDA graph {graph} or "
+              "fuse small kernels.",
+    "communication": "NCCL collectives run {communication_ms:.2f} ms per iteration with no "
+                     "compute beside them: a rank that starts a collective early spins until the "
+                     "last arrives{every_rank}overlap communication with compute (DDP: "
+                     "bucket_cap_mb; no_sync for gradient accumulation).",
+    "host": "the host spends {idle_host_ms:.2f} ms per iteration on work that launches nothing "
+            "while the GPU idles: move it out of the loop, overlap it with GPU work (another "
+            "thread, prefetching), or profile the CPU side (nsys --sample=cpu).",
+}
+#: how a sync that leaves the GPU idle in every iteration is fixed: a copy, or another call
+SYNC_FIX = ("make the copy asynchronous (cudaMemcpyAsync from pinned memory) and wait once, "
+            "where the result is needed",
+            "remove it from the loop {sync} or move it after the work that does not need its "
+            "result")
+
+
 def advice(a: dict, words: dict | None = None) -> str:
     """One piece of the budget's advice (``budget._advice``'s records) in ``words``
     (``how()``; generic when None)."""
     w, v = words or how(), a["values"]
-    ms = lambda ns: f"{ns / 1e6:.2f} ms"  # noqa: E731
-    code = a["code"]
-    if code == "pin_pageable":
-        return (f"{v['pageable_pct']:.0f}% of the copy time moves pageable host memory: pin it "
-                f"{w['pin']} so copies run at full bandwidth and can be asynchronous.")
-    if code == "copies_pinned":
-        return ("copies already use pinned memory: move less data per iteration (keep tensors "
-                "on the GPU, send FP16/INT8 inputs) or overlap the next batch's copy with this "
-                "batch's compute.")
-    if code == "copies_serial":
-        return ("copies do not overlap kernels: issue them asynchronously on another stream "
-                f"{w['async']} so they hide under compute.")
-    if code == "sync_in_loop":
-        fix = ("make the copy asynchronous (cudaMemcpyAsync from pinned memory) and wait once, "
-               "where the result is needed" if v["copy"] else
-               f"remove it from the loop {w['sync']} or move it after the work that does not "
-               "need its result")
-        return (f"{a['about']} ({v['per_iteration']:.0f} per iteration) leaves the GPU idle "
-                f"{ms(v['idle_ns_per_iteration'])} per iteration: {fix}.")
-    if code == "sync_rare":
-        return (f"the GPU idled after {a['about']} {v['times']} time(s) in the {v['iterations']} "
-                f"iterations ({ms(v['idle_ns'])} in all, {ms(v['idle_ns_per_iteration'])} per "
-                "iteration on average): there the host waited after the call returned (another "
-                "process, a barrier, input, I/O): see what it did then (nsys --trace=osrt shows "
-                "its waits); the call itself is not in every iteration.")
-    if code == "launch_with_graphs":
-        return ("the run already replays CUDA graphs, and the GPU still waits for launches: "
-                "graph-node tracing (--cuda-graph-trace=node) slows graph launches, so time them "
-                "with --cuda-graph-trace=graph before acting; otherwise fuse kernels or grow the "
-                "batch.")
-    if code == "launch":
-        return ("the GPU waits for kernel launches: capture the loop as a CUDA graph "
-                f"{w['graph']} or fuse small kernels.")
-    if code == "communication":
-        return (f"NCCL collectives run {ms(v['communication_ns'])} per iteration with no compute "
-                "beside them: a rank that starts a collective early spins until the last "
-                f"arrives{w['every_rank']}overlap communication with compute (DDP: "
-                "bucket_cap_mb; no_sync for gradient accumulation).")
-    if code == "host":
-        return (f"the host spends {ms(v['idle_host_ns'])} per iteration on work that launches "
-                "nothing while the GPU idles: move it out of the loop, overlap it with GPU work "
-                "(another thread, prefetching), or profile the CPU side (nsys --sample=cpu).")
-    raise KeyError(f"no words for advice {code!r}")
+    ms = {f"{k[:-3]}_ms": x / 1e6 for k, x in v.items() if k.endswith("_ns")}
+    fix = SYNC_FIX[0] if v.get("copy") else SYNC_FIX[1].format(**w)
+    return ADVICE[a["code"]].format(about=a["about"], fix=fix, **w, **v, **ms)
 
 
 def said(records: list[dict], words: dict | None = None) -> str:

@@ -21,7 +21,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from nsightlab.analysis import budget, completeness, ending, gpu_metrics as gm, iterations, kinds, loop, runtime
-from nsightlab.analysis.budget import base_name, base_name_matches
+from nsightlab.analysis.budget import base_name
 from nsightlab.analysis.classify import MATH_CLASSES as MATH, annotate, sync_kind
 from nsightlab.analysis.launches import first_of_call, launches, want_pairs
 from nsightlab.analysis.stats import first_rows
@@ -142,7 +142,7 @@ def _compute(report: Report, label: str) -> RunProfile:
     summary = _budget(report)
     checked = completeness.check(report)
     warnings = [w for w in checked if w["severity"] != "note"] + _trace_gaps(report, checked)
-    ranges, iters, found_source, how = _iteration_ranges(report)
+    ranges, iters = _iteration_ranges(report)
     # kernel time of launches left out of lk: outside every iteration, and in the warm-up
     # iterations (left out here, not copied out of an 8M-row table later)
     outside, unsteady = [0.0], [0.0]
@@ -173,7 +173,7 @@ def _compute(report: Report, label: str) -> RunProfile:
         raise NsightlabError(f"{report.source}: no kernel launches to compare "
                              f"({why or 'profile with --trace=cuda'})")
     all_kernels_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + outside[0] + unsteady[0]
-    lk, n, source = _assign_iterations(lk, ranges, iters, found_source)
+    lk, n = _assign_iterations(lk, ranges, iters)
     total = n
     # warm-up included
     inside_ns = float((lk["end_ns"] - lk["start_ns"]).sum()) + unsteady[0]
@@ -209,10 +209,8 @@ def _compute(report: Report, label: str) -> RunProfile:
     # how the iterations were found: the loop's words and code (one source for every command)
     return RunProfile(
         label=label, iterations=total, steady_iterations=n,
-        iteration_source=summary.get("iteration_source") or source,
-        iteration_how=summary.get("iteration_how") or (
-            how if len(iters) or how == budget.HOW_REJECTED else
-            budget.HOW_WHOLE if span_ns else budget.HOW_NONE),
+        iteration_source=summary.get("iteration_source", ""),
+        iteration_how=summary.get("iteration_how", budget.HOW_NONE),
         median_ns=wall, mean_ns=summary.get("wall_ns") or span_ns, gpus=_gpu_names(report),
         batch=batch_of(report), drivers=report.drivers,
         kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
@@ -360,22 +358,20 @@ def _budget(report: Report) -> dict:
         if len(rows) else {}
 
 
-def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFrame,
-                       found_source: str = "") -> tuple[pd.DataFrame, int, str]:
+def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFrame
+                       ) -> tuple[pd.DataFrame, int]:
     """Give every launch its iteration (``iter``) and layer (``layer``, a categorical) from the
     NVTX iteration ranges and the ranges one level inside them (``_iteration_ranges``); ``lk``
     holds only launches inside the iterations (``_compute`` leaves the others out). Without
     iteration ranges, all launches are one iteration.
 
-    Returns (launches, number of iterations, how iterations were found).
+    Returns (launches, number of iterations).
     """
     if not lk["api_start_ns"].is_monotonic_increasing:
         lk = lk.sort_values("api_start_ns", kind="stable").reset_index(drop=True)
     api_start = lk["api_start_ns"].to_numpy()
     if len(iters) >= 1:
         it = _containing(iters["start_ns"].to_numpy(), iters["end_ns"].to_numpy(), api_start)
-        source = found_source or \
-            f"{len(iters)} NVTX iteration ranges ({base_name(iters['name'].iloc[0])}...)"
         depth = int(iters["depth"].min()) + 1
         layers = ranges[(ranges["depth"] == depth)].sort_values("start_ns")
         lay = _containing(layers["start_ns"].to_numpy(), layers["end_ns"].to_numpy(), api_start)
@@ -389,30 +385,26 @@ def _assign_iterations(lk: pd.DataFrame, ranges: pd.DataFrame, iters: pd.DataFra
         n = len(iters)
         del it, lay, codes
     else:
-        source = "no NVTX iteration ranges: all GPU activity as one iteration"
         lk["layer"] = pd.Categorical.from_codes(np.zeros(len(lk), np.int8), categories=[OUTSIDE])
         lk["iter"] = np.zeros(len(lk), np.int32)
         n = 1
-    return lk, n, source
+    return lk, n
 
 
-def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
-    """(the NVTX ranges, the iteration ranges in start order, how iterations were found when
-    not from NVTX ranges in words, and as ``budget.HOW_*``); a range never closed (the app
-    exited inside it) runs to the end of
-    the recording. Without NVTX iteration ranges, the iterations found in the trace (the same
-    ones as the time budget's), with no layers inside."""
+def _iteration_ranges(report: Report) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the NVTX ranges, the iteration ranges in start order: the loop's, before their windows;
+    ``iterations.nvtx_ranges``, else those found in the trace, the blocks found inside them
+    as layers), without the ones the loop leaves out (``_uncut``)."""
     nvtx = report.nvtx(["name", "kind", "depth", "start_ns", "end_ns"])
     ranges = nvtx[nvtx["kind"] != "mark"].copy()
     ranges["end_ns"] = ranges["end_ns"].fillna(np.iinfo(np.int64).max).astype(np.int64)
     iters = iterations.nvtx_ranges(report)
-    if len(iters) or not gpu_work(report):
-        return ranges, _uncut(report, iters), "", budget.HOW_NVTX
-    found, source = budget.ranges(report)
-    how = budget.how_of(found)
-    blocks = iterations.find(report).layers if len(found) else found
-    ranges = blocks.assign(kind="range", depth=FOUND_DEPTH + 1)  # found layers, no NVTX ones
-    return ranges, _uncut(report, found).assign(depth=FOUND_DEPTH), source, how
+    lp = loop_of(report)
+    if len(iters) or lp is None or lp.how != budget.HOW_FOUND:
+        return ranges, _uncut(report, iters)
+    found = iterations.find(report)
+    ranges = found.layers.assign(kind="range", depth=FOUND_DEPTH + 1)  # found layers, no NVTX ones
+    return ranges, _uncut(report, found.ranges).assign(depth=FOUND_DEPTH)
 
 
 def _uncut(report: Report, iters: pd.DataFrame) -> pd.DataFrame:
