@@ -19,10 +19,11 @@ from nsightlab.errors import CorruptReportError
 @pytest.fixture
 def by_processes(monkeypatch):
     """Every split table of this small fixture is read by 2 worker processes."""
-    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
-    monkeypatch.setattr(reader, "PROCESS_MIN_WORKERS", 2)
+    monkeypatch.setattr(part_workers, "PROCESS_MIN_ROWS", 1)
+    monkeypatch.setattr(part_workers, "PROCESS_MIN_WORKERS", 2)
     monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
-    monkeypatch.setattr(reader, "readers", lambda rows=None: 2)
+    for module in (part_workers, reader):
+        monkeypatch.setattr(module, "readers", lambda rows=None: 2)
     yield
     part_workers.discard_pool()
 
@@ -30,7 +31,7 @@ def by_processes(monkeypatch):
 def read_all(path, cache_dir):
     with nsightlab.open(path, cache_dir=cache_dir) as r:
         frames = {t: r.table(t) for t in ("kernels", "cuda_api")}
-        dropped = {t: r.cache.meta(t)["dropped"] for t in frames}
+        dropped = {t: r.cache.meta(t).dropped for t in frames}
         parts = {t: len(r.cache.files(t)) for t in frames}
     return frames, dropped, parts
 
@@ -54,7 +55,7 @@ def test_processes_build_the_same_entries_as_threads(sqlite_of, tmp_path, by_pro
     os.environ["NSIGHTLAB_READERS"] = "1"
     try:
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(reader, "PROCESS_MIN_ROWS", 10**12)  # threads this time
+            m.setattr(part_workers, "PROCESS_MIN_ROWS", 10**12)  # threads this time
             want, want_dropped, _ = read_all(path, tmp_path / "threads")
     finally:
         del os.environ["NSIGHTLAB_READERS"]
@@ -113,7 +114,7 @@ def test_nvtx_read_in_parts_equals_one_query(sqlite_of, tmp_path, by_processes, 
         got = r.nvtx()
         assert len(r.cache.files("nvtx")) >= 8  # RANGES_PER_WORKER x 2 workers
     pd.testing.assert_frame_equal(got, want, check_categorical=False)
-    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 10**12)  # threads
+    monkeypatch.setattr(part_workers, "PROCESS_MIN_ROWS", 10**12)  # threads
     with nsightlab.open(path, cache_dir=tmp_path / "threads") as r:
         got = r.nvtx()
         assert len(r.cache.files("nvtx")) >= 2
@@ -199,7 +200,7 @@ def test_kernels_are_checked_without_reading_the_calls(sqlite_of, tmp_path, by_p
     with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
         r.prefetch(["kernels"])
         assert r.cache.files("cuda_api") is None
-        dropped = r.cache.meta("kernels")["dropped"]
+        dropped = r.cache.meta("kernels").dropped
         limit = tables.duration_limit(r.db)
     assert not [s for s in scans if "CUPTI_ACTIVITY_KIND_RUNTIME" in s]
     with sqlite3.connect(path) as con:
@@ -217,7 +218,7 @@ def test_row_count_of_a_cached_table_equals_the_sql_count(sqlite_of, tmp_path):
     with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
         want = {t: r.row_count(t) for t in ("kernels", "cuda_api", "nvtx")}
         r.prefetch(["kernels", "cuda_api", "nvtx"])
-        assert r.cache.meta("kernels")["dropped"] > 0
+        assert r.cache.meta("kernels").dropped > 0
         r.db.query = None  # the counts must not come from SQLite now
         assert {t: r.row_count(t) for t in want} == want
 
@@ -307,14 +308,13 @@ def test_later_columns_that_do_not_line_up_are_an_error_and_both_entries_go(sqli
 @pytest.fixture
 def started_at_open(monkeypatch):
     """``nsightlab.open`` starts reading this small fixture's kernels and calls on 2 worker
-    processes (``part_workers.prestart``), as it does for big reports."""
+    processes (``ReadStore.start``), as it does for big reports."""
+    monkeypatch.setattr(part_workers, "PROCESS_MIN_ROWS", 1)
+    monkeypatch.setattr(part_workers, "PROCESS_MIN_WORKERS", 2)
     for module in (part_workers, reader):
-        monkeypatch.setattr(module, "PROCESS_MIN_ROWS", 1)
-        monkeypatch.setattr(module, "PROCESS_MIN_WORKERS", 2)
         monkeypatch.setattr(module, "readers", lambda rows=None: 2)
     yield
     part_workers.discard_pool()
-    part_workers._drop_started()
 
 
 def out_of_bounds_copy(sqlite_of, tmp_path):
@@ -340,29 +340,29 @@ def test_reads_started_at_open_equal_reads_started_by_the_reader(sqlite_of, tmp_
     path = out_of_bounds_copy(sqlite_of, tmp_path)
     with nsightlab.open(path, cache_dir=tmp_path / "started",
                         prefetch=("kernels", "cuda_api")) as r:
-        assert len(part_workers._STARTED) == 2  # the calls and the kernels, reading already
+        assert len(r.store.started) == 2  # the calls and the kernels, reading already
         got = {t: r.table(t, ["start_ns", "end_ns", "name", "correlation_id"])
                for t in ("kernels", "cuda_api")}
         metas = {t: r.cache.meta(t) for t in got}
-    assert all(s.finished for s in part_workers._STARTED.values())
+    assert all(s.finished for s in r.store.started.values())
     monkeypatch.setenv("NSIGHTLAB_READERS", "1")
-    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 10**12)
+    monkeypatch.setattr(part_workers, "PROCESS_MIN_ROWS", 10**12)
     with nsightlab.open(path, cache_dir=tmp_path / "threads") as r:
         want = {t: r.table(t, ["start_ns", "end_ns", "name", "correlation_id"]) for t in got}
         want_metas = {t: r.cache.meta(t) for t in got}
     for t in got:
         pd.testing.assert_frame_equal(got[t], want[t], check_categorical=False)
-        assert metas[t]["dropped"] == want_metas[t]["dropped"] > 0
-        assert metas[t]["limit"] == want_metas[t]["limit"] < 10**13
-    assert metas["kernels"]["dropped"] > len(got["kernels"]) // 997  # the long rows too
-    assert metas["kernels"]["duplicates"] == want_metas["kernels"]["duplicates"] > 0
+        assert metas[t].dropped == want_metas[t].dropped > 0
+        assert metas[t].limit == want_metas[t].limit < 10**13
+    assert metas["kernels"].dropped > len(got["kernels"]) // 997  # the long rows too
+    assert metas["kernels"].duplicates == want_metas["kernels"].duplicates > 0
 
 
 def test_a_started_read_whose_worker_died_is_a_one_line_error_and_leaves_nothing(
         sqlite_of, tmp_path, started_at_open):
     path = sqlite_of("h200-launchbound")
     with nsightlab.open(path, cache_dir=tmp_path / "c") as r:
-        started = list(part_workers._STARTED.values())
+        started = list(r.store.started.values())
         for p in part_workers._POOL.procs:
             p.kill()
         with pytest.raises(CorruptReportError, match="reader process died.*NSIGHTLAB_READERS"):
@@ -386,7 +386,8 @@ def test_reads_started_but_never_taken_leave_nothing_at_exit(sqlite_of, tmp_path
         import nsightlab
         r = nsightlab.open({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r},
                            prefetch=("kernels", "cuda_api"))
-        print(len(pw._STARTED), sum(1 for s in pw._STARTED.values() if s.folder.is_dir()))
+        started = r.store.started.values()
+        print(len(started), sum(1 for s in started if s.folder.is_dir()))
         """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -406,7 +407,6 @@ def test_idle_readers_are_left_to_end_on_their_own_at_exit(sqlite_of, tmp_path):
     code = textwrap.dedent(f"""
         from nsightlab.read import parallel, reader, workers as pw
         pw.PROCESS_MIN_ROWS, pw.PROCESS_MIN_WORKERS = 1, 2
-        reader.PROCESS_MIN_ROWS, reader.PROCESS_MIN_WORKERS = 1, 2
         pw.readers = parallel.readers = reader.readers = lambda rows=None: 2
         import nsightlab
         r = nsightlab.open({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r})
@@ -445,29 +445,30 @@ def test_reader_processes_record_whether_a_table_is_in_start_order(sqlite_of, tm
     export with its calls shuffled. The answer equals the column's."""
     from nsightlab.read import report as report_module
 
-    for module in ((reader,) if how == "by the reader" else (part_workers, reader)):
-        monkeypatch.setattr(module, "PROCESS_MIN_ROWS", 1)
-        monkeypatch.setattr(module, "PROCESS_MIN_WORKERS", 2)
+    monkeypatch.setattr(part_workers, "PROCESS_MIN_ROWS", 1)
+    monkeypatch.setattr(part_workers, "PROCESS_MIN_WORKERS", 2)
+    for module in (part_workers, reader):
         monkeypatch.setattr(module, "readers", lambda rows=None: 2)
+    prefetch = ("kernels", "cuda_api") if how == "started at open" else ()
     monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
     try:
         for path, ordered in ((sqlite_of("h200-launchbound"), True),
                               (shuffled_calls_copy(sqlite_of, tmp_path), False)):
             cache = tmp_path / f"cache-{ordered}"
-            with nsightlab.open(path, cache_dir=cache, prefetch=("kernels", "cuda_api")) as r:
-                assert bool(part_workers._STARTED) is (how == "started at open")
+            with nsightlab.open(path, cache_dir=cache, prefetch=prefetch) as r:
+                assert bool(r.store.started) is (how == "started at open")
                 r.prefetch(["kernels", "cuda_api"])
                 assert len(r.cache.files("cuda_api")) >= 4
-                assert r.cache.meta("cuda_api")["in_start_order"] is ordered
-                assert r.cache.meta("kernels")["in_start_order"] is True
+                assert r.cache.meta("cuda_api").in_start_order is ordered
+                assert r.cache.meta("kernels").in_start_order is True
                 s = r.cuda_api(["start_ns"])["start_ns"].to_numpy()
                 assert bool(np.all(s[1:] >= s[:-1])) is ordered
                 with monkeypatch.context() as m:  # answered from meta.json alone
                     m.setattr(report_module, "part_columns", None)
                     assert r.in_start_order("cuda_api") is ordered
+            part_workers.discard_pool()  # the next open starts its reads on a new pool
     finally:
         part_workers.discard_pool()
-        part_workers._drop_started()
 
 
 def test_parts_in_order_joins_the_answers_of_the_parts():

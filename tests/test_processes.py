@@ -393,22 +393,21 @@ def test_the_first_read_writes_each_process_share_of_the_big_tables(tmp_path, mo
     process's cache takes that share (no cut); its entries name the whole export as their
     source. The report is the one built from shares cut afterwards."""
     import nsightlab.read.parallel
-    from nsightlab.read import reader, table_cache, workers
+    from nsightlab.read import store, table_cache, workers
 
     monkeypatch.setattr(nsightlab.read.parallel, "ROWS_PER_READER", 1000)  # reader processes
     monkeypatch.setattr(workers, "PROCESS_MIN_ROWS", 1)  # for a small capture
-    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
     monkeypatch.setenv("NSIGHTLAB_READERS", "2")
     monkeypatch.setattr(run_report, "APART_KERNELS", 0)
-    monkeypatch.setattr(workers, "_STARTED", {})  # this test's reads, forgotten after it
-    real, took, said = reader.take_split, [], []
-    monkeypatch.setattr(reader, "take_split", lambda *a: _took(real, took, *a))
+    real, took, said = store.ReadStore.take_share, [], []
+    monkeypatch.setattr(store.ReadStore, "take_share", lambda *a: _took(real, took, *a))
     for split in (True, False):
         d = tmp_path / str(split)
         d.mkdir()
         shutil.copy(DATA / "nsys" / "st-mix3.sqlite.xz", d)
         if not split:
-            monkeypatch.setattr(workers, "_cuda_pids", lambda con: [])
+            start = store.ReadStore.start  # one read of every process's rows
+            monkeypatch.setattr(store.ReadStore, "start", lambda s, t, by_process: start(s, t))
         took.clear()
         rr = run_report.build(d / "st-mix3.sqlite.xz")
         said.append(render(rr))
@@ -425,9 +424,9 @@ def test_the_first_read_writes_each_process_share_of_the_big_tables(tmp_path, mo
     assert said[0] == said[1]
 
 
-def _took(real, took: list, sqlite, folder, pid):
-    got = real(sqlite, folder, pid)
-    took.append((Path(folder).name, pid, got is not None))
+def _took(real, took: list, read_store, entry, pid):
+    got = real(read_store, entry, pid)
+    took.append((entry, pid, got is not None))
     return got
 
 

@@ -60,13 +60,13 @@ def test_start_reading_starts_the_reads_before_pandas_and_open_takes_them_over(
         from nsightlab.read.opener import start_reading, as_report
         start_reading({str(sqlite_of("h200-launchbound"))!r}, ("kernels",),
                       cache_dir={str(tmp_path)!r})
-        print("started", len(pw._STARTED), "pandas" in sys.modules)
+        from nsightlab.read import opener
+        print("started", len(opener._early.started), "pandas" in sys.modules)
         from nsightlab.read import reader
-        reader.PROCESS_MIN_ROWS, reader.PROCESS_MIN_WORKERS = 1, 2
         reader.readers = lambda rows=None: 2
         r = as_report({str(sqlite_of("h200-launchbound"))!r}, cache_dir={str(tmp_path)!r},
                       prefetch=("kernels",))
-        print("rows", len(r.kernels(["start_ns"])), all(s.finished for s in pw._STARTED.values()))
+        print("rows", len(r.kernels(["start_ns"])), all(s.finished for s in r.store.started.values()))
         """)
     assert p.stdout.split() == ["started", "1", "False", "rows", "80001", "True"]
 
@@ -453,10 +453,11 @@ def test_api_sums_part_by_part_equal_the_whole_columns(sqlite_of, tmp_path, monk
 
     path = edited_copy(sqlite_of(stem), tmp_path / f"{stem}.sqlite",
                        "CUPTI_ACTIVITY_KIND_RUNTIME", SHUFFLE if shuffled else ())
-    monkeypatch.setattr(reader, "PROCESS_MIN_ROWS", 1)
-    monkeypatch.setattr(reader, "PROCESS_MIN_WORKERS", 2)
+    monkeypatch.setattr(workers, "PROCESS_MIN_ROWS", 1)
+    monkeypatch.setattr(workers, "PROCESS_MIN_WORKERS", 2)
     monkeypatch.setattr(parallel, "ROWS_PER_READER", 500)
-    monkeypatch.setattr(reader, "readers", lambda rows=None: 2)
+    for module in (workers, reader):
+        monkeypatch.setattr(module, "readers", lambda rows=None: 2)
     try:
         r = nsightlab.open(path, cache_dir=tmp_path / "cache")
         r.prefetch(["cuda_api"])

@@ -229,8 +229,8 @@ class Engine:
             listed = ", ".join(f"'{_quoted(f)}'" for f in files)
             sql = f"SELECT * FROM read_parquet([{listed}])"
             if rows:  # one scan of all parts; a part's first row is the rows before it
-                meta = report.cache.meta(name)
-                starts = np.concatenate([[0], np.cumsum([p["rows"] for p in meta["parts"]])])
+                parts = report.cache.meta(name).parts
+                starts = np.concatenate([[0], np.cumsum([p.rows for p in parts])])
                 first = ", ".join(str(int(x)) for x in starts[:-1])
                 sql = (f"SELECT * EXCLUDE (file_row_number), file_row_number + "
                        f"([{first}]::BIGINT[])[file_index::BIGINT + 1] AS row "
@@ -669,7 +669,7 @@ def in_start_order(report: Report, tables: tuple[str, ...], columns: list[str]):
         files = report.cache.files(t) if report.cache is not None else None
         if files is None:
             raise OutOfOrder(t)  # not cached: the caller's SQL path reads it
-        if report.cache_fact(t, "in_start_order") is False:  # known before any merging
+        if report.cache_meta(t).in_start_order is False:  # known before any merging
             raise OutOfOrder(t)
         streams.append(part_tables(files, columns))
     return _merged(streams, at)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import functools
 import json
 import lzma
 import os
@@ -147,16 +148,13 @@ def _usable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK) if folder.exists() else _creatable(folder)
 
 
-_SCRATCH: list[Path] = []
-
-
+@functools.cache
 def scratch() -> Path:
     """A private temporary folder for this process, removed when it exits (``--no-cache``
     exports and decompressions: nothing is left behind)."""
-    if not _SCRATCH:
-        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="nsightlab-")))
-        atexit.register(shutil.rmtree, _SCRATCH[0], True)
-    return _SCRATCH[0]
+    folder = Path(tempfile.mkdtemp(prefix="nsightlab-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def _check_input(p: Path, given) -> None:

@@ -1,5 +1,5 @@
 """``nsightlab.open``, kept free of pandas and pyarrow: on a big report not cached yet it
-starts the reader processes (``part_workers.prestart``) before the modules that need those
+starts the reader processes (``store.ReadStore.start``) before the modules that need those
 libraries are imported, so the two start-ups overlap."""
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from nsightlab.read.locate import Location
     from nsightlab.read.report import Report
+    from nsightlab.read.store import ReadStore
+
+#: the read store ``start_reading`` began, until ``open`` of its export and cache folder takes
+#: it (``_store``): commands reach ``open`` through layers that take a path, not a store
+#: (``as_report``, recipes, ``run.report.build``). One at a time, taken once.
+_early: "ReadStore | None" = None
 
 
 def open(path: str | os.PathLike, *, cache: bool | None = None,
@@ -44,7 +51,6 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
         NsightlabError: the input cannot be read; the message names the file and the fix.
     """
     from nsightlab.read import trace
-    from nsightlab.read import workers as part_workers
     from nsightlab.read.locate import locate
 
     if cache is None:
@@ -52,7 +58,8 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
     # reader processes start while pandas and pyarrow are imported below (big, uncached)
     trace.mark("open")
-    part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch), by_process)
+    store = _store(loc)
+    store.start(tuple(prefetch), by_process)
     trace.mark("readers started")
     from nsightlab.errors import NsightlabError
     from nsightlab.read.report import Report
@@ -60,7 +67,7 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
     trace.mark("pandas and pyarrow imported")
 
     try:
-        r = Report(loc.sqlite, cache_root=loc.cache_root, source=loc.source, progress=progress)
+        r = Report(loc.sqlite, store=store, source=loc.source, progress=progress)
         if process is None:
             return r
         from nsightlab.read.split import of_process
@@ -84,11 +91,11 @@ def start_reading(path: str | os.PathLike, prefetch: tuple[str, ...] = ("kernels
                   by_process: bool = False) -> None:
     """``open``'s first step alone: start the reader processes on ``path``'s big tables now,
     for a command that imports pyarrow or pandas before it opens the report (``recipe run``,
-    ``report``, ``diff``): the open then takes the reads over. Nothing without a cache; a path that cannot be opened is
-    left for the open to explain."""
+    ``report``, ``diff``): the open then takes the reads over. Nothing without a cache; a
+    path that cannot be opened is left for the open to explain."""
+    global _early
     from nsightlab.errors import NsightlabError
     from nsightlab.read import trace
-    from nsightlab.read import workers as part_workers
     from nsightlab.read.locate import locate
 
     if cache is False or (cache is None and os.environ.get("NSIGHTLAB_NO_CACHE")):
@@ -97,8 +104,21 @@ def start_reading(path: str | os.PathLike, prefetch: tuple[str, ...] = ("kernels
         loc = locate(path, cache=True, cache_dir=cache_dir, nsys=nsys, progress=progress)
     except NsightlabError:
         return
-    if part_workers.prestart(loc.sqlite, loc.cache_root, tuple(prefetch), by_process):
+    store = _store(loc)
+    if store.start(tuple(prefetch), by_process):
+        _early = store
         trace.mark("readers started, before the imports")
+
+
+def _store(loc: "Location") -> "ReadStore":
+    """The read store of ``loc``: the one ``start_reading`` began (taken), else a new one."""
+    global _early
+    from nsightlab.read.store import ReadStore
+
+    if _early is not None and (_early.sqlite, _early.root) == (loc.sqlite, loc.cache_root):
+        store, _early = _early, None
+        return store
+    return ReadStore(loc.sqlite, loc.cache_root)
 
 
 def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":

@@ -59,7 +59,7 @@ def duration_limit(query) -> int:
     the first row of ``DURATION_SQL`` (None, or an error, without ANALYSIS_DETAILS: then only
     ``MAX_NS`` bounds it). Work already running when a capture or slice opened can have begun
     before the session's start, so no start bound is placed; its duration still cannot exceed
-    the session's. Standard library only: ``workers.prestart`` uses it before pyarrow loads."""
+    the session's. Standard library only: ``store.ReadStore.start`` uses it before pyarrow loads."""
     try:
         row = query(DURATION_SQL)
     except Exception:  # no such table or column in an old or partial export

@@ -32,9 +32,11 @@ import pyarrow.parquet as pq
 
 from nsightlab.errors import CorruptReportError
 from nsightlab.read import frames, trace
+from nsightlab.read import workers as part_workers
 from nsightlab.read.db import BATCH_ROWS, ExportDB
-from nsightlab.read.parallel import range_count, readers
-from nsightlab.read.table_cache import READ, TableCache, part_columns
+from nsightlab.read.parallel import readers
+from nsightlab.read.store import ReadStore
+from nsightlab.read.table_cache import READ, EntryMeta, Parts, TableCache, part_columns
 from nsightlab.read.tables import (
     CHECKED,
     DEDUPED,
@@ -48,13 +50,6 @@ from nsightlab.read.tables import (
     of_process,
     parts_in_order,
     to_pandas,
-)
-from nsightlab.read.workers import (
-    PROCESS_MIN_ROWS,
-    PROCESS_MIN_WORKERS,
-    WorkerDied,
-    drop_split,
-    take_split,
 )
 
 T = TypeVar("T")
@@ -126,27 +121,22 @@ def part_rows(path: Path) -> int:
     return _PART_ROWS[key]
 
 
-def _cut_facts(meta: dict, orders: list) -> dict:
+def _cut_facts(meta: EntryMeta, orders: list) -> EntryMeta:
     """meta.json's facts of a process's entry taken from the whole report's (``meta``: the
     whole entry's; ``orders``: each part's ``StartOrder`` answer): no row left out or
     duplicate (else the tables are copied, not cut), the same duration limit."""
-    order = parts_in_order(orders)
-    return {"dropped": 0, "limit": meta.get("limit"), "duplicates": 0, "duplicate_rows": [],
-            **({} if order is None else {"in_start_order": order})}
+    return EntryMeta(dropped=0, limit=meta.limit, in_start_order=parts_in_order(orders))
 
 
 class TableReader:
-    """Reads tables of one export (``db``), through ``cache`` when there is one."""
+    """Reads tables of one export (``db``), through its ``store``'s cache when there is one
+    (and, of a process's view, its big tables from the whole report's store)."""
 
-    def __init__(self, db: ExportDB, cache: TableCache | None,
-                 progress: Callable[[str], None] | None = None,
-                 cut: "tuple[TableReader, int, tuple[str, ...]] | None" = None):
+    def __init__(self, db: ExportDB, store: ReadStore,
+                 progress: Callable[[str], None] | None = None):
         self.db = db
-        self.cache = cache
+        self.store = store
         self.progress = progress
-        #: of one process's reader (``read.split``): the whole report's reader, the pid, and
-        #: the tables whose entries are cut from that reader's (never read from this export)
-        self.cut = cut
         #: activity rows left out of the last SQLite read of each table (``drop_invalid``)
         self.dropped: dict[str, int] = {}
         #: rows handed out so far (progress over many reports)
@@ -195,7 +185,7 @@ class TableReader:
         if not later:
             return [(spec.first, keep)]
         self.ensure_cached(spec.first)  # the later columns' read keeps the same rows
-        if self.cache is None:
+        if self.store.cache is None:
             return [(spec, keep)]
         first = [c for c in keep if c not in spec.later.columns]
         return [(spec.first, first)] * bool(first) + [(spec.rest, later)]
@@ -203,8 +193,8 @@ class TableReader:
     def _same_rows(self, spec: TableSpec, rows: list[int]) -> None:
         """Entries read side by side must hold the same rows: else both are dropped."""
         if len(set(rows)) > 1:
-            self.cache.drop(spec.first.name)
-            self.cache.drop(spec.rest.name)
+            self.store.cache.drop(spec.first.name)
+            self.store.cache.drop(spec.rest.name)
             raise CorruptReportError(
                 f"{self.db.name}: the cached columns of {spec.name} disagree ({rows} rows); "
                 "the cache entries were removed: run the command again")
@@ -277,7 +267,7 @@ class TableReader:
         """Build the cache entry of ``spec`` (nothing when it is valid or there is no cache);
         of a table with ``later`` columns, the entry of its first read."""
         spec = self._groups(spec, [])[0][0]
-        if self.cache is not None and self.cache.files(spec.name) is None:
+        if self.store.cache is not None and self.store.cache.files(spec.name) is None:
             self._cached(spec, lambda files: None,
                          lambda open_part: (self._fill(spec, open_part), None))
 
@@ -295,7 +285,7 @@ class TableReader:
     def _cached_read(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
                      from_sqlite: Callable[[OpenPart | None], tuple[int, T]],
                      picked: bool) -> T:
-        if self.cache is None or self.cache.files(spec.name) is not None:
+        if self.store.cache is None or self.store.cache.files(spec.name) is not None:
             return self._read_or_build(spec, from_parts, from_sqlite, picked)
         with self._builds:  # built, or found built by the thread that held the lock
             return self._read_or_build(spec, from_parts, from_sqlite, picked)
@@ -303,10 +293,10 @@ class TableReader:
     def _read_or_build(self, spec: TableSpec, from_parts: Callable[[list[Path]], T],
                        from_sqlite: Callable[[OpenPart | None], tuple[int, T]],
                        picked: bool) -> T:
-        if self.cache is not None:
-            files = self.cache.files(spec.name)
+        if self.store.cache is not None:
+            files = self.store.cache.files(spec.name)
             if files is None and self._cut_from_whole(spec):
-                files = self.cache.files(spec.name)
+                files = self.store.cache.files(spec.name)
             # entries built in worker processes, and tables with a whole-table pass (NVTX
             # depth: done over the finished parts), are built first and then read
             if files is None and (self._in_processes(spec) or spec.finish is not None):
@@ -318,17 +308,17 @@ class TableReader:
                     else:
                         self._from_sqlite(spec, lambda: self._build(
                             spec, lambda parts: (self._fill(spec, parts), None)))
-                    files = self.cache.files(spec.name)
+                    files = self.store.cache.files(spec.name)
                 except OSError as e:
                     self._cache_unusable(e)
-        if self.cache is not None:
+        if self.store.cache is not None:
             if files is not None:
                 try:
                     got = from_parts(files)
                     trace.mark(f"{spec.name}: read from the cache")
                     return got
                 except (OSError, pa.ArrowException):
-                    self.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
+                    self.store.cache.drop(spec.name)  # damaged entry: rebuild it, never trust it
             try:
                 built = self._from_sqlite(spec, lambda: self._build(spec, from_sqlite))
                 frames.release_memory()  # the reader threads' arenas: 8M kernels kept ~550 MB
@@ -339,19 +329,19 @@ class TableReader:
         return value if picked else _without(value, self._uncached_duplicates(spec))
 
     def _cut_from_whole(self, spec: TableSpec) -> bool:
-        """Build ``spec``'s entry from the whole report's (``cut``; built there first, by its
-        reader processes, once for every process): its parts with this process's rows only
-        (and those of no process), part by part on every core. The later columns' entry
+        """Build ``spec``'s entry from the whole report's (``ReadStore.for_pid``; built there
+        first, by its reader processes, once for every process): its parts with this process's
+        rows only (and those of no process), part by part on every core. The later columns' entry
         (``kernels+``) has no pid column: its parts keep the rows the first read's parts of
         the whole report kept for this process. False when ``spec`` is not cut here."""
-        if self.cut is None or (spec.base or spec).name not in self.cut[2]:
+        if (spec.base or spec).name not in self.store.cut:
             return False
-        whole, pid = self.cut[0], self.cut[1]
+        whole, pid = self.store.whole, self.store.pid
         base = spec.base.first if spec.base is not None else None
         if base is not None:  # the first read (its pid column), then the later columns
-            whole.ensure_cached(spec.base)
-        whole.ensure_cached(spec)
-        meta = whole.cache.meta(spec.name) or {}
+            whole.reader.ensure_cached(spec.base)
+        whole.reader.ensure_cached(spec)
+        meta = whole.cache.meta(spec.name) or EntryMeta()
         if base is None and self._adopt_share(spec, whole, pid, meta):
             return True
         files = whole.cache.files(spec.name)
@@ -387,19 +377,19 @@ class TableReader:
             trace.mark(f"{spec.name}: cut from the whole report's cache ({sum(counts)} rows)")
             return sum(counts), None
 
-        self.cache.build(spec.name, fill, spec.schema, lambda: _cut_facts(meta, orders))
+        self.store.cache.build(spec.name, fill, spec.schema, lambda: _cut_facts(meta, orders))
         return True
 
-    def _adopt_share(self, spec: TableSpec, whole: "TableReader", pid: int, meta: dict) -> bool:
+    def _adopt_share(self, spec: TableSpec, whole: ReadStore, pid: int, meta: EntryMeta) -> bool:
         """Make this process's share of the whole report's parts, which the reader processes
-        wrote as they read them (``workers.take_split``), ``spec``'s entry: no cut."""
-        got = take_split(whole.db.path, whole.cache.root / spec.name, pid)
+        wrote as they read them (``ReadStore.take_share``), ``spec``'s entry: no cut."""
+        got = whole.take_share(spec.name, pid)
         if got is None:
             return False
         folder, answers = got
         try:
-            self.cache.commit(spec.name, folder, sum(a["rows"] for a in answers),
-                              _cut_facts(meta, [a.get("order") for a in answers]))
+            self.store.cache.commit(spec.name, folder, sum(a["rows"] for a in answers),
+                                    _cut_facts(meta, [a.get("order") for a in answers]))
         except (OSError, pa.ArrowException):  # then cut, as without a share
             import shutil
 
@@ -408,15 +398,15 @@ class TableReader:
         trace.mark(f"{spec.name}: this process's share of the whole report's read")
         return True
 
-    def _facts(self, spec: TableSpec) -> dict:
+    def _facts(self, spec: TableSpec) -> EntryMeta:
         """What an entry's meta.json records of its read: rows left out as impossible, the
-        duration limit rows were checked against, and the positions of the exact duplicates
-        left out (the later columns' read keeps the same rows)."""
-        dups = self.duplicates.get(spec.name, np.empty(0, np.int64))
-        order = self.orders.get(spec.name)  # from the reader processes, when they said
-        return {"dropped": self.dropped.get(spec.name, 0), "limit": self.limits.get(spec.name),
-                "duplicates": len(dups), "duplicate_rows": [int(x) for x in dups],
-                **({} if order is None else {"in_start_order": order})}
+        duration limit rows were checked against, the positions of the exact duplicates left
+        out (the later columns' read keeps the same rows), and whether the rows are in start
+        order (from the reader processes, when they said)."""
+        dups = self.duplicates.get(spec.name, ())
+        return EntryMeta(dropped=self.dropped.get(spec.name, 0), limit=self.limits.get(spec.name),
+                         duplicate_rows=tuple(int(x) for x in dups),
+                         in_start_order=self.orders.get(spec.name))
 
     # ---- exact duplicate rows --------------------------------------------------------------
     def _build(self, spec: TableSpec, fill: Callable[[object], tuple[int, T]]) -> T:
@@ -427,7 +417,7 @@ class TableReader:
             parts.close()
             rows = self._dedupe(spec, parts.folder)
             return n - len(rows), _without(value, rows)
-        return self.cache.build(spec.name, filled, spec.schema, lambda: self._facts(spec))
+        return self.store.cache.build(spec.name, filled, spec.schema, lambda: self._facts(spec))
 
     def _dedupe(self, spec: TableSpec, folder: Path) -> np.ndarray:
         """Leave the exact duplicate rows (``tables.duplicate_positions``) out of the finished
@@ -437,8 +427,8 @@ class TableReader:
             return np.empty(0, np.int64)
         files = sorted(folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
         if spec.base is not None:
-            meta = self.cache.meta(spec.base.name) or {}
-            rows = np.asarray(meta.get("duplicate_rows", []), np.int64)
+            meta = self.store.cache.meta(spec.base.name) or EntryMeta()
+            rows = np.asarray(meta.duplicate_rows, np.int64)
         else:  # the start column first: without tied starts there is no duplicate to look for
             rows = duplicate_positions(*_part_columns(files, spec.schema))
         if len(rows):
@@ -448,8 +438,9 @@ class TableReader:
                 mine = rows[(rows >= at) & (rows < at + part.num_rows)] - at
                 at += part.num_rows
                 if len(mine):
+                    cache = self.store.cache
                     _rewrite(f, _without(part, mine), spec.schema,
-                             self.cache.ident_of(spec.name) if self.cache is not None else {})
+                             cache.ident_of(spec.name) if cache is not None else {})
         self.duplicates[spec.name] = rows
         return rows
 
@@ -482,98 +473,47 @@ class TableReader:
     def _cache_unusable(self, error: OSError) -> None:
         """A cache folder that cannot be written is not fatal: say so once, read SQLite."""
         if self.progress is not None:
-            self.progress(f"cannot write the cache in {self.cache.root} ({error.strerror}); "
+            self.progress(f"cannot write the cache in {self.store.cache.root} ({error.strerror}); "
                           "reading without it (set NSIGHTLAB_CACHE_DIR to a writable folder)")
-        self.cache = None
+        self.store.cache = None
 
     # ---- cache entries built by worker processes ----------------------------------------
     def _in_processes(self, spec: TableSpec) -> bool:
         """Whether ``spec``'s entry is built by worker processes (``part_workers``): a big
         table split by rowid, read with more than one reader."""
-        if not spec.split or spec.source in self.db.views:
-            return False
-        span = self.db.rowid_span(spec.source) or 0
-        return span >= PROCESS_MIN_ROWS and readers(span) >= PROCESS_MIN_WORKERS
+        return spec.split and spec.source not in self.db.views \
+            and part_workers.in_processes(self.db.rowid_span(spec.source) or 0)
 
     def _build_in_processes(self, spec: TableSpec) -> None:
-        """Build ``spec``'s cache entry with ``readers()`` worker processes over rowid ranges
-        (several per worker: even load, and a meter that moves), or finish the read that
-        ``nsightlab.open`` started (``part_workers.prestart``)."""
-        from nsightlab.read import workers as part_workers
-
-        started = part_workers.take(self.db.path, self.cache.root / spec.name)
+        """Build ``spec``'s cache entry in ``readers()`` worker processes over rowid ranges
+        (``ReadStore.read``), or finish the read that ``nsightlab.open`` started
+        (``ReadStore.start``)."""
+        started = self.store.started.get(spec.name)
         if started is not None:
             with started.lock:  # two reports of one export (a diff of it with itself): one
                 if not started.finished:  # finishes, the other finds the entry
                     self._from_sqlite(spec, lambda: self._finish_started(spec, started))
                     return
-            if self.cache.files(spec.name) is not None:
+            if self.store.cache.files(spec.name) is not None:
                 return
-        span = self.db.rowid_span(spec.source)
-        workers = readers(span)
-        ranges = self.db.rowid_ranges(spec.source, range_count(span, workers))
         self._checked_sql(spec)
-        limit = self._limit(spec)
-        self._announce(spec, span, True)
-        meter = self._meter(spec, ranges)
-
-        def fill(parts) -> tuple[int, None]:
-            jobs = [{"db_path": str(self.db.path), "table": spec.name,
-                     "rows": [a, b],
-                     "out": str(parts.path(i)), "ident": parts.ident, "limit": limit}
-                    for i, (a, b) in enumerate(ranges)]
-            counts, orders = [0, 0], [None] * len(jobs)
-
-            def done(i: int, answer: dict) -> None:
-                counts[0] += answer["rows"]
-                counts[1] += answer["dropped"]
-                orders[i] = answer.get("order")
-                meter(answer["rows"] + answer["dropped"])
-
-            try:
-                self._run_jobs(spec, jobs, done, workers)
-            finally:
-                meter(0, done=True)
-            self.dropped[spec.name] = counts[1]
-            if spec.finish is not None:
-                self._finish_parts(spec, parts)
-            else:
-                self.orders[spec.name] = parts_in_order(orders)
-            return counts[0], None
-
-        self._from_sqlite(spec, lambda: self._build(spec, fill))
-
-    def _run_jobs(self, spec: TableSpec, jobs: list[dict], done: Callable[[int, dict], None],
-                  workers: int) -> None:
-        """Run ``jobs`` on the worker pool, ``done(index, answer)`` for each that succeeds; a
-        job's error is raised (``_worker_error``), a dead worker is a one-line error."""
-        from nsightlab.read import workers as part_workers
-
-        def checked(i: int, answer: dict) -> None:
-            if "error" in answer:
-                raise _worker_error(answer, self.db)
-            done(i, answer)
-
-        try:
-            part_workers.pool(readers()).run(jobs, checked, workers)
-        except part_workers.WorkerDied as e:
-            raise self._died(spec, e) from None
-        except BaseException:
-            part_workers.discard_pool()  # workers may still be writing: stop them first
-            raise
+        lo, hi = self.db.rowid_bounds(spec.source)
+        started = self.store.read([(spec.name, lo, hi)], self._limit(spec),
+                                  processes=readers(hi - lo + 1))[0]
+        with started.lock:
+            self._from_sqlite(spec, lambda: self._finish_started(spec, started))
 
     def _died(self, spec: TableSpec, error: Exception) -> CorruptReportError:
-        from nsightlab.read import workers as part_workers
-
         part_workers.discard_pool()
         return CorruptReportError(
             f"{self.db.name}: a reader process died while reading {spec.source} ({error}); "
             "if memory is short, read with fewer processes (NSIGHTLAB_READERS=2)")
 
     def _finish_started(self, spec: TableSpec, started) -> None:
-        """Take over the read of ``spec`` that ``nsightlab.open`` started
-        (``part_workers.Started``): wait for it (the meter moving), leave out its exact
-        duplicates and commit the entry."""
+        """Finish the read of ``spec`` under way in the worker processes (``store.Started``:
+        begun by ``nsightlab.open``, or by ``_build_in_processes``): wait for it (the meter
+        moving), run its whole-table pass (NVTX depth), leave out its exact duplicates and
+        commit the entry."""
         import shutil
 
         try:
@@ -584,13 +524,13 @@ class TableReader:
             meter, seen = self._meter(spec, ranges), 0
             try:
                 while not started.done.wait(0.25):
-                    now = started.rows_answered()
+                    now = sum(a.get("rows", 0) + a.get("dropped", 0) for a in started.answers if a)
                     meter(now - seen)
                     seen = now
             finally:
                 meter(0, done=True)
             if started.error is not None:
-                if isinstance(started.error, WorkerDied):
+                if isinstance(started.error, part_workers.WorkerDied):
                     raise self._died(spec, started.error)
                 raise started.error
             for answer in started.answers:
@@ -599,10 +539,13 @@ class TableReader:
             self.dropped[spec.name] = sum(a["dropped"] for a in started.answers)
             if spec.finish is None:
                 self.orders[spec.name] = parts_in_order([a.get("order") for a in started.answers])
+            else:
+                self._finish_parts(spec, Parts(started.folder, spec.schema,
+                                               self.store.cache.ident_of(spec.name)))
             duplicates = self._dedupe(spec, started.folder)
-            self.cache.commit(spec.name, started.folder,
-                              sum(a["rows"] for a in started.answers) - len(duplicates),
-                              self._facts(spec))
+            self.store.cache.commit(spec.name, started.folder,
+                                    sum(a["rows"] for a in started.answers) - len(duplicates),
+                                    self._facts(spec))
             # the processes' shares hold every row of theirs: else they are cut again
             started.whole = not len(duplicates) and not self.dropped[spec.name]
         except BaseException:
@@ -611,7 +554,7 @@ class TableReader:
         finally:
             started.finished = True
             if not started.whole:
-                drop_split(started)
+                started.drop_shares()
 
     # ---- Parquet parts ---------------------------------------------------------------------
     def _scan_parts(self, files: list[Path], keep: list[str],
@@ -776,8 +719,8 @@ class TableReader:
         against (None: not checked); the later columns' read uses its first read's."""
         name, limit = spec.name, None
         if spec.base is not None:  # later columns: the rows the first read kept
-            meta = self.cache.meta(spec.base.name) if self.cache is not None else None
-            limit = meta.get("limit") if meta is not None else None
+            meta = self.store.cache.meta(spec.base.name) if self.store.cache is not None else None
+            limit = meta.limit if meta is not None else None
             spec = spec.base
         if limit is None and spec.name in CHECKED:
             limit = duration_limit(self.db)
@@ -818,10 +761,10 @@ class TableReader:
     def dropped_rows(self, spec: TableSpec) -> int | None:
         """Rows of ``spec`` every read leaves out, as recorded when its cache entry was built
         (or counted by this reader without a cache); None when it has not been read."""
-        meta = self.cache.meta(spec.name) if self.cache is not None else None
-        if meta is None or "dropped" not in meta:
-            return self.dropped.get(spec.name) if self.cache is None else None
-        return int(meta["dropped"])
+        meta = self.store.cache.meta(spec.name) if self.store.cache is not None else None
+        if meta is None or meta.dropped is None:
+            return self.dropped.get(spec.name) if self.store.cache is None else None
+        return meta.dropped
 
     def duplicate_count(self, spec: TableSpec) -> int | None:
         """Exact duplicate rows of ``spec`` every read leaves out (``_dedupe``), known once
@@ -831,5 +774,5 @@ class TableReader:
             return 0
         if spec.name in self.duplicates:
             return len(self.duplicates[spec.name])
-        meta = self.cache.meta(spec.name) if self.cache is not None else None
-        return None if meta is None else int(meta.get("duplicates", 0))
+        meta = self.store.cache.meta(spec.name) if self.store.cache is not None else None
+        return None if meta is None else meta.duplicates

@@ -23,7 +23,9 @@ from nsightlab.read.db import ExportDB
 from nsightlab.read.reader import TableReader
 from nsightlab.read.result_store import ResultStore
 from nsightlab.read.parallel import readers
-from nsightlab.read.table_cache import TableCache, extent, identity, part_columns, remove_stale
+from nsightlab.read.store import ReadStore
+from nsightlab.read.table_cache import EntryMeta, TableCache, extent, identity, part_columns, \
+    remove_stale
 from nsightlab.read.tables import (
     NVTX_TYPES,
     TABLES,
@@ -57,21 +59,19 @@ class Report:
 
     def __init__(self, sqlite_path: str | os.PathLike, *, cache_root: Path | None = None,
                  source: Path | None = None, progress: Callable[[str], None] | None = None,
-                 cut_from: "tuple[Report, int, tuple[str, ...]] | None" = None):
+                 store: ReadStore | None = None):
         self.path = Path(sqlite_path)
         self.source = Path(source) if source is not None else self.path
         self.db = ExportDB(self.path, self.source)
         self._meta = metadata.export_meta(self.db)
-        cache = None if cache_root is None else TableCache(
-            cache_root, self.path, *((cut_from[2], cut_from[0].path) if cut_from else ()))
+        #: its table cache and reads under way (``read.store``): the one its open began, or a
+        #: process's view's (``ReadStore.for_pid``); by default a new one for ``cache_root``
+        self.store = store if store is not None else ReadStore(self.path, cache_root)
+        cache_root = self.store.root
         if cache_root is not None:  # what killed runs left behind
             remove_stale(cache_root)
             remove_stale(cache_root / "results")
-        #: of one process's Report (``read.split``): (the whole report, the pid, the tables
-        #: whose rows are not in this export but in cache entries cut from the whole report's)
-        self.cut_from = cut_from if cache is not None else None
-        self._reader = TableReader(self.db, cache, progress, None if self.cut_from is None else
-                                   (cut_from[0]._reader, cut_from[1], cut_from[2]))
+        self._reader = self.store.reader = TableReader(self.db, self.store, progress)
         #: derived results (recipes, run profiles) of this report; None without a cache
         self.results = ResultStore(cache_root / "results") if cache_root is not None else None
         #: recipe answers given in this process (``Recipe.run``), by recipe, code and parameters
@@ -98,7 +98,7 @@ class Report:
     @property
     def cache(self) -> TableCache | None:
         """The Parquet table cache (None when off, or after its folder proved unwritable)."""
-        return self._reader.cache
+        return self.store.cache
 
     def note(self, message: str) -> None:
         """Tell the user something on the progress channel (stderr in the CLI), if any."""
@@ -200,7 +200,7 @@ class Report:
         meta = self.cache.meta(table) if self.cache is not None else None
         if meta is not None:  # rows kept and left out, counted when it was cached (a count
             # of 8M kernels in SQLite: 0.2 s)
-            return sum(p["rows"] for p in meta["parts"]) + meta.get("dropped", 0)
+            return sum(p.rows for p in meta.parts) + (meta.dropped or 0)
         check_columns(self.db, spec)  # a table it cannot read is named, not counted
         return self.db.query(f'SELECT count(*) FROM "{spec.source}"{_rows_of(table)}')[0][0]
 
@@ -215,26 +215,26 @@ class Report:
         return bool(self.db.query(f'SELECT 1 FROM "{spec.source}"{_rows_of(table)} LIMIT 1'))
 
     def _is_cut(self, table: str) -> bool:
-        return self.cut_from is not None and table in self.cut_from[2]
+        return table in self.store.cut
 
-    def _in_whole(self, table: str, where: str) -> tuple["Report", str]:
-        """(the Report whose export holds ``table``'s rows, ``where`` for this Report's rows
-        there): this one, or for a table cut from the whole report's cache, the whole report
-        with this process's filter."""
+    def _in_whole(self, table: str, where: str) -> tuple[ExportDB, str]:
+        """(the export that holds ``table``'s rows, ``where`` for this Report's rows there):
+        this one, or for a table cut from the whole report's cache, the whole report's with
+        this process's filter."""
         if not self._is_cut(table):
-            return self, where
-        whole, pid, _ = self.cut_from
-        keep = whole.db.process_filter(whole.spec(table).source, pid)
+            return self.db, where
+        whole = self.store.whole.reader.db
+        keep = whole.process_filter(self.spec(table).source, self.store.pid)
         return whole, f"({where}) AND {keep}" if keep else where
 
     def any_where(self, table: str, where: str) -> bool:
         """Whether some row of ``table`` (as the export has it: source columns) satisfies SQL
         ``where``."""
-        at, where = self._in_whole(table, where)
-        source = at.spec(table).source
-        if not at.spec(table).present(at.db):
+        db, where = self._in_whole(table, where)
+        source = self.spec(table).source
+        if not self.spec(table).present(db):
             return False
-        return bool(at.db.query(f'SELECT EXISTS (SELECT 1 FROM "{source}" WHERE {where})')[0][0])
+        return bool(db.query(f'SELECT EXISTS (SELECT 1 FROM "{source}" WHERE {where})')[0][0])
 
     @cached_property
     def row_counts(self) -> dict[str, int]:
@@ -321,7 +321,7 @@ class Report:
         export are not in step (a process's view, dropped duplicates) through ``take``."""
         rows = np.asarray(rows, np.int64)
         source = self.spec("kernels").source
-        if len(rows) and self.cut_from is None and self.spec("kernels").present(self.db) \
+        if len(rows) and not self.store.cut and self.spec("kernels").present(self.db) \
                 and set(self.LAUNCH.values()) <= set(self.db.columns(source)):
             lo, hi = self.db.rowid_bounds(source)
             n = self.row_count("kernels")
@@ -392,15 +392,11 @@ class Report:
 
     def _cache_files(self, table: str) -> list[Path] | None:
         """The cache part files of ``table``'s first read; None when it has no valid entry."""
-        if self.cache is None:
-            return None
-        return self.cache.files(self._first_entry(table))
+        return None if self.cache is None else self.cache.files(self._first_entry(table))
 
-    def cache_fact(self, table: str, key: str):
-        """``key`` of the meta.json of ``table``'s first read; None when not there."""
-        if self.cache is None:
-            return None
-        return (self.cache.meta(self._first_entry(table)) or {}).get(key)
+    def cache_meta(self, table: str) -> EntryMeta | None:
+        """The meta.json of ``table``'s first read's cache entry; None when not cached."""
+        return None if self.cache is None else self.cache.meta(self._first_entry(table))
 
     def _first_entry(self, table: str) -> str:
         """The cache entry of ``table``'s first read (a table with later columns has two)."""
@@ -413,14 +409,16 @@ class Report:
         spec = self.spec(table)
         return spec.present(self.db) and {"start", "end"} <= set(self.db.columns(spec.source))
 
-    def _over_kept_rows(self, table: str, select: str, where: str = "1") -> list[tuple]:
-        """``SELECT select`` over the rows of ``table`` that every read keeps and ``where``
-        holds for, one row per rowid range, the ranges scanned in parallel."""
-        source = self.spec(table).source
-        return self.db.over_ranges(
+    def _over_kept_rows(self, table: str, select: str, where: str = "1",
+                        db: ExportDB | None = None) -> list[tuple]:
+        """``SELECT select`` over the rows of ``table`` (of ``db``, default this export's)
+        that every read keeps and ``where`` holds for, one row per rowid range, the ranges
+        scanned in parallel."""
+        source, db = self.spec(table).source, db or self.db
+        return db.over_ranges(
             f'SELECT {select} FROM "{source}" '
-            f"WHERE NOT ({invalid_sql(duration_limit(self.db))}) AND ({where})",
-            source, readers(self.db.rowid_span(source) or 0))
+            f"WHERE NOT ({invalid_sql(duration_limit(db))}) AND ({where})",
+            source, readers(db.rowid_span(source) or 0))
 
     def extent(self, table: str) -> tuple[int, int] | None:
         """(first start, last end) in ns of an activity table's rows that every read keeps
@@ -444,9 +442,9 @@ class Report:
         200M-row column is never held whole for a yes or no (at 100M kernels that had taken
         sync_gaps to 2 GB). Once per export."""
         def check() -> bool:
-            known = self.cache_fact(table, "in_start_order")
-            if known is not None:  # said by the reader processes that built the entry
-                return bool(known)
+            meta = self.cache_meta(table)
+            if meta is not None and meta.in_start_order is not None:  # said by the reader
+                return meta.in_start_order  # processes that built the entry
             files = self._cache_files(table)
             chunks = (self.table(table, ["start_ns"])["start_ns"].to_numpy(),) \
                 if files is None else part_columns(files, "start_ns")
@@ -463,8 +461,8 @@ class Report:
         columns) holds for: one aggregate over rowid ranges in parallel."""
         if not self.timed(table):
             return 0
-        at, where = self._in_whole(table, where)
-        return int(sum(r[0] or 0 for r in at._over_kept_rows(table, "count(*)", where)))
+        db, where = self._in_whole(table, where)
+        return int(sum(r[0] or 0 for r in self._over_kept_rows(table, "count(*)", where, db)))
 
     def duplicate_rows(self, table: str) -> int | None:
         """Exact duplicate rows of an activity table left out of every read (same correlation

@@ -14,9 +14,9 @@ their cache entries cut from the whole report's (its rows of that process, part 
 export is read once, by the report's reader processes, for every process; copying 8M kernels
 and 16M calls into two processes' files took 12.8 s of a 27 s report). What such a Report asks
 of those tables in SQL (whether a row holds, counts) goes to the whole report's export with
-the process's filter (``Report.cut_from``). A table with rows every read leaves out
-(impossible timestamps) or exact duplicates is copied instead: those counts are the whole
-table's, not a process's.
+the process's filter (its store, ``ReadStore.for_pid``, keeps the whole report's). A table
+with rows every read leaves out (impossible timestamps) or exact duplicates is copied
+instead: those counts are the whole table's, not a process's.
 """
 from __future__ import annotations
 
@@ -38,31 +38,15 @@ def of_process(report: Report, pid: int, cut: tuple[str, ...] | None = None) -> 
     """The report of process ``pid`` alone (see the module docstring); ``cut``: the tables it
     takes from the whole report's cache (``cuttable``, asked once for several processes)."""
     if report.cache is not None:
-        cache_root = process_root(report.cache.root, pid)
-        base = cache_root.parent
+        base = process_root(report.cache.root, pid).parent
     else:  # no cache: a private folder for this session
         base = Path(tempfile.mkdtemp(prefix="nsightlab-process-"))
-        cache_root = None
     base.mkdir(parents=True, exist_ok=True)
     cut = cuttable(report) if cut is None else cut
     out = base / (f"pid-{pid}-cut.sqlite" if cut else f"pid-{pid}.sqlite")
     if not out.is_file():
         _write(report, int(pid), out, {report.spec(t).source for t in cut})
-    return Report(out, cache_root=cache_root, source=report.source,
-                  cut_from=(report, int(pid), cut) if cut else None)
-
-
-def shares_taken(report: Report) -> None:
-    """The processes' shares of ``report``'s first read that no process's Report took (a
-    process that did no GPU work, or every process when the tables are copied), removed now
-    rather than when this interpreter ends."""
-    if report.cache is not None:
-        from nsightlab.read import workers
-
-        for t in CUT:
-            started = workers.take(report.path, report.cache.root / t)
-            if started is not None and started.finished:
-                workers.drop_split(started)
+    return Report(out, source=report.source, store=report.store.for_pid(int(pid), out, cut))
 
 
 def cut_tables(report: Report) -> tuple[str, ...]:
@@ -77,8 +61,7 @@ def cuttable(report: Report) -> tuple[str, ...]:
     of them left rows out or held duplicates (then every table is copied)."""
     have = cut_tables(report)
     report.prefetch(list(have))
-    if any(not report.is_cached(t) or report.cache_fact(t, "dropped")
-           or report.cache_fact(t, "duplicates") for t in have):
+    if any(m is None or m.dropped or m.duplicates for m in map(report.cache_meta, have)):
         return ()
     return have
 

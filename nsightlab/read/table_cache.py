@@ -13,6 +13,7 @@ half-written behind; temporary folders of builds that were killed are removed by
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -21,8 +22,9 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 #: version of the table contract (``nsightlab.read.tables``): bump it whenever a contract or a
 #: conversion there changes. It is part of every cache key. Kept here, not in tables.py, so
@@ -37,16 +39,15 @@ READ = {"page_checksum_verification": True}
 STALE_TMP_S = 3600
 
 
+@functools.cache
 def code_fingerprint() -> str:
     """Changes whenever nsightlab's code (or its table version) changes: derived results
-    cached under it (recipe outputs, run profiles) are recomputed after an upgrade or edit."""
-    global _FINGERPRINT
-    if _FINGERPRINT is None:
-        h = hashlib.sha1(str(TABLE_VERSION).encode())
-        for f in code_files():
-            h.update(f.read_bytes())
-        _FINGERPRINT = h.hexdigest()[:16]
-    return _FINGERPRINT
+    cached under it (recipe outputs, run profiles) are recomputed after an upgrade or edit.
+    Once per process."""
+    h = hashlib.sha1(str(TABLE_VERSION).encode())
+    for f in code_files():
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def code_files() -> list[Path]:
@@ -54,7 +55,6 @@ def code_files() -> list[Path]:
     return sorted(Path(__file__).resolve().parent.parent.rglob("*.py"))
 
 
-_FINGERPRINT: str | None = None
 #: cache entries whose part footers were checked in this process: (folder, meta.json mtime)
 _VERIFIED: set[tuple[str, int]] = set()
 
@@ -151,27 +151,32 @@ class TableCache:
 
     def files(self, table: str) -> list[Path] | None:
         """Part files of a valid entry, or None (missing, stale or damaged: then removed)."""
+        meta = self.meta(table)
+        return None if meta is None else [self.root / table / p.file for p in meta.parts]
+
+    def meta(self, table: str) -> "EntryMeta | None":
+        """meta.json of a valid entry of ``table``, or None (missing, stale or damaged: then
+        removed)."""
         import pyarrow as pa  # here, not at the top: cached answers are served without it
 
         d = self.root / table
         try:
-            meta = json.loads((d / META).read_text())
-            parts = meta["parts"]
-            files = [d / p["file"] for p in parts]
-            ok = (meta.get("table_version") == TABLE_VERSION
-                  and meta.get("source") == self.ident_of(table)
+            meta = EntryMeta.load(d / META)
+            files = [d / p.file for p in meta.parts]
+            ok = (meta.table_version == TABLE_VERSION and meta.source == self.ident_of(table)
                   and {f.name for f in d.glob("part-*.parquet")} == {f.name for f in files}
-                  and all(f.stat().st_size == p["size"] for f, p in zip(files, parts))
-                  and self._footers_agree(d, files, parts, self.ident_of(table)))
+                  and all(f.stat().st_size == p.size for f, p in zip(files, meta.parts))
+                  and self._footers_agree(d, files, meta.parts, self.ident_of(table)))
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             ok = False
         if not ok:
             if d.exists():
                 self.drop(table)
             return None
-        return files
+        return meta
 
-    def _footers_agree(self, d: Path, files: list[Path], parts: list[dict], ident: dict) -> bool:
+    def _footers_agree(self, d: Path, files: list[Path], parts: tuple["Part", ...],
+                       ident: dict) -> bool:
         """Each part's footer: the rows meta.json recorded, and this report as its source
         (checked once per entry and process: footers are small, but not free)."""
         import pyarrow.parquet as pq
@@ -182,25 +187,16 @@ class TableCache:
         for f, p in zip(files, parts):
             md = pq.ParquetFile(f, **READ).metadata
             source = (md.metadata or {}).get(b"nsightlab_source")
-            if md.num_rows != p["rows"] or source is None or json.loads(source) != ident:
+            if md.num_rows != p.rows or source is None or json.loads(source) != ident:
                 return False
         _VERIFIED.add(key)
         return True
-
-    def meta(self, table: str) -> dict | None:
-        """meta.json of a valid entry of ``table``, or None."""
-        if self.files(table) is None:
-            return None
-        try:
-            return json.loads((self.root / table / META).read_text())
-        except (OSError, ValueError):
-            return None
 
     def drop(self, table: str) -> None:
         shutil.rmtree(self.root / table, ignore_errors=True)
 
     def build(self, table: str, fill: Callable[["Parts"], tuple[int, T]],
-              schema: "pa.Schema", extra: Callable[[], dict] | None = None) -> T:
+              schema: "pa.Schema", extra: Callable[[], "EntryMeta"] | None = None) -> T:
         """Create the entry: ``fill(parts)`` writes the parts (``parts(i)`` opens part ``i``
         here; other processes write ``parts.path(i)`` with ``part_writer``) and returns (row
         count, payload); the payload (e.g. the table just read) is handed back to the caller.
@@ -211,26 +207,69 @@ class TableCache:
         try:
             rows, payload = fill(parts_)
             parts_.close()
-            self.commit(table, tmp, rows, extra() if extra else {})
+            self.commit(table, tmp, rows, extra() if extra else EntryMeta())
         except BaseException:
             parts_.close(quiet=True)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return payload
 
-    def commit(self, table: str, folder: Path, rows: int, extra: dict) -> None:
+    def commit(self, table: str, folder: Path, rows: int, facts: "EntryMeta") -> None:
         """Make ``folder`` (a ``build_dir`` holding the finished parts) the entry of
-        ``table``: meta.json written last, then the folder renamed into place."""
+        ``table``, with what its read learnt (``facts``): meta.json written last, then the
+        folder renamed into place."""
         import pyarrow.parquet as pq
 
         files = sorted(folder.glob("part-*.parquet"), key=lambda f: int(f.stem[5:]))
-        parts = [{"file": f.name, "size": f.stat().st_size,
-                  "rows": pq.ParquetFile(f).metadata.num_rows} for f in files]
-        meta = {"table": table, "table_version": TABLE_VERSION, "source": self.ident_of(table),
-                "rows": rows, "parts": parts, **extra}
-        (folder / META).write_text(json.dumps(meta, indent=1))
+        parts = tuple(Part(f.name, f.stat().st_size, pq.ParquetFile(f).metadata.num_rows)
+                      for f in files)
+        meta = replace(facts, table_version=TABLE_VERSION, source=self.ident_of(table),
+                       rows=rows, parts=parts)
+        (folder / META).write_text(meta.dump(table))
         self.drop(table)
         os.replace(folder, self.root / table)
+
+
+class Part(NamedTuple):
+    """One part file of a cache entry: its name, bytes and rows."""
+    file: str
+    size: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class EntryMeta:
+    """A cache entry's meta.json, read and written here alone: what the entry holds (its
+    export's identity, table version, rows, parts) and what its read learnt (rows left out as
+    impossible, the duration limit they were checked against, the positions of the exact
+    duplicates left out, whether the rows are in start order; None: not known)."""
+    source: dict | None = None
+    table_version: int | None = None
+    rows: int = 0
+    parts: tuple[Part, ...] = ()
+    dropped: int | None = None
+    limit: int | None = None
+    duplicate_rows: tuple[int, ...] = ()
+    in_start_order: bool | None = None
+
+    @property
+    def duplicates(self) -> int:
+        return len(self.duplicate_rows)
+
+    @classmethod
+    def load(cls, path: Path) -> "EntryMeta":
+        m = json.loads(path.read_text())
+        return cls(m["source"], m["table_version"], m["rows"],
+                   tuple(Part(p["file"], p["size"], p["rows"]) for p in m["parts"]),
+                   m.get("dropped"), m.get("limit"), tuple(m.get("duplicate_rows", ())),
+                   m.get("in_start_order"))
+
+    def dump(self, table: str) -> str:
+        m = {"table": table, **asdict(self), "parts": [p._asdict() for p in self.parts],
+             "duplicates": self.duplicates}
+        if self.in_start_order is None:
+            del m["in_start_order"]
+        return json.dumps(m, indent=1)
 
 
 class Parts:

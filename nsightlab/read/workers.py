@@ -32,14 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nsightlab.read import trace
-from nsightlab.read.parallel import (
-    ONE_BLAS_THREAD,
-    duration_limit,
-    range_count,
-    readers,
-    rowid_ends_sql,
-    split_rowids,
-)
+from nsightlab.read.parallel import ONE_BLAS_THREAD, range_count, readers, split_rowids
 
 _POOL: "Workers | None" = None
 #: tables of at least this many rows have their cache entry built by worker processes, when
@@ -49,177 +42,23 @@ _POOL: "Workers | None" = None
 #: and kernel_sum's 8M kernels the same time (5.05 s)
 PROCESS_MIN_ROWS = 1_000_000
 PROCESS_MIN_WORKERS = 2
-#: the tables whose first read ``prestart`` may start, and their cache entries
-_FIRST_READ = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_api"}
+
+def in_processes(span: int) -> bool:
+    """Whether a table of ``span`` rowids has its cache entry built by worker processes."""
+    return span >= PROCESS_MIN_ROWS and readers(span) >= PROCESS_MIN_WORKERS
 
 
-def prestart(sqlite: Path, tables_root: Path | None, tables: tuple[str, ...] = ("kernels",),
-             by_process: bool = False) -> bool:
-    """Start the pool now if the first read of ``sqlite`` will want it: a cache is kept
-    (``tables_root``), some of ``tables`` (of ``_FIRST_READ``: those the command will read)
-    are not cached yet and big enough for worker processes; and start reading them into the
-    cache (``Started``). ``by_process``: the command reads each CUDA process on its own
-    (``read.split``): where the export holds several, the same read also writes each
-    process's share of every part, for its own cache (``take_split``).
-    ``nsightlab.open`` calls this before importing pandas and pyarrow, so the workers start
-    (~0.9 s for 16 on the GPU machine) and read while this process imports (~1 s there).
-    Only the standard library is used here. Returns whether the pool was started."""
-    import sqlite3
-    from urllib.parse import quote
-
-    if tables_root is None or _POOL is not None:
-        return False
-    try:
-        con = sqlite3.connect(f"file:{quote(str(Path(sqlite).resolve()))}?mode=ro&immutable=1",
-                              uri=True)
-    except sqlite3.Error:
-        return False
-    todo = []
-    try:
-        for table, entry in _FIRST_READ.items():
-            if entry not in tables or (tables_root / entry / "meta.json").exists():
-                continue
-            try:
-                lo, hi = con.execute(rowid_ends_sql(table)).fetchone()
-            except sqlite3.Error:  # no such table, a view, not a database: the open will say
-                continue
-            if lo is not None and hi - lo + 1 >= PROCESS_MIN_ROWS \
-                    and readers(hi - lo + 1) >= PROCESS_MIN_WORKERS:
-                todo.append((entry, lo, hi))
-        limit = duration_limit(lambda sql: con.execute(sql).fetchone()) if todo else None
-        pids = _cuda_pids(con) if todo and by_process else []
-    finally:
-        con.close()
-    if not todo:
-        return False
-    _start_reads(pool(readers()), Path(sqlite), tables_root, todo, limit,
-                 pids if len(pids) > 1 else [])
-    return True
-
-
-def _cuda_pids(con) -> list[int]:
-    """The processes that created CUDA streams (``metadata.processes``' uses_cuda; standard
-    library only)."""
-    import sqlite3
-
-    try:
-        rows = con.execute("SELECT DISTINCT processId FROM TARGET_INFO_CUDA_STREAM").fetchall()
-    except sqlite3.Error:
-        return []
-    return sorted(int(r[0]) for r in rows if r[0])
-
-
-class Started:
-    """A cache entry whose parts the pool is building in ``folder`` (``prestart``), not yet
-    an entry: the reader that first needs the table takes it over (``take``) and commits it
-    (``TableReader._finish_started``)."""
-
-    def __init__(self, folder: Path, jobs: list[dict], by_pid: dict[int, Path]):
-        self.folder, self.jobs = folder, jobs
-        #: pid -> the folder of that process's share of the parts (``take_split``); kept
-        #: once the whole entry is committed with every row (none left out or duplicate)
-        self.by_pid = by_pid
-        self.whole = False
-        self.answers: list[dict | None] = [None] * len(jobs)
-        self.error: BaseException | None = None  # the pool's own failure (a worker died)
-        self.done = threading.Event()
-        self.lock = threading.Lock()  # held by the reader that finishes it
-        self.finished = False
-
-    def rows_answered(self) -> int:
-        return sum(a.get("rows", 0) + a.get("dropped", 0) for a in self.answers if a)
-
-
-#: reads started by ``prestart``: {(export, entry folder): Started}
-_STARTED: dict[tuple[str, str], Started] = {}
-
-
-def _start_reads(workers: "Workers", sqlite: Path, tables_root: Path,
-                 todo: list[tuple[str, int, int]], limit: int, pids: list[int]) -> None:
-    """Build the entries ``todo`` ((entry, first rowid, last rowid)) in one run of the pool on
-    a thread of its own, one after the other with no wait between them; rows lasting longer
-    than ``limit`` (``tables.duration_limit``) are left out. ``pids``: processes whose share
-    of each part is written too, in a build folder of their own cache (``process_root``)."""
-    from nsightlab.read.table_cache import build_dir, identity, process_root
-
-    try:
-        tables_root.mkdir(parents=True, exist_ok=True)
-        ident = identity(sqlite)
-        started, jobs = [], []
-        for entry, lo, hi in todo:
-            folder = build_dir(tables_root, entry)
-            by_pid = {}
-            for pid in pids:
-                process_root(tables_root, pid).mkdir(parents=True, exist_ok=True)
-                by_pid[pid] = build_dir(process_root(tables_root, pid), entry)
-            ranges = split_rowids(lo, hi, range_count(hi - lo + 1, readers(hi - lo + 1)))
-            mine = [{"db_path": str(sqlite), "table": entry, "rows": list(r),
-                     "out": str(folder / f"part-{i}.parquet"), "ident": ident,
-                     "limit": limit, "by_pid": {str(p): str(d / f"part-{i}.parquet")
-                                                for p, d in by_pid.items()}}
-                    for i, r in enumerate(ranges)]
-            started.append(Started(folder, mine, by_pid))
-            jobs += [(len(started) - 1, i, job) for i, job in enumerate(mine)]
-    except OSError:  # an unwritable cache: the reader will say so
-        return
-    for entry, s in zip(todo, started):
-        _STARTED[(str(sqlite.resolve()), str((tables_root / entry[0]).resolve()))] = s
-
-    def done(k: int, answer: dict) -> None:
-        which, i, _ = jobs[k]
-        started[which].answers[i] = answer
-        if all(a is not None for a in started[which].answers):
-            started[which].done.set()
-
-    def run() -> None:
-        try:
-            workers.run([job for _, _, job in jobs], done)
-        except BaseException as e:  # the taker raises it
-            for s in started:
-                s.error = e
-        finally:
-            for s in started:
-                s.done.set()
-
-    threading.Thread(target=run, daemon=True, name="nsightlab-first-read").start()
-
-
-def take(sqlite: Path, entry_folder: Path) -> Started | None:
-    """The read ``prestart`` started of the entry at ``entry_folder`` of ``sqlite``, if any."""
-    return _STARTED.get((str(Path(sqlite).resolve()), str(Path(entry_folder).resolve())))
-
-
-def take_split(sqlite: Path, entry_folder: Path, pid: int) -> tuple[Path, list[dict]] | None:
-    """Process ``pid``'s share of the parts that the started read of ``entry_folder`` wrote
-    (``prestart(by_process=True)``), once the whole entry is committed with every row: the
-    folder of its parts and each part's answer (rows, start order). Taken once; None when
-    there is none."""
-    s = take(sqlite, entry_folder)
-    if s is None or not s.finished or not s.whole or pid not in s.by_pid:
-        return None
-    return s.by_pid.pop(pid), [a["by_pid"][str(pid)] for a in s.answers]
-
-
-def drop_split(s: Started) -> None:
-    """The processes' shares of ``s``'s parts, removed (their whole entry left rows out)."""
-    import shutil
-
-    for folder in s.by_pid.values():
-        shutil.rmtree(folder, ignore_errors=True)
-    s.by_pid = {}
-
-
-def _drop_started() -> None:
-    """At exit: the folders of started reads no reader took over, and of processes' shares
-    no process took (``remove_stale`` would remove them on a later run; this run knows they
-    are its own)."""
-    import shutil
-
-    for s in _STARTED.values():
-        if not s.finished:
-            shutil.rmtree(s.folder, ignore_errors=True)
-        drop_split(s)
-    _STARTED.clear()
+def plan(sqlite: Path, entry: str, lo: int, hi: int, folder: Path, ident: dict,
+         limit: int | None, by_pid: dict[int, Path] | None = None) -> list[dict]:
+    """The jobs (``cache_range``) that read rowids ``lo..hi`` of ``sqlite`` into the parts of
+    cache entry ``entry`` in ``folder``, one rowid range each (several per worker: an even
+    load, and a meter that moves), rows lasting longer than ``limit`` left out; ``by_pid``:
+    pid -> the folder where that process's share of every part goes too."""
+    ranges = split_rowids(lo, hi, range_count(hi - lo + 1, readers(hi - lo + 1)))
+    return [{"db_path": str(sqlite), "table": entry, "rows": list(r),
+             "out": str(folder / f"part-{i}.parquet"), "ident": ident, "limit": limit,
+             "by_pid": {str(p): str(d / f"part-{i}.parquet") for p, d in (by_pid or {}).items()}}
+            for i, r in enumerate(ranges)]
 
 
 class WorkerDied(Exception):
@@ -273,7 +112,7 @@ class Workers:
         answer)`` as each finishes (in the calling thread). An answer is ``{"rows": ..,
         "dropped": .., "order": ..}`` (``tables.StartOrder.answer``; a table with a start) or
         ``{"error": .., "kind": ..}``. One run at a
-        time: a second caller (a reader while ``prestart``'s reads run) waits for the first.
+        time: a second caller (a reader while the early start's reads run) waits for the first.
         Raises WorkerDied when a worker ends without answering."""
         with self.lock:
             self._run(jobs, done, self.procs[:workers])
@@ -436,16 +275,15 @@ def discard_pool() -> None:
 
 def _leave_pool() -> None:
     """At exit: idle workers are told to stop and left to exit on their own (waiting for 16
-    to end took 0.07 s of every cold command); while a read still runs (a started read no
-    reader took over, a command stopped mid-read) they are waited for, since its folder
-    is removed next (``_drop_started``)."""
+    to end took 0.07 s of every cold command); while a read still runs (a command stopped
+    mid-read; ``ReadStore._at_exit`` stops those of reads no reader took over) they are
+    waited for."""
     global _POOL
     if _POOL is not None:
-        _POOL.close(wait=_POOL.lock.locked() or any(not s.finished for s in _STARTED.values()))
+        _POOL.close(wait=_POOL.lock.locked())
     _POOL = None
 
 
-atexit.register(_drop_started)  # runs after _leave_pool: the workers have stopped writing
 atexit.register(_leave_pool)
 
 

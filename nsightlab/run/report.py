@@ -236,10 +236,10 @@ def _several(r: Report, label: str, pids: list[int]) -> "ProcessesReport | None"
         with ThreadPoolExecutor(min(len(views), 4)) as pool:
             list(pool.map(lambda v: v.prefetch(list(cut)), views))
         pending = _go(started, procs["pid"], cut) \
-            if started is not None and all(v.cut_from is not None for v in views) else None
+            if started is not None and all(v.store.cut for v in views) else None
         if started is not None and pending is None:  # copies: the reports are built here
             _stop(list(started.values()))
-        split.shares_taken(r)  # the shares of processes that did no GPU work: removed
+        r.store.drop_shares()  # the shares of processes that did no GPU work: removed
         if pending is None:
             # small: the processes' reports side by side on threads (each mostly SQLite
             # reads, Arrow, DuckDB and NumPy, which release the GIL), two at a time
