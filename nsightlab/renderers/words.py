@@ -9,6 +9,8 @@ that makes a record can say it.
 """
 from __future__ import annotations
 
+from nsightlab.core.units import fmt_ms
+
 #: how each remedy is done, generically (the PyTorch, CUDA and trtexec spellings side by side),
 #: then in each runtime's own terms (as ``analysis.runtime`` names it, EP apart)
 HOW = {
@@ -69,6 +71,11 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
+def _in_ms(values: dict) -> dict:
+    """Each ``X_ns`` value as ``X_ms``, in words ("12.34 ms")."""
+    return {f"{k[:-3]}_ms": fmt_ms(x) for k, x in values.items() if k.endswith("_ns")}
+
+
 #: each piece of advice (``budget._advice``'s codes); ``{pin}`` etc.: how the remedy is done
 #: (``how``), ``{X_ms}``: the value ``X_ns`` in ms
 ADVICE = {
@@ -80,9 +87,9 @@ ADVICE = {
     "copies_serial": "copies do not overlap kernels: issue them asynchronously on another stream "
                      "{async} so they hide under compute.",
     "sync_in_loop": "{about} ({per_iteration:.0f} per iteration) leaves the GPU idle "
-                    "{idle_per_iteration_ms:.2f} ms per iteration: {fix}.",
+                    "{idle_per_iteration_ms} per iteration: {fix}.",
     "sync_rare": "the GPU idled after {about} {times} time(s) in the {iterations} iterations "
-                 "({idle_ms:.2f} ms in all, {idle_per_iteration_ms:.2f} ms per iteration on "
+                 "({idle_ms} in all, {idle_per_iteration_ms} per iteration on "
                  "average): there the host waited after the call returned (another process, a "
                  "barrier, input, I/O): see what it did then (nsys --trace=osrt shows its waits); "
                  "the call itself is not in every iteration.",
@@ -92,11 +99,11 @@ ADVICE = {
                           "otherwise fuse kernels or grow the batch.",
     "launch": "the GPU waits for kernel launches: capture the loop as a CUDA graph {graph} or "
               "fuse small kernels.",
-    "communication": "NCCL collectives run {communication_ms:.2f} ms per iteration with no "
+    "communication": "NCCL collectives run {communication_ms} per iteration with no "
                      "compute beside them: a rank that starts a collective early spins until the "
                      "last arrives{every_rank}overlap communication with compute (DDP: "
                      "bucket_cap_mb; no_sync for gradient accumulation).",
-    "host": "the host spends {idle_host_ms:.2f} ms per iteration on work that launches nothing "
+    "host": "the host spends {idle_host_ms} per iteration on work that launches nothing "
             "while the GPU idles: move it out of the loop, overlap it with GPU work (another "
             "thread, prefetching), or profile the CPU side (nsys --sample=cpu).",
 }
@@ -111,9 +118,8 @@ def advice(a: dict, words: dict | None = None) -> str:
     """One piece of the budget's advice (``budget._advice``'s records) in ``words``
     (``how()``; generic when None)."""
     w, v = words or how(), a["values"]
-    ms = {f"{k[:-3]}_ms": x / 1e6 for k, x in v.items() if k.endswith("_ns")}
     fix = SYNC_FIX[0] if v.get("copy") else SYNC_FIX[1].format(**w)
-    return ADVICE[a["code"]].format(about=a["about"], fix=fix, **w, **v, **ms)
+    return ADVICE[a["code"]].format(about=a["about"], fix=fix, **w, **v, **_in_ms(v))
 
 
 def said(records: list[dict], words: dict | None = None) -> str:
@@ -132,6 +138,59 @@ def trend(k) -> str:
     return (f"{'slows down' if pct > 0 else 'speeds up'} {abs(pct):.0f}%: median "
             f"{k['trend_first_ns'] / 1e6:.3g} ms in the first {q} iterations, "
             f"{k['trend_last_ns'] / 1e6:.3g} ms in the last {q}")
+
+
+#: the report's findings (``run.report.findings``): ``{about}`` what one is about, ``{X_ms}``
+#: the value ``X_ns`` in words
+SAY = {
+    "no_verdict": "no performance verdict: the trace lacks part of the run (see the warnings)",
+    "busy_outside_trace": "the GPU was busy with work outside the trace: kernels waited "
+                          "{queued_ms} per iteration ({queued_pct:.0f}% of the median iteration) "
+                          "to start after their launch calls had returned, with no traced GPU "
+                          "work running (another process on the same GPU, or work nsys did not "
+                          "trace); that idle is not launch overhead, and a CUDA graph will not "
+                          "remove it: run alone on the GPU to measure",
+    "main_kind": "the main kind ({which}, median {med_ms}): {verdict}",
+    "loop_verdict": "the loop, every kind by its time: {verdict}: {evidence}",
+    "no_loop_time": "{evidence}",
+    "verdict": "{verdict}: {evidence}",
+    "advice": "what to do: {words}",
+    "host_syncs": "host syncs: {per_iteration:.0f} per iteration ({about}) leave the GPU idle "
+                  "{idle_ms} per iteration ({idle_pct:.0f}%)",
+    "no_gpu_activity": "no GPU activity in the trace: API time and NVTX ranges only",
+    "top_graph": "top GPU work: {about} takes {time_pct:.0f}% of the GPU time recorded (its "
+                 "kernels were not recorded one by one)",
+    "top_kernel": "top kernel: {kernel_class} {precision} takes {time_pct:.0f}% of GPU time "
+                  "({about})",
+    "fp32_math": "FP32 math left over: {time_pct:.0f}% of GPU time in FP32 GEMM/attention/conv "
+                 "kernels",
+    "quantize": "quantize/cast kernels take {time_ms} per iteration ({time_pct:.0f}%): "
+                "precision conversion is not free",
+    "clock_low": "the SM clock averaged {sm_mhz:,.0f} MHz inside the iterations, below the "
+                 "{sm_mhz_max:,.0f} MHz it reached in the run (GPU metrics): power, thermal or "
+                 "application clock limits slow the GPU's kernels",
+    "tensor_active_loop": "Tensor Active {tensor_active_pct:.0f}% on average inside the "
+                          "iterations ({all_pct:.0f}% over all GPU activity)",
+    "tensor_active_run": "Tensor Active {tensor_active_pct:.0f}% on average over the run (SMs "
+                         "Active {sm_active_pct:.0f}%)",
+    "tensor_estimate": "{time_pct:.0f}% of kernel time is in Tensor-Core-capable "
+                       "GEMM/attention/conv kernels (estimate from names; capture with "
+                       "--gpu-metrics to measure)",
+    "outside_iterations": "outside the iterations (warm-up, compile, teardown): {time_ms} of "
+                          "kernels, {time_pct:.0f}% of all kernel time, most in {about}; the "
+                          "kernel tables count the iterations only",
+    "one_rank": "NCCL collectives take {time_pct:.0f}% of kernel time, but this report holds "
+                "one rank: which rank the others wait for (the straggler) needs every rank's "
+                "trace (one report of the whole job, e.g. nsys profile around torchrun)",
+}
+
+
+def say(code: str, gpu=None, about: str | None = None, prefix: str = "", **values) -> "Said":
+    """The finding ``code`` (``SAY``) about ``about`` on GPU ``gpu``, with its numbers, said
+    after ``prefix`` (which GPU, when the report has several)."""
+    values = {k: _plain(v) for k, v in values.items()}
+    return Said(prefix + SAY[code].format(about=about, **values, **_in_ms(values)), code, gpu,
+                about, values)
 
 
 class Said(str):

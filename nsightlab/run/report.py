@@ -73,7 +73,7 @@ class RunReport(Result):
     profile: RunProfile | None
     warnings: list[dict]
     budget: pd.DataFrame
-    findings: list  # sentences that keep their records (``said``, ``words.Said``)
+    findings: list  # sentences that keep their records (``words.Said``)
     top_kernels: pd.DataFrame
     launch: pd.DataFrame
     syncs: pd.DataFrame
@@ -419,11 +419,12 @@ def _say_shared(pr: "ProcessesReport") -> None:
                     "kernel time and verdict count it" if mode.get(x.device_id) != "concurrent"
                     else f"; its kernels ran beside other processes' kernels (MPS: sharing the "
                     f"SMs) {_ms(x.held_ns)} per iteration")
-        runs[x.pid].findings.insert(0, said(
-            "gpu_shared", f"GPU {x.device_id} is shared: its iterations took {_ms(x.wall_ns)} "
+        runs[x.pid].findings.insert(0, words.Said(
+            f"GPU {x.device_id} is shared: its iterations took {_ms(x.wall_ns)} "
             f"beside the other process(es), {_ms(x.alone_ns)} replayed alone (stretch "
-            f"{_ms(x.stretch_ns)}, median of {x.iterations} iterations){held}", x.device_id,
-            wall_ns=x.wall_ns, alone_ns=x.alone_ns, stretch_ns=x.stretch_ns))
+            f"{_ms(x.stretch_ns)}, median of {x.iterations} iterations){held}", "gpu_shared",
+            x.device_id, values={"wall_ns": x.wall_ns, "alone_ns": x.alone_ns,
+                                 "stretch_ns": x.stretch_ns}))
 
 
 #: matched collectives ending further apart than this (median) say the clocks disagree
@@ -643,9 +644,9 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
     rr.findings = findings(rr, ks, job)
     no_loop = len(budget_) and (budget_["verdict"] == budget.NO_LOOP).all() and not rr.partial
     if no_loop:  # said first: there is no steady state, and why the trace has none
-        rr.findings.insert(0, said("no_loop", _no_loop(r, budget_.iloc[0])))
+        rr.findings.insert(0, words.Said(_no_loop(r, budget_.iloc[0]), "no_loop"))
     if b is not None and p is not None and not rr.partial and len(budget_) and not no_loop:
-        own = [said(code, text) for code, text in remedies.findings(
+        own = [words.Said(text, code) for code, text in remedies.findings(
             p.runtime, budget_.iloc[0], b.first_gpu(), ks, rr.ort_record,
             remedies.trt_enqueue(r, p) if p.runtime == "TensorRT" else None)]
         at = next((i for i, f in enumerate(rr.findings) if f.code in ("top_kernel", "top_graph")),
@@ -658,22 +659,15 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
             and not rr.partial:
         top = whole.set_index("name")["total_ns"].sub(ks.set_index("name")["total_ns"],
                                                       fill_value=0).idxmax()
-        rr.findings.append(said(
-            "outside_iterations", f"outside the iterations (warm-up, compile, teardown): "
-            f"{_ms(outside)} of kernels, {100 * outside / whole['total_ns'].sum():.0f}% of all "
-            f"kernel time, most in {str(top)[:80]}; the kernel tables count the iterations only",
-            about=str(top)[:80], time_ns=outside))
+        rr.findings.append(words.say("outside_iterations", about=str(top)[:80], time_ns=outside,
+                                     time_pct=100 * outside / whole["total_ns"].sum()))
     if len(ks) and not rr.partial and "name" in ks:
         nccl = ks[ks["name"].astype(str).str.startswith("nccl")]
         if len(nccl) and not job and len(processes.cuda_pids(r)) <= 1:
-            rr.findings.append(said(
-                "one_rank", f"NCCL collectives take {nccl['time_pct'].sum():.0f}% of kernel "
-                "time, but this report holds one rank: which rank the others wait for (the "
-                "straggler) needs every rank's trace (one report of the whole job, e.g. nsys "
-                "profile around torchrun)", time_pct=nccl["time_pct"].sum()))
+            rr.findings.append(words.say("one_rank", time_pct=nccl["time_pct"].sum()))
     memory = _memory_finding(r)
     if memory:
-        rr.findings.append(said("gpu_memory", memory))
+        rr.findings.append(words.Said(memory, "gpu_memory"))
     return rr
 
 
@@ -848,134 +842,101 @@ def _table(r: Report, name: str, table: str) -> pd.DataFrame:
 OUTSIDE_PCT, OUTSIDE_OF_LAUNCH = 20.0, 0.5
 
 
-def _outside_wait(p: RunProfile | None, b) -> str:
-    """Words for a run whose kernels waited to start after their launch calls returned, with
-    no traced GPU work running (``RunProfile.pace`` queued_ns): the GPU was busy with work
-    the trace does not hold (another process), so its idle is neither launch overhead nor
-    something a CUDA graph removes; "" otherwise."""
+def _outside_wait(p: RunProfile | None, b) -> float:
+    """The time per iteration a run's kernels waited to start after their launch calls
+    returned, with no traced GPU work running (``RunProfile.pace`` queued_ns), where the GPU
+    was busy with work the trace does not hold (another process): its idle is then neither
+    launch overhead nor something a CUDA graph removes; 0 otherwise."""
     if p is None or not p.pace or not p.median_ns or p.pace.get("others_traced"):
-        return ""
+        return 0.0
     q = p.pace.get("queued_ns", 0.0)
     launch = float(b.get("idle_launch_ns", 0.0)) + float(b.get("idle_unattributed_ns", 0.0))
-    if q < OUTSIDE_PCT / 100 * p.median_ns or q < OUTSIDE_OF_LAUNCH * launch:
-        return ""
-    return (f"the GPU was busy with work outside the trace: kernels waited {_ms(q)} per "
-            f"iteration ({100 * q / p.median_ns:.0f}% of the median iteration) to start "
-            "after their launch calls had returned, with no traced GPU work running (another "
-            "process on the same GPU, or work nsys did not trace); that idle is not launch "
-            "overhead, and a CUDA graph will not remove it: run alone on the GPU to measure")
+    return 0.0 if q < OUTSIDE_PCT / 100 * p.median_ns or q < OUTSIDE_OF_LAUNCH * launch else q
 
 
 #: completeness notes that are findings of the report (the iteration left out, and why)
 CUT_NOTES = ("capture_cut",)
 
 
-def said(code: str, text: str, gpu=None, about: str | None = None, **values) -> words.Said:
-    """A finding of the report: its sentence, which keeps its record (``words.Said``)."""
-    return words.Said(text, code, gpu, about, values)
-
-
-def findings(rr: RunReport, ks: pd.DataFrame, job: bool = False) -> list[dict]:
-    """Findings about the run, most important first, each a record with its sentence and the
-    numbers behind it: the budget's verdict and advice (none for a partial trace; the advice
-    in the run's runtime's terms, ``job``: read with the whole job's straggler line), the top
-    kernel, FP32 math left, quantize cost and Tensor Core activity (measured or estimated)."""
+def findings(rr: RunReport, ks: pd.DataFrame, job: bool = False) -> list:
+    """Findings about the run, most important first, each a sentence that keeps its record
+    (``words.Said``: code, numbers): the budget's verdict and advice (none for a partial
+    trace; the advice in the run's runtime's terms, ``job``: read with the whole job's
+    straggler line), the top kernel, FP32 math left, quantize cost and Tensor Core activity
+    (measured or estimated)."""
     out = []
     p, tc = rr.profile, rr.tensor_core
     if rr.partial:
-        out.append(said("no_verdict", "no performance verdict: the trace lacks part of the run "
-                        "(see the warnings)"))
+        out.append(words.say("no_verdict"))
     elif len(rr.budget):
         # how the trace ended, when it cut an iteration: said before the numbers it changes
-        out += [said(w["check"], w["message"]) for w in rr.warnings if w["check"] in CUT_NOTES]
-        out += [said("kinds", t) for t in time_by_kind(rr.kinds)]
+        out += [words.Said(w["message"], w["check"]) for w in rr.warnings if w["check"] in CUT_NOTES]
+        out += [words.Said(t, "kinds") for t in time_by_kind(rr.kinds)]
         for _, b in rr.budget.iterrows():
             dev = int(b["device_id"])
-            gpu = f"GPU {dev}: " if len(rr.budget) > 1 else ""
-            advice = json.loads(b["advice_records"])
+            gpu = dict(gpu=dev, prefix=f"GPU {dev}: " if len(rr.budget) > 1 else "")
+            advice, verdict = json.loads(b["advice_records"]), b["verdict"]
             waited = _outside_wait(p, b)
             if waited:  # the launch-idle time is the GPU's time elsewhere: said first
-                out.append(said("busy_outside_trace", gpu + waited, dev))
-                b, advice = b.copy(), []
-                if b["verdict"] == budget.VERDICTS["launch"]:
-                    b["verdict"] = "waiting for a GPU busy outside the trace"
+                out.append(words.say("busy_outside_trace", **gpu, queued_ns=waited,
+                                     queued_pct=100 * waited / p.median_ns))
+                advice = []
+                if verdict == budget.VERDICTS["launch"]:
+                    verdict = "waiting for a GPU busy outside the trace"
             main = rr.kinds[rr.kinds["kind"] == kinds.MAIN] if len(rr.kinds) else rr.kinds
             if b["kinds"] > 1 and len(main) and b["device_id"] == rr.kinds["device_id"].iloc[0]:
                 m = main.iloc[0]
-                out.append(said("main_kind", f"{gpu}the main kind ({m['which']}, median "
-                                f"{_ms(m['med_ns'])}): {m['verdict']}", dev, med_ns=m["med_ns"]))
-                out.append(said("verdict", f"{gpu}the loop, every kind by its time: "
-                                f"{b['verdict']}: {b['evidence']}", dev))
-            elif b["verdict"] == budget.NO_LOOP:  # where its time went, no verdict
-                out.append(said("no_loop_time", f"{gpu}{b['evidence']}", dev))
+                out.append(words.say("main_kind", **gpu, which=m["which"], med_ns=m["med_ns"],
+                                     verdict=m["verdict"]))
+                out.append(words.say("loop_verdict", **gpu, verdict=verdict,
+                                     evidence=b["evidence"]))
+            elif verdict == budget.NO_LOOP:  # where its time went, no verdict
+                out.append(words.say("no_loop_time", **gpu, evidence=b["evidence"]))
             else:
-                out.append(said("verdict", f"{gpu}{b['verdict']}: {b['evidence']}", dev))
+                out.append(words.say("verdict", **gpu, verdict=verdict, evidence=b["evidence"]))
             if advice:
                 how = remedies.how(p.runtime if p else "unknown", rr.ort_record, job)
-                out.append(said("advice", f"{gpu}what to do: " + words.said(advice, how), dev,
-                                advice=advice))
-            sync_said = any(a["code"] == "sync_rare" or (a["code"] == "sync_in_loop"
-                                                          and not a["values"]["copy"])
-                            for a in advice)
+                out.append(words.say("advice", **gpu, words=words.said(advice, how),
+                                     advice=advice))
+            said = any(a["code"] == "sync_rare" or (a["code"] == "sync_in_loop"
+                                                     and not a["values"]["copy"]) for a in advice)
             if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
-                    b["verdict"] != budget.NO_LOOP and not sync_said:  # said there already
+                    verdict != budget.NO_LOOP and not said:  # said there already
                 top = rr.sync_idle.iloc[0]
-                n = top["stretches"] / b["iterations"]
-                out.append(said("host_syncs", f"{gpu}host syncs: {n:.0f} per iteration "
-                                f"({top['api_name']}) leave the GPU idle "
-                                f"{_ms(top['idle_ns_per_iteration'])} per iteration "
-                                f"({b['idle_sync_pct']:.0f}%)", dev, str(top["api_name"]),
-                                per_iteration=n, idle_ns=top["idle_ns_per_iteration"],
-                                idle_pct=b["idle_sync_pct"]))
+                out.append(words.say("host_syncs", **gpu, about=str(top["api_name"]),
+                                     per_iteration=top["stretches"] / b["iterations"],
+                                     idle_ns=top["idle_ns_per_iteration"],
+                                     idle_pct=b["idle_sync_pct"]))
     elif not len(ks):
-        out.append(said("no_gpu_activity", "no GPU activity in the trace: API time and NVTX "
-                        "ranges only"))
+        out.append(words.say("no_gpu_activity"))
     if rr.partial or p is None:
         return out
     it = p.median_ns or 1.0
     if len(ks):
         top = ks.iloc[0]
-        name = str(top["name"])[:80]
         if top["kernel_class"] == "cuda graph":  # a graph-level trace: whole graphs, no kernels
-            share = 100 * top["total_ns"] / max(ks["total_ns"].sum(), 1)
-            out.append(said("top_graph", f"top GPU work: {name} takes {share:.0f}% of the GPU "
-                            "time recorded (its kernels were not recorded one by one)",
-                            about=name, time_pct=share))
+            out.append(words.say("top_graph", about=str(top["name"])[:80], time_pct=100 * top[
+                "total_ns"] / max(ks["total_ns"].sum(), 1)))
         else:
-            out.append(said("top_kernel", f"top kernel: {top['kernel_class']} {top['precision']} "
-                            f"takes {top['time_pct']:.0f}% of GPU time ({name})", about=name,
-                            time_pct=top["time_pct"], kernel_class=top["kernel_class"],
-                            precision=top["precision"]))
+            out.append(words.say("top_kernel", about=str(top["name"])[:80],
+                                 kernel_class=top["kernel_class"], precision=top["precision"],
+                                 time_pct=top["time_pct"]))
         fp32 = ks[(ks["precision"] == "fp32") & ks["kernel_class"].isin(MATH_CLASSES)]
         if len(fp32) and fp32["time_pct"].sum() > 5:
-            out.append(said("fp32_math", f"FP32 math left over: {fp32['time_pct'].sum():.0f}% of "
-                            "GPU time in FP32 GEMM/attention/conv kernels",
-                            time_pct=fp32["time_pct"].sum()))
+            out.append(words.say("fp32_math", time_pct=fp32["time_pct"].sum()))
     conv = p.by_class.set_index("kernel_class")["time_ns"].get("quantize", 0.0)
     if conv > 0.05 * it:
-        out.append(said("quantize", f"quantize/cast kernels take {_ms(conv)} per iteration "
-                        f"({100 * conv / it:.0f}%): precision conversion is not free",
-                        time_ns=conv, time_pct=100 * conv / it))
+        out.append(words.say("quantize", time_ns=conv, time_pct=100 * conv / it))
     clock, most = p.machine.get("trace_sm_mhz"), p.machine.get("trace_sm_mhz_max")
     if clock and most and clock < (1 - gm.CLOCK_DROP_PCT / 100) * most:
-        out.append(said("clock_low", f"the SM clock averaged {clock:,.0f} MHz inside the "
-                        f"iterations, below the {most:,.0f} MHz it reached in the run (GPU "
-                        "metrics): power, thermal or application clock limits slow the GPU's "
-                        "kernels", sm_mhz=clock, sm_mhz_max=most))
+        out.append(words.say("clock_low", sm_mhz=clock, sm_mhz_max=most))
     if p.tensor_core.get("source") == "gpu_metrics" and len(tc):
-        out.append(said("tensor_active", f"Tensor Active {p.tensor_core['tensor_active_pct']:.0f}% "
-                        "on average inside the iterations "
-                        f"({tc.iloc[0]['tensor_active_avg_pct']:.0f}% over all GPU activity)",
-                        tensor_active_pct=p.tensor_core["tensor_active_pct"]))
+        out.append(words.say("tensor_active_loop", all_pct=tc.iloc[0]["tensor_active_avg_pct"],
+                             tensor_active_pct=p.tensor_core["tensor_active_pct"]))
     elif len(tc):
         t = tc.iloc[0]
-        if t["source"] == "gpu_metrics":
-            out.append(said("tensor_active", f"Tensor Active {t['tensor_active_avg_pct']:.0f}% on "
-                            f"average over the run (SMs Active {t['sm_active_avg_pct']:.0f}%)",
-                            tensor_active_pct=t["tensor_active_avg_pct"]))
-        else:
-            out.append(said("tensor_estimate", f"{t['tensor_kernel_time_pct']:.0f}% of kernel "
-                            "time is in Tensor-Core-capable GEMM/attention/conv kernels "
-                            "(estimate from names; capture with --gpu-metrics to measure)",
-                            time_pct=t["tensor_kernel_time_pct"]))
+        out.append(words.say("tensor_active_run", tensor_active_pct=t["tensor_active_avg_pct"],
+                             sm_active_pct=t["sm_active_avg_pct"])
+                   if t["source"] == "gpu_metrics" else
+                   words.say("tensor_estimate", time_pct=t["tensor_kernel_time_pct"]))
     return out
