@@ -19,7 +19,7 @@
    iterations a side, B slower by 0, 5, 10, 25 or 50%, the same draws as the pairs above
    otherwise: per cell the interval's coverage and the share of pairs found different (the
    power; at 0% the false claims). ``--candidates``: the same grid (the same draws) for the
-   other methods weighed for ``benchmath.compare`` (``CANDIDATES``; the bootstrap takes
+   other methods weighed for ``benchmath.comparison`` (``CANDIDATES``; the bootstrap takes
    minutes).
 4. **Real pairs**: every pair listed in PAIRS whose captures and truth are in the folders
    given (tests/data/pace by default): the interval against the truth's ratio of medians (the
@@ -212,8 +212,8 @@ def run_synthetic(pool, loops: int, seed: int = 0) -> dict:
 
 
 def ratio(a, b) -> dict:
-    """``benchmath.compare`` of iteration times ``a``, ``b`` as a dict (as the candidates')."""
-    return asdict(benchmath.compare(a, b))
+    """``benchmath.comparison`` of iteration times ``a``, ``b`` as a dict (as the candidates')."""
+    return asdict(benchmath.comparison(a, b))
 
 
 def run_pairs(pool, pairs: int, seed: int = 1) -> dict:
@@ -309,7 +309,7 @@ def run_wander(pairs: int, method=ratio, seed: int = 4) -> dict:
 # ---- the candidates weighed for the interval (issue 61), each (a, b) -> low, high, significant
 
 def _interval(lo: float, hi: float) -> dict:
-    """A log-ratio interval as ``benchmath.compare`` gives it."""
+    """A log-ratio interval as ``benchmath.comparison`` gives it."""
     return {"low": float(np.exp(lo)), "high": float(np.exp(hi)),
             "significant": bool(lo > 0 or hi < 0)}
 
@@ -400,7 +400,7 @@ def block_bootstrap(a, b, rng=np.random.default_rng(3), resamples: int = 1000) -
 
 
 def ar1_only(a, b) -> dict:
-    """``benchmath.compare`` with the AR(1) model's effective iterations alone (no Geyer
+    """``benchmath.comparison`` with the AR(1) model's effective iterations alone (no Geyer
     term)."""
     def side(x) -> tuple[float, float, float]:
         y = benchmath._logs(x)
@@ -415,7 +415,7 @@ def ar1_only(a, b) -> dict:
 
 def _at_least(method, n: int = benchmath.MIN_ITERATIONS):
     """``method`` where both sides have ``n`` iterations, else no interval (as
-    ``benchmath.compare``)."""
+    ``benchmath.comparison``)."""
     def run(a, b) -> dict:
         if min(len(a), len(b)) < n:
             return {"low": float("nan"), "high": float("nan"), "significant": False}
@@ -494,7 +494,7 @@ def main(argv: list[str]) -> int:
               f"{100 * pr['coverage']:.1f}%; a difference claimed where there is none "
               f"{100 * pr['false_difference']:.1f}%; a 15%+ difference missed "
               f"{100 * pr['missed_15pct']:.1f}%")
-        methods = {"benchmath.compare": ratio, **(CANDIDATES if args.candidates else {})}
+        methods = {"benchmath.comparison": ratio, **(CANDIDATES if args.candidates else {})}
         for name, method in methods.items() if args.grid_pairs else ():
             t1 = time.time()
             print_grid(name, run_grid(pool, args.grid_pairs, method), args.grid_pairs,

@@ -66,16 +66,16 @@ def test_autocorrelated_iterations_are_worth_fewer():
 def test_too_few_iterations_have_no_interval():
     s = bm.summary([1.0, 2.0, 3.0])
     assert s.centre == 2.0 and np.isnan(s.low) and np.isnan(s.high) and s.n == 3
-    c = bm.compare([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+    c = bm.comparison([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
     assert c.ratio == 1.0 and np.isnan(c.low) and np.isnan(c.p_value) and not c.significant
     assert (c.a_n, c.b_n) == (3, 3)
-    assert np.isnan(bm.compare([], []).ratio)
+    assert np.isnan(bm.comparison([], []).ratio)
 
 
 def test_the_same_iterations_are_no_difference():
     """A loop against itself: ratio 1, inside its interval, p 1."""
     x = ar1(np.random.default_rng(3), 100)
-    c = bm.compare(x, x)
+    c = bm.comparison(x, x)
     assert c.ratio == 1.0 and c.low < 1 < c.high and c.p_value == pytest.approx(1.0)
     assert not c.significant and c.a_n_eff == c.b_n_eff
 
@@ -84,12 +84,12 @@ def test_a_clear_difference_is_found_and_an_aa_pair_rarely():
     """B 1.5x slower: significant, the interval holds 1.5. A/A pairs of the same noise: a
     difference claimed about as often as the level allows (at most 4 of 40 at 95%)."""
     rng = np.random.default_rng(5)
-    slower = bm.compare(ar1(rng, 200), ar1(rng, 200, scale=1.5))
+    slower = bm.comparison(ar1(rng, 200), ar1(rng, 200, scale=1.5))
     assert slower.significant and slower.p_value < 1e-6
     assert slower.low <= 1.5 <= slower.high * 1.05 and slower.ratio > 1.3
     claimed, held = 0, 0
     for _ in range(40):
-        c = bm.compare(ar1(rng, 100), ar1(rng, 100))
+        c = bm.comparison(ar1(rng, 100), ar1(rng, 100))
         claimed += c.significant
         held += c.low <= 1 <= c.high
         assert c.significant == (c.p_value < 1 - c.level)
@@ -119,16 +119,16 @@ def test_several_runs_put_the_spread_between_runs_in_the_interval():
     rng = np.random.default_rng(7)
     a = [ar1(rng, 60, scale=s) for s in (1.0, 1.1, 0.95)]
     b = [ar1(rng, 60, scale=s) for s in (1.05, 0.9)]
-    c = bm.compare_runs(a, b)
-    pooled = bm.compare(np.concatenate(a), np.concatenate(b))
+    c = bm.runs_comparison(a, b)
+    pooled = bm.comparison(np.concatenate(a), np.concatenate(b))
     assert (c.runs, c.a_runs, c.b_runs, c.a_n, c.b_n) == (2, 3, 2, 180, 120)
     assert c.a_run_medians == pytest.approx([np.median(r) for r in a])
     assert c.ratio == pytest.approx(np.exp(np.mean(np.log(c.b_run_medians))
                                            - np.mean(np.log(c.a_run_medians))))
     assert c.low <= pooled.low and c.high >= pooled.high and c.low < c.ratio < c.high
-    assert bm.compare_runs(a[:1], b[:1]) == bm.compare(a[0], b[0])
-    assert bm.compare_runs(a[:1], b[:1]).a_runs is None
-    assert np.isnan(bm.compare_runs([], b).ratio)
+    assert bm.runs_comparison(a[:1], b[:1]) == bm.comparison(a[0], b[0])
+    assert bm.runs_comparison(a[:1], b[:1]).a_runs is None
+    assert np.isnan(bm.runs_comparison([], b).ratio)
 
 
 def test_ratio_interval_holds_the_truth_and_says_no_difference_inside_the_noise():
@@ -141,12 +141,12 @@ def test_ratio_interval_holds_the_truth_and_says_no_difference_inside_the_noise(
             a[j] = 0.7 * a[j - 1] + rng.normal(0, 0.05)
         return scale * 4e6 * np.exp(a)
 
-    same = bm.compare(loop(200, 1.0), loop(200, 1.0))
+    same = bm.comparison(loop(200, 1.0), loop(200, 1.0))
     assert not same.significant or abs(same.ratio - 1) < 0.03
     assert same.low < same.ratio < same.high
-    slower = bm.compare(loop(200, 1.0), loop(200, 1.5))
+    slower = bm.comparison(loop(200, 1.0), loop(200, 1.5))
     assert slower.significant and slower.low <= 1.5 <= slower.high * 1.05
-    few = bm.compare([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+    few = bm.comparison([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
     assert np.isnan(few.low) and not few.significant
     s = bm.summary(loop(100, 1.0))
     assert s.low < s.centre < s.high

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import nsightlab
 from nsightlab.comparison import trt_layers
 from nsightlab.cli import cli
-from nsightlab.comparison.diff import compare
+from nsightlab.comparison.diff import of_profiles as compare
 from nsightlab.run.model import profile
 
 TRT = Path(__file__).parent.parent.parent / "shared" / "fixtures" / "trtexec"

@@ -388,7 +388,7 @@ def _held(w: np.ndarray, kind: "Kind", main: np.ndarray) -> bool:
 CP_POINTS = 120
 #: PELT's penalty per change point: this many times the noise variance times log(points)
 #: (BIC's 2, raised so that autocorrelated wander is not cut into stretches; every stretch
-#: must then stand out by ``benchmath.compare`` too)
+#: must then stand out by ``benchmath.comparison`` too)
 CP_BETA = 6.0
 #: a stretch holds when it stands out at this confidence (PELT chose it as the most unlike
 #: stretch of the loop: a plain 95% would pass noise often)
@@ -425,7 +425,7 @@ def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
     """Stretches of another pace among iterations ``rows`` (in order, one kind of work):
     change points of the log times (PELT, ``pelt``, least squares, on bin medians of at most
     ``CP_POINTS`` points), each stretch at least 10% from the loop's median and apart
-    from the rest beyond both runs' noise (``benchmath.compare``: effective iterations,
+    from the rest beyond both runs' noise (``benchmath.comparison``: effective iterations,
     autocorrelation kept); the slower ones as one set, the faster as another."""
     x = np.log(w[rows])
     n = len(x)
@@ -445,7 +445,7 @@ def _stretches(w: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
         if abs(shift) < np.log1p(KIND_MIN_PCT / 100) or len(seg) < benchmath.MIN_ITERATIONS:
             continue
         other = np.setdiff1d(np.arange(n), seg)
-        if benchmath.compare(np.exp(x[other]), np.exp(x[seg]), STRETCH_LEVEL).significant:
+        if benchmath.comparison(np.exp(x[other]), np.exp(x[seg]), STRETCH_LEVEL).significant:
             out[shift > 0].append(seg)
     return [rows[np.concatenate(v)] for v in out.values() if v]
 

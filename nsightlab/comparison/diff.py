@@ -151,7 +151,7 @@ def diff(a, b, a_process: int | None = None, b_process: int | None = None,
 
     A side may be several runs of the same code (a list, 'A1,A2', or a capture made with
     ``--repeat``): every table is of the first run, and the headline's interval holds the
-    spread between the runs (``benchmath.compare_runs``).
+    spread between the runs (``benchmath.runs_comparison``).
 
     A report of several CUDA processes is one run per process: ``a_process``/``b_process``
     (pids) pick them; else A's busiest process, and on B the same rank where both hold ranks,
@@ -163,16 +163,16 @@ def diff(a, b, a_process: int | None = None, b_process: int | None = None,
     la, lb = run_labels([str(r.source) if isinstance(r, Report) else str(r) for r in (a, b)])
     if la == lb and str(a) != str(b):
         la, lb = str(a), str(b)
-    ra, la, wa, like = process_of(ra, la, a_process, "A")
+    ra, la, wa, like = pick_process(ra, la, a_process, "A")
     if like is None:  # one rank's own report (rank_%q{RANK}): its rank from its name
         from nsightlab.analysis.processes import RANK_IN_NAME
         named = RANK_IN_NAME.search(Path(str(ra.source)).name)
         like = {"rank": int(named.group(1))} if named else None
-    rb, lb, wb, _ = process_of(rb, lb, b_process, "B", like)
+    rb, lb, wb, _ = pick_process(rb, lb, b_process, "B", like)
     pa_, pb_ = profile(ra, la), profile(rb, lb)
     extra = [more_runs(xs, side, like, open_options)
              for xs, side in ((more_a, "A"), (more_b, "B"))]
-    d = compare(pa_, pb_, *extra)
+    d = of_profiles(pa_, pb_, *extra)
     d.headline["workload_warnings"] = [*wa, *wb, *d.headline["workload_warnings"]]
     d.headline["a_path"], d.headline["b_path"] = str(ra.source), str(rb.source)
     return d
@@ -180,9 +180,9 @@ def diff(a, b, a_process: int | None = None, b_process: int | None = None,
 
 def more_runs(xs: list, side: str, like: dict | None, open_options: dict) -> list[RunProfile]:
     """The profiles of a side's further runs (``runs_of``), each the process ``like`` the
-    first run's (``process_of``), labelled by its path: the runs whose spread goes into the
+    first run's (``pick_process``), labelled by its path: the runs whose spread goes into the
     interval."""
-    return [profile(*process_of(as_report(x, **open_options), _run_label(x), None, side,
+    return [profile(*pick_process(as_report(x, **open_options), _run_label(x), None, side,
                                 like)[:2]) for x in xs]
 
 
@@ -209,7 +209,7 @@ def runs_note(headline: dict) -> str:
             f"{headline['a']}, B {headline['b']})")
 
 
-def process_of(r: Report, label: str, pid: int | None, side: str, like: dict | None = None,
+def pick_process(r: Report, label: str, pid: int | None, side: str, like: dict | None = None,
                hint: str = "", base: str = "A"):
     """(the report of one process, its label, warnings, how to line it up): ``pid`` when
     given; for a report of several CUDA processes, the one like ``like`` (the other side's
@@ -260,7 +260,7 @@ def process_of(r: Report, label: str, pid: int | None, side: str, like: dict | N
     return split.of_process(r, int(row["pid"])), f"{label} (pid {row['pid']})", [said], key(row)
 
 
-def compare(pa: RunProfile, pb: RunProfile, more_a: list | None = None,
+def of_profiles(pa: RunProfile, pb: RunProfile, more_a: list | None = None,
             more_b: list | None = None) -> Diff:
     """The diff of two run profiles (see ``Diff`` for the sections); ``more_a``/``more_b``:
     the profiles of more runs of each side, for the interval."""
@@ -681,7 +681,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     base = max(a_ns, 1.0)
     parts = []
     walls = lambda p, main: (p.main_walls or p.walls) if main else p.walls  # noqa: E731
-    interval = _said(benchmath.compare_runs([a_walls] + [walls(p, a_main) for p in more_a],
+    interval = _said(benchmath.runs_comparison([a_walls] + [walls(p, a_main) for p in more_a],
                                             [b_walls] + [walls(p, b_main) for p in more_b]))
     runs = interval["runs"] > 1 or len(more_a) or len(more_b)
     if runs and interval.get("a_run_medians") and interval.get("b_run_medians"):
@@ -695,7 +695,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     same = bool(pa.work) and pa.work == pb.work and not moved
     parts.append(_times(a_ns, b_ns, interval, real, work.summary(pa.work) if same else ""))
     touched = _touched(kernels, {c["token"] for c in moved if c["kind"] == "kernel"})
-    gpu = _said(benchmath.compare(pa.main_kernel_walls, pb.main_kernel_walls))
+    gpu = _said(benchmath.comparison(pa.main_kernel_walls, pb.main_kernel_walls))
     if not np.isfinite(gpu["low"]):  # too few iterations for an interval: 2% is a change
         gpu["significant"] = abs(pb.kernel_ns - pa.kernel_ns) >= 0.02 * max(pa.kernel_ns, 1.0)
     hidden = graph_level_side(pa, pb)

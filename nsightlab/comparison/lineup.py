@@ -19,7 +19,7 @@ import pandas as pd
 from nsightlab.analysis import budget, completeness, kinds, runtime
 from nsightlab.core.labels import run_labels
 from nsightlab.analysis.iterations import nvtx_ranges
-from nsightlab.comparison.diff import (Diff, compare as diff_profiles, more_runs, process_of,
+from nsightlab.comparison.diff import (Diff, of_profiles as diff_profiles, more_runs, pick_process,
                                        runs_of)
 from nsightlab.run.model import (RunProfile, batch_of, iteration_walls,
                                                latency_stats, profile)
@@ -107,7 +107,7 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     labels = _unique(labels)
     notes, like = [], None
     for i, (r, lab) in enumerate(zip(reports, labels)):
-        reports[i], labels[i], said, got = process_of(
+        reports[i], labels[i], said, got = pick_process(
             r, lab, None, f"run {lab}", like, hint="nsightlab report RUN shows each",
             base="the baseline")
         like = got if i == 0 else like

@@ -1,7 +1,7 @@
 """How fast the same work ran, with its uncertainty: one small statistics package, in the
 manner of Go's benchmath, with no I/O and no words: ``summary`` of a loop's iteration times
-(``Summary``: the median and its interval), ``compare`` of two loops (``Comparison``: the ratio
-of their medians, its interval and test) and ``compare_runs`` of several runs a side.
+(``Summary``: the median and its interval), ``comparison`` of two loops (``Comparison``: the ratio
+of their medians, its interval and test) and ``runs_comparison`` of several runs a side.
 
 Iteration times are autocorrelated (the host's pace moves in stretches, clocks ramp and step)
 and heavy-tailed (stalls): the interval is on the **log median**, of variance pi/2 sigma^2 /
@@ -45,7 +45,7 @@ class Summary:
 class Comparison:
     """B against A: the ``ratio`` of their medians (above 1 B is slower), its ``low``/``high``
     interval at ``level``, ``p_value`` and ``significant`` (it leaves out 1); iterations and
-    effective ones a side; over several runs (``compare_runs``), runs and medians a side."""
+    effective ones a side; over several runs (``runs_comparison``), runs and medians a side."""
     ratio: float
     low: float = np.nan
     high: float = np.nan
@@ -160,7 +160,7 @@ def summary(x, level: float = LEVEL) -> Summary:
         return Summary(median(x), float(np.exp(lo)), float(np.exp(hi)), len(x), n_eff, level)
 
 
-def compare(a, b, level: float = LEVEL) -> Comparison:
+def comparison(a, b, level: float = LEVEL) -> Comparison:
     """B's iteration times against A's (Welch's t on the log medians, ``_log_median``); under
     ``MIN_ITERATIONS`` on a side no interval (NaN), not significant."""
     r = median(b) / (median(a) or np.nan)
@@ -173,16 +173,16 @@ def compare(a, b, level: float = LEVEL) -> Comparison:
                           bool(lo > 0 or hi < 0), len(a), len(b), a_n_eff=ea, b_n_eff=eb)
 
 
-def compare_runs(a_runs: list, b_runs: list, level: float = LEVEL) -> Comparison:
-    """``compare`` over several runs per side (lists of each run's iteration times): the
+def runs_comparison(a_runs: list, b_runs: list, level: float = LEVEL) -> Comparison:
+    """``comparison`` over several runs per side (lists of each run's iteration times): the
     ratio of the sides' geometric means of run medians, the spread **between runs** in the
     interval (Welch t on the runs' log medians; a side of one run takes the other's spread),
-    never narrower than the pooled iterations'. One run a side: ``compare`` of the two."""
+    never narrower than the pooled iterations'. One run a side: ``comparison`` of the two."""
     a_runs, b_runs = ([np.asarray(r, float) for r in x if len(r)] for x in (a_runs, b_runs))
     if not a_runs or not b_runs:
-        return compare([], [], level)
+        return comparison([], [], level)
     if len(a_runs) == 1 and len(b_runs) == 1:
-        return compare(a_runs[0], b_runs[0], level)
+        return comparison(a_runs[0], b_runs[0], level)
     la, lb = (np.log([median(r) for r in x]) for x in (a_runs, b_runs))
     na, nb, d = len(la), len(lb), float(np.mean(lb) - np.mean(la))
     if na == 1 or nb == 1:  # the other side's spread stands for both: one estimate
@@ -191,7 +191,7 @@ def compare_runs(a_runs: list, b_runs: list, level: float = LEVEL) -> Comparison
     else:
         lo, hi, _ = welch(d, la.var(ddof=1) / na, lb.var(ddof=1) / nb, na - 1, nb - 1, level)
     lo, hi = np.exp(lo), np.exp(hi)
-    within = compare(np.concatenate(a_runs), np.concatenate(b_runs), level)
+    within = comparison(np.concatenate(a_runs), np.concatenate(b_runs), level)
     if np.isfinite(within.low):  # never narrower than the pooled iterations' within-run noise
         lo, hi = min(lo, within.low), max(hi, within.high)
     return Comparison(float(np.exp(d)), float(lo), float(hi), level, within.p_value,

@@ -47,7 +47,7 @@ from nsightlab.read.tables import (
     contract_batches,
     duplicate_positions,
     duration_limit,
-    of_process,
+    rows_of_pid,
     parts_in_order,
     to_pandas,
 )
@@ -363,7 +363,7 @@ class TableReader:
                         raise CorruptReportError(
                             f"{self.db.name}: the cached columns of {spec.name} disagree with "
                             "its first read: run the command again")
-                    kept = of_process(t, pid, who)
+                    kept = rows_of_pid(t, pid, who)
                     parts(i).write_table(kept, row_group_size=BATCH_ROWS)  # as read
                     counts[i] = kept.num_rows
                     if "start_ns" in kept.column_names:  # a process's rows may be in start

@@ -295,7 +295,7 @@ class StartOrder:
         return [] if self.first is None else [self.first, self.last]
 
 
-def of_process(t: "pa.Table | pa.RecordBatch", pid: int, who: "pa.Array | None" = None
+def rows_of_pid(t: "pa.Table | pa.RecordBatch", pid: int, who: "pa.Array | None" = None
                ) -> pa.Table:
     """The rows of ``t`` of process ``pid`` and of no process (pid 0 or null): a process's
     share of a cache part (``read.split``). ``who``: the rows' pids, where ``t`` has no

@@ -356,7 +356,7 @@ def _write_part(spec, db, raws, out: str, ident: dict, limit: int | None,
 
 class _Share:
     """What one cache part receives of the batches read (``_write_part``): every row (``pid``
-    None), or the rows of one process (``tables.of_process``), gathered into row groups of
+    None), or the rows of one process (``tables.rows_of_pid``), gathered into row groups of
     ``BATCH_ROWS`` rows as the whole parts have; the rows written and their start order."""
 
     def __init__(self, pid: int | None, writer, spec):
@@ -369,12 +369,12 @@ class _Share:
         import pyarrow as pa
 
         from nsightlab.read.db import BATCH_ROWS
-        from nsightlab.read.tables import of_process
+        from nsightlab.read.tables import rows_of_pid
 
         if self.pid is None:
             self._write(pa.Table.from_batches([batch]))
             return
-        mine = of_process(batch, self.pid)
+        mine = rows_of_pid(batch, self.pid)
         if mine.num_rows:
             self.held.append(mine)
         if sum(t.num_rows for t in self.held) >= BATCH_ROWS:
