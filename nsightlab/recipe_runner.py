@@ -24,6 +24,7 @@ report's result store, fanning out over a process pool (results in input order) 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -278,10 +279,18 @@ def available() -> dict[str, Recipe]:
     found: dict[str, Recipe] = {}
     for root in search_path():
         for meta in sorted(root.glob("*/metadata.json")):
-            if (meta.parent / "recipe.py").is_file():
-                r = Recipe.load(meta.parent)
+            code = meta.parent / "recipe.py"
+            if code.is_file():
+                r = _loaded(meta.parent, meta.stat().st_mtime_ns, code.stat().st_mtime_ns)
                 found[r.name] = r
     return dict(sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=256)
+def _loaded(path: Path, *_changed: int) -> Recipe:
+    """``Recipe.load(path)`` once per version of its files (``_changed``: their mtimes), so
+    that a recipe's module is imported and its code hashed once per process, not per ask."""
+    return Recipe.load(path)
 
 
 def folder(name: str) -> Path | None:

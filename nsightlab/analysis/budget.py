@@ -91,9 +91,12 @@ TILE_GAP_FRACTION = 0.05
 #: a gap up to this many times the loop's median gap between iterations is the loop's own
 #: (copies and syncs outside the iteration range, as trtexec's enqueue ranges leave them)
 TYPICAL_GAP_FACTOR = 1.5
-def ranges(report: Report) -> tuple[pd.DataFrame, str]:
-    """The iteration ranges and how they were found: NVTX iteration ranges where the run has
-    them, else iterations found in the trace (``iterations.find``); empty when neither."""
+
+
+def ranges(report: Report) -> tuple[pd.DataFrame, str, str]:
+    """The iteration ranges and how they were found, in words and as ``HOW_*``: NVTX
+    iteration ranges where the run has them, else iterations found in the trace
+    (``iterations.find``); empty when neither."""
     iters = iterations.nvtx_ranges(report).drop(columns="depth")
     if len(iters):
         first = base_name(iters["name"].iloc[0])
@@ -101,27 +104,16 @@ def ranges(report: Report) -> tuple[pd.DataFrame, str]:
                                                  "launch the work")
         own = kinds.user_numbers(iters["name"].map(base_name))
         how += ("; iterations go by the numbers their ranges carry" if own is not None else "")
-        return _how(iters, HOW_NVTX), \
-            f"{len(iters)} NVTX iteration ranges ({first}...{how}), wall-clock"
+        return iters, f"{len(iters)} NVTX iteration ranges ({first}...{how}), wall-clock", HOW_NVTX
     found = iterations.find(report)
     if not len(found.ranges):
-        return _how(found.ranges, HOW_WHOLE), f"no NVTX iteration ranges, and {found.source}"
+        return found.ranges, f"no NVTX iteration ranges, and {found.source}", HOW_WHOLE
     r = found.ranges  # as found (the budget checks its windows again: ``_compute``)
     bad = iterations.contradiction(report, r["start_ns"].to_numpy(np.int64),
                                    r["end_ns"].to_numpy(np.int64))
     if bad:  # a found loop whose own numbers contradict each other is not a loop
-        return _how(r.iloc[:0], HOW_REJECTED), _rejected(found.found_words, bad)
-    return _how(r, HOW_FOUND), found.source
-
-
-def how_of(iters: pd.DataFrame) -> str:
-    """How ``ranges`` found iterations ``iters`` (``HOW_*``)."""
-    return iters.attrs.get("how", HOW_NVTX)
-
-
-def _how(iters: pd.DataFrame, how: str) -> pd.DataFrame:
-    iters.attrs["how"] = how
-    return iters
+        return r.iloc[:0], _rejected(found.found_words, bad), HOW_REJECTED
+    return r, found.source, HOW_FOUND
 
 
 def _rejected(found_words: str, why: str) -> str:
@@ -233,7 +225,7 @@ def compute(report: Report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     found = None
     if report.has_rows("kernels") or report.has_rows("memcpy"):
         found = ranges(report)
-        if how_of(found[0]) == HOW_FOUND:  # the operations were read: give their memory back
+        if found[2] == HOW_FOUND:  # the operations were read: give their memory back
             release_memory()
     return engine.analyse(report, lambda db: _compute(report, StreamedOps(report, db), found),
                           lambda: _compute(report, MemoryOps(report), found))
@@ -268,8 +260,8 @@ class MemoryOps:
 def _compute(report: Report, ops, found: tuple | None = None
              ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     syncs = ops.syncs()
-    iters, source = (found or ranges(report)) if ops.count else (iterations.nvtx_ranges(report).drop(columns="depth"), "")
-    how = how_of(iters) if ops.count else HOW_NONE
+    iters, source, how = (found or ranges(report)) if ops.count else \
+        (iterations.nvtx_ranges(report).drop(columns="depth"), "", HOW_NONE)
     if how == HOW_NVTX:
         iters, lost = ending.untraced_tail(report, iters)
         source += f"; {lost}" if lost else ""

@@ -39,9 +39,6 @@ from nsightlab.read.report import Report
 #: application is killed before nsys can flush (then the kernels are missing too)
 STOPPED = re.compile(r"Not all [\w ]+ events might have been collected|"
                      r"let the application run until it quits")
-#: nsys saying the application ended abnormally
-DIED = re.compile(r"terminated (by|with) signal|crash|segmentation fault|abnormal",
-                  re.IGNORECASE)
 #: nsys saying a capture range (cudaProfilerStart/Stop, NVTX) opened the collection
 RANGE = re.compile(r"Profiling started due to|[Cc]apture range")
 #: a range nsys closed when collection stopped ends at the collection's end (exactly, in the

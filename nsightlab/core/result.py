@@ -27,9 +27,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported where used: cached answers are served without pandas
     import pandas as pd
 
-#: file formats ``save`` can add beside the Parquet files
-SIDE_FORMATS = ("csv", "json")
-
 
 def json_value(v):
     """One value as plain JSON data (NaN/NA -> None, numpy -> Python, timestamps -> text)."""

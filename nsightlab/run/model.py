@@ -107,14 +107,15 @@ class RunProfile:
 FRAMES = ("by_class", "by_precision", "by_layer", "slots", "flat_slots")
 
 
-def profile(report: Report, label: str | None = None) -> RunProfile:
-    """Summarize ``report`` per iteration (kept in the report's result store)."""
+def profile(report: Report, label: str | None = None, light=None) -> RunProfile:
+    """Summarize ``report`` per iteration (kept in the report's result store). ``light``: a
+    ``threading.Event`` set once its launch table is past its peak of memory (or served)."""
     label = label or report.source.name
     if report.results is None:
-        return _computed(report, label)
+        return _computed(report, label, light)
     tables, attrs = report.results.get_or_compute(
         "profile", {}, [report.path], code_fingerprint(),
-        lambda: _split(_computed(report, label)))
+        lambda: _split(_computed(report, label, light)))
     return RunProfile(**attrs, **tables, label=label)
 
 
@@ -125,15 +126,15 @@ def _split(p: RunProfile) -> tuple[dict[str, pd.DataFrame], dict]:
     return {f: getattr(p, f) for f in FRAMES}, attrs
 
 
-def _computed(report: Report, label: str) -> RunProfile:
+def _computed(report: Report, label: str, light=None) -> RunProfile:
     """``_compute``, then the memory its 8M-row temporaries freed given back to the system
     (glibc keeps it in its arenas: ~300 MB at 8M kernels on 16 cores) before the next step."""
-    out = _compute(report, label)
+    out = _compute(report, label, light)
     release_memory()
     return out
 
 
-def _compute(report: Report, label: str) -> RunProfile:
+def _compute(report: Report, label: str, light=None) -> RunProfile:
     """The profile itself (``profile`` adds the result store around it)."""
     # first the budget and the completeness checks: their scratch memory is gone before the
     # launch table (the big one) is read; the budget's join, in DuckDB, leaves that table's
@@ -193,6 +194,9 @@ def _compute(report: Report, label: str) -> RunProfile:
     busy = float(busy_i.mean()) if len(busy_i) else 0.0
     for c in ("start_ns", "end_ns"):  # no step below reads them: 128 MB at 8M launches,
         del lk[c]  # gone before the label and slot sums (the profile's peak)
+    release_memory()
+    if light is not None:
+        light.set()
     # the overheads read the API table's columns (decoding and I/O, mostly without the GIL)
     # on a thread while the labels and slots are summed here: 8M launches on 16 cores,
     # ~0.5 s of the profile's 3.2 s; each holds one API column and its scratch at a time

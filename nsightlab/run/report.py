@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -606,8 +607,9 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
     # (mostly DuckDB and cache reads, each with its own connection) run here; an error or
     # Ctrl-C here does not wait for the profile to end
     beside = ThreadPoolExecutor(1, thread_name_prefix="nsightlab-profile")
+    light = threading.Event()  # set once the profile's launch table is past its peak
     try:
-        later = beside.submit(_profile, r, label) if has_kernels else None
+        later = beside.submit(_profile, r, label, light) if has_kernels else None
         empty = pd.DataFrame()
         b = loop_of(r)
         budget_, sync_idle = (b.summary.copy(), b.sync_idle) if b is not None else (empty, empty)
@@ -618,14 +620,14 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
             ks = recipes.run("kernel_sum", r, {"iterations_only": True})["kernel_sum"]
         sg = _run(r, "sync_gaps")
         ranges = _table(r, "nvtx_gpu", "by_name")
+        # tensor_core and api_sum beside the profile's sums, not beside its launch table
+        # (their columns beside it took the process past 1 GB at 8M kernels on 2 cores)
+        light.wait() if later is not None else None
+        tc = _table(r, "tensor_core", "summary")
+        api = _table(r, "api_sum", "api_sum")
         p = later.result() if later is not None else None
     finally:
         beside.shutdown(wait=False, cancel_futures=True)
-    # after the profile: tensor_core's kernel columns beside the profile's launch table took
-    # the process past 1 GB (8M kernels, 2 cores); api_sum's aggregation on every core beside
-    # it left 909-964 MB on 16 cores, 919-927 MB after it
-    tc = _table(r, "tensor_core", "summary")
-    api = _table(r, "api_sum", "api_sum")
     syncs = sg["by_api"] if sg is not None else empty
     gaps = sg["gaps"].head(LONGEST_GAPS) if sg is not None else empty
     warnings = completeness.check(r)
@@ -796,11 +798,13 @@ def _cycle_words(m: pd.Series, others: pd.DataFrame) -> str:
     return f"the work repeats in a cycle of {n} iterations: " + "; ".join(parts)
 
 
-def _profile(r: Report, label: str) -> RunProfile | None:
+def _profile(r: Report, label: str, light: threading.Event) -> RunProfile | None:
     try:
-        return profile(r, label)
+        return profile(r, label, light)
     except NsightlabError:  # kernels without launch records
         return None
+    finally:
+        light.set()
 
 
 def _memory_finding(r: Report) -> str | None:
