@@ -218,7 +218,7 @@ def test_report_error_beside_the_profile_does_not_wait_for_it(sqlite_of, cache_d
     path = sqlite_of("h200-vit-fp16")
     started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
-    def slow_profile(r, label):
+    def slow_profile(r, label, light=None):
         started.set()
         release.wait(20)  # until the test lets it go (20 s at most)
         finished.set()

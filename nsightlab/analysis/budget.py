@@ -501,10 +501,12 @@ def summarize(table: pd.DataFrame, by_sync: pd.DataFrame, graphs: bool,
                "main_med_ns": benchmath.median(main, st["p50_ns"])}
         _add_parts(row, use, wall)
         whole = (g["name"] == WHOLE_RUN).all()
-        row["verdict"], row["evidence"], advice = verdict(row, by_sync, graphs, params, whole)
+        row["verdict"], row["verdict_code"], row["evidence"], advice = verdict(
+            row, by_sync, graphs, params, whole)
         row["advice"], row["advice_records"] = words.said(advice), json.dumps(advice)
         if whole:  # nothing repeats: no steady state to judge
-            row["verdict"], row["advice"], row["advice_records"] = NO_LOOP, "", "[]"
+            row["verdict"], row["verdict_code"], row["advice"], row["advice_records"] = \
+                NO_LOOP, "no_loop", "", "[]"
             row["evidence"] = "the whole span of GPU activity, set-up included, " + row["evidence"]
         elif loop_words(st):
             row["evidence"] += "; " + loop_words(st)
@@ -829,14 +831,15 @@ def busy_pct(row) -> float:
 
 
 def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict, whole: bool = False
-            ) -> tuple[str, str, list[dict]]:
-    """(verdict, evidence, advice records) for one GPU's mean iteration (a ``summarize``
-    row); ``whole``: the whole span as one iteration (its evidence is not per iteration)."""
+            ) -> tuple[str, str, str, list[dict]]:
+    """(verdict, its code: the ``VERDICTS`` key, "mixed" or "none"; evidence, advice records)
+    for one GPU's mean iteration (a ``summarize`` row); ``whole``: the whole span as one
+    iteration (its evidence is not per iteration)."""
     share = {grp: sum(row[f"{p}_pct"] for p in parts) for grp, parts in GROUPS.items()}
     top = max(share, key=share.get)
     wall = row["wall_ns"]
     if not wall:
-        return "no GPU activity", "the iterations hold no GPU work", []
+        return "no GPU activity", "none", "the iterations hold no GPU work", []
     copies = sorted(((row[f"{p}_ns"], p) for p in GROUPS["copies"]), reverse=True)
     named = {"kernels": "kernels", "communication": "NCCL kernels with no compute beside them",
              "copies": COPY_WORDS[copies[0][1]] if copies[0][0] else "copies",
@@ -845,14 +848,15 @@ def verdict(row: dict, by_sync: pd.DataFrame, graphs: bool, params: dict, whole:
     ranked = sorted(share, key=share.get, reverse=True)
     evidence = f"{'' if whole else 'per iteration '}{wall / 1e6:.3f} ms: " + ", ".join(
         f"{named[g]} {share[g]:.0f}%" for g in ranked if share[g] >= 1)
-    if share[top] >= params["dominant_pct"] and top in VERDICTS:
+    code = top if share[top] >= params["dominant_pct"] and top in VERDICTS else "mixed"
+    if code != "mixed":
         word = VERDICTS[top]
         if top == "copies":
             word += f" ({copies[0][1].replace('_', ' ')})"
     else:
         second = ranked[1]
         word = f"mixed ({named[top]} {share[top]:.0f}%, {named[second]} {share[second]:.0f}%)"
-    return word, evidence, _advice(row, share, copies, by_sync, graphs, params)
+    return word, code, evidence, _advice(row, share, copies, by_sync, graphs, params)
 
 
 def _advice(row, share, copies, by_sync, graphs, params) -> list[dict]:

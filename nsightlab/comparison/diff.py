@@ -632,7 +632,7 @@ def _moved(pa, pb, parts: list, delta: float, base: float, real: bool, outside: 
     each said in ``parts``; a launch-idle change is a cause only in a run the budget calls
     launch-bound or where the kernel count moved (else it is queue back-pressure)."""
     wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
-    bound = {r for r, p in (("A", pa), ("B", pb)) if p.budget.get("verdict") == budget.VERDICTS["launch"]}
+    bound = {r for r, p in (("A", pa), ("B", pb)) if p.budget.get("verdict_code") == "launch"}
     # launch idle is a cause in a launch-bound run, or where it moves with the kernel count
     # (4x the kernels, 4x the launches); otherwise it is queue back-pressure
     if LAUNCH_IDLE in wall and not bound and not more_kernels:

@@ -111,6 +111,8 @@ class RunReport(Result):
                 **{k: (float(b[k]) if k.endswith("_ns") or k.endswith("_pct") else int(b[k]))
                    if b is not None and k in b else None for k in STEADY_KEYS},
                 "verdict": str(b["verdict"]) if b is not None and not self.partial else None,
+                "verdict_code": str(b["verdict_code"]) if b is not None and not self.partial
+                else None,
                 "runtime": p.runtime if p else None}
 
     @property
@@ -644,7 +646,7 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
         rr.session_recorded = r.db.has("ANALYSIS_DETAILS")
     rr.ort_record = remedies.ort_record(r.source)
     rr.findings = findings(rr, ks, job)
-    no_loop = len(budget_) and (budget_["verdict"] == budget.NO_LOOP).all() and not rr.partial
+    no_loop = len(budget_) and (budget_["verdict_code"] == "no_loop").all() and not rr.partial
     if no_loop:  # said first: there is no steady state, and why the trace has none
         rr.findings.insert(0, words.Said(_no_loop(r, budget_.iloc[0]), "no_loop"))
     if b is not None and p is not None and not rr.partial and len(budget_) and not no_loop:
@@ -879,25 +881,26 @@ def findings(rr: RunReport, ks: pd.DataFrame, job: bool = False) -> list:
         for _, b in rr.budget.iterrows():
             dev = int(b["device_id"])
             gpu = dict(gpu=dev, prefix=f"GPU {dev}: " if len(rr.budget) > 1 else "")
-            advice, verdict = json.loads(b["advice_records"]), b["verdict"]
+            advice, verdict, code = json.loads(b["advice_records"]), b["verdict"], b["verdict_code"]
             waited = _outside_wait(p, b)
             if waited:  # the launch-idle time is the GPU's time elsewhere: said first
                 out.append(words.say("busy_outside_trace", **gpu, queued_ns=waited,
                                      queued_pct=100 * waited / p.median_ns))
                 advice = []
-                if verdict == budget.VERDICTS["launch"]:
+                if code == "launch":
                     verdict = "waiting for a GPU busy outside the trace"
             main = rr.kinds[rr.kinds["kind"] == kinds.MAIN] if len(rr.kinds) else rr.kinds
             if b["kinds"] > 1 and len(main) and b["device_id"] == rr.kinds["device_id"].iloc[0]:
                 m = main.iloc[0]
                 out.append(words.say("main_kind", **gpu, which=m["which"], med_ns=m["med_ns"],
                                      verdict=m["verdict"]))
-                out.append(words.say("loop_verdict", **gpu, verdict=verdict,
+                out.append(words.say("loop_verdict", **gpu, verdict=verdict, verdict_code=code,
                                      evidence=b["evidence"]))
-            elif verdict == budget.NO_LOOP:  # where its time went, no verdict
+            elif code == "no_loop":  # where its time went, no verdict
                 out.append(words.say("no_loop_time", **gpu, evidence=b["evidence"]))
             else:
-                out.append(words.say("verdict", **gpu, verdict=verdict, evidence=b["evidence"]))
+                out.append(words.say("verdict", **gpu, verdict=verdict, verdict_code=code,
+                                     evidence=b["evidence"]))
             if advice:
                 how = remedies.how(p.runtime if p else "unknown", rr.ort_record, job)
                 out.append(words.say("advice", **gpu, words=words.said(advice, how),
@@ -905,7 +908,7 @@ def findings(rr: RunReport, ks: pd.DataFrame, job: bool = False) -> list:
             said = any(a["code"] == "sync_rare" or (a["code"] == "sync_in_loop"
                                                      and not a["values"]["copy"]) for a in advice)
             if SYNC_NOTE_PCT <= b["idle_sync_pct"] and len(rr.sync_idle) and \
-                    verdict != budget.NO_LOOP and not said:  # said there already
+                    code != "no_loop" and not said:  # said there already
                 top = rr.sync_idle.iloc[0]
                 out.append(words.say("host_syncs", **gpu, about=str(top["api_name"]),
                                      per_iteration=top["stretches"] / b["iterations"],
