@@ -20,6 +20,7 @@ def started_at_open(monkeypatch):
     monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
     for module in (workers, reader):
         monkeypatch.setattr(module, "readers", lambda rows=None: 2)
+    workers.discard_pool()  # the early start is a fresh process's first step: no pool yet
     yield
     workers.discard_pool()
 
