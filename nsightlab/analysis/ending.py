@@ -39,9 +39,6 @@ from nsightlab.read.report import Report
 #: application is killed before nsys can flush (then the kernels are missing too)
 STOPPED = re.compile(r"Not all [\w ]+ events might have been collected|"
                      r"let the application run until it quits")
-#: nsys saying the application ended abnormally
-DIED = re.compile(r"terminated (by|with) signal|crash|segmentation fault|abnormal",
-                  re.IGNORECASE)
 #: nsys saying a capture range (cudaProfilerStart/Stop, NVTX) opened the collection
 RANGE = re.compile(r"Profiling started due to|[Cc]apture range")
 #: a range nsys closed when collection stopped ends at the collection's end (exactly, in the
@@ -75,11 +72,6 @@ def stopped_early(report: Report) -> str | None:
     (torch.compile's workers), whose end says nothing of the application's."""
     return next((t for t in diagnostics(report) or []
                  if STOPPED.search(t) and ("CUDA" in t or "CUPTI" in t)), None)
-
-
-def capture_range(report: Report) -> str | None:
-    """nsys's words when a capture range opened the collection (cudaProfilerStart, NVTX)."""
-    return next((t for t in diagnostics(report) or [] if RANGE.search(t)), None)
 
 
 def exit_code(report: Report) -> int | None:
@@ -257,7 +249,7 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: dict | None = Non
         else None)
     code = exit_code(report)
     if stopped:
-        opened = capture_range(report)
+        opened = next((t for t in diagnostics(report) or [] if RANGE.search(t)), None)
         how = f"; a capture range: \"{_short(opened)}\"" if opened else ""
         return _f("capture_cut", "note",
                   f"the capture ended while the application ran ({_evidence(stopped)}{how}): "

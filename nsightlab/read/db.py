@@ -51,10 +51,6 @@ def sqlite_uri(path: Path) -> str:
     return f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
 
 
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
-
-
 def check_not_truncated(path: Path) -> None:
     """SQLite's header records the page count; a file shorter than that was cut off."""
     with path.open("rb") as f:
@@ -107,7 +103,7 @@ class ExportDB:
         self.uri = sqlite_uri(self.path)
         try:
             self.conn = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
-            self.conn.text_factory = _decode
+            self.conn.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
             rows = self.conn.execute(
                 "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.DatabaseError as e:
