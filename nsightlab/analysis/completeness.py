@@ -239,15 +239,11 @@ def quality(report: Report, names, every_table: bool = True) -> list[dict]:
     while the tables were cached, else by one SQL count each: ``nsightlab table`` says them
     for the table it prints without the other checks."""
     bad = _invalid_rows(report, names, every_table)
-    return [_invalid_finding(bad)] * bool(bad) + _duplicates(report, names)
-
-
-def _invalid_finding(bad: dict[str, int]) -> dict:
-    return _f("invalid_timestamps", "warning",
-              "left out of every number: " + _listed(bad) + " with a start/end that cannot be "
-              "(NULL or not an integer, end before start, or lasting longer than the whole "
-              "trace): the export is damaged there; export the report again (nsys export "
-              "--type sqlite) or ask for the .nsys-rep")
+    return [_f("invalid_timestamps", "warning",
+               "left out of every number: " + _listed(bad) + " with a start/end that cannot be "
+               "(NULL or not an integer, end before start, or lasting longer than the whole "
+               "trace): the export is damaged there; export the report again (nsys export "
+               "--type sqlite) or ask for the .nsys-rep")] * bool(bad) + _duplicates(report, names)
 
 
 def _duplicates(report: Report, names) -> list[dict]:

@@ -451,15 +451,15 @@ def capture_many(configs: list[Options], echo=None, progress=None) -> list[Path]
                                      "choose another name or pass --force to replace it")
         say = progress or (lambda msg: None)
         each = [_Making(o, s, s / o.name, t) for o, s, t in zip(configs, stores, tools)]
-        several = len(each) > 1
+        tells = [(lambda msg, n=o.name: say(f"{n}: {msg}")) if len(each) > 1 else say
+                 for o in configs]
         try:
-            for m in each:
-                m.first(echo, (lambda msg, n=m.opts.name: say(f"{n}: {msg}")) if several else say)
+            for m, tell in zip(each, tells):
+                m.first(echo, tell)
             for run in range(2, max(o.repeat for o in configs) + 1):
-                for m in each:
+                for m, tell in zip(each, tells):
                     if run <= m.opts.repeat and not m.manifest["exit_code"]:
-                        m.again(run, echo, (lambda msg, n=m.opts.name: say(f"{n}: {msg}"))
-                                if several else say)
+                        m.again(run, echo, tell)
             paths = [m.end(say) for m in each]
         except BaseException:  # Ctrl-C included: nothing half-written stays behind
             for m in each:
