@@ -99,7 +99,7 @@ def damaged(report: Report) -> list[dict]:
             called = api["start_ns"].to_numpy(np.int64)[ai]
             before = int((start[oi] < called - BEFORE_LAUNCH_NS).sum())
     if before:
-        said.append(f"{_n(before)} before the call that launched {_it(before)}")
+        said.append(f"{_n(before)} before the call that launched {'it' if before == 1 else 'them'}")
     where = [k[c].to_numpy(np.int64, na_value=-1) for c in ("stream_id", "device_id", "pid")]
     order = np.lexsort((start, *where))
     stream = np.ones(max(len(order) - 1, 0), bool)  # the next kernel runs on the same stream
@@ -113,8 +113,9 @@ def damaged(report: Report) -> list[dict]:
     outlast = int((same & (e[1:-1] <= e[:-2]) & (e[2:] <= e[:-2])
                    & (e[2:] > start[order][2:])).sum())
     if outlast:
-        said.append(f"{_n(outlast)} beyond the end of the next two kernels of {_its(outlast)} "
-                    "stream (a stream runs its kernels one after another)")
+        said.append(f"{_n(outlast)} beyond the end of the next two kernels of "
+                    f"{'its' if outlast == 1 else 'their'} stream (a stream runs its kernels one "
+                    "after another)")
     span = report.span_ns
     longer = int((end - start > span[1] - span[0]).sum()) if span else 0
     if longer:
@@ -134,14 +135,6 @@ def damaged(report: Report) -> list[dict]:
 def _n(count: int) -> str:
     """'1 kernel runs' / '3 kernels run'."""
     return "1 kernel runs" if count == 1 else f"{count:,} kernels run"
-
-
-def _it(count: int) -> str:
-    return "it" if count == 1 else "them"
-
-
-def _its(count: int) -> str:
-    return "its" if count == 1 else "their"
 
 
 def ordered(found: list[dict]) -> list[dict]:
@@ -246,15 +239,11 @@ def quality(report: Report, names, every_table: bool = True) -> list[dict]:
     while the tables were cached, else by one SQL count each: ``nsightlab table`` says them
     for the table it prints without the other checks."""
     bad = _invalid_rows(report, names, every_table)
-    return [_invalid_finding(bad)] * bool(bad) + _duplicates(report, names)
-
-
-def _invalid_finding(bad: dict[str, int]) -> dict:
-    return _f("invalid_timestamps", "warning",
-              "left out of every number: " + _listed(bad) + " with a start/end that cannot be "
-              "(NULL or not an integer, end before start, or lasting longer than the whole "
-              "trace): the export is damaged there; export the report again (nsys export "
-              "--type sqlite) or ask for the .nsys-rep")
+    return [_f("invalid_timestamps", "warning",
+               "left out of every number: " + _listed(bad) + " with a start/end that cannot be "
+               "(NULL or not an integer, end before start, or lasting longer than the whole "
+               "trace): the export is damaged there; export the report again (nsys export "
+               "--type sqlite) or ask for the .nsys-rep")] * bool(bad) + _duplicates(report, names)
 
 
 def _duplicates(report: Report, names) -> list[dict]:

@@ -74,11 +74,6 @@ def stopped_early(report: Report) -> str | None:
                  if STOPPED.search(t) and ("CUDA" in t or "CUPTI" in t)), None)
 
 
-def capture_range(report: Report) -> str | None:
-    """nsys's words when a capture range opened the collection (cudaProfilerStart, NVTX)."""
-    return next((t for t in diagnostics(report) or [] if RANGE.search(t)), None)
-
-
 def exit_code(report: Report) -> int | None:
     """The workload's exit code from the capture manifest beside the report (``nsightlab
     capture``), None for a report that is not a capture's."""
@@ -254,7 +249,7 @@ def finding(report: Report, cut_rows: pd.DataFrame, in_flight: dict | None = Non
         else None)
     code = exit_code(report)
     if stopped:
-        opened = capture_range(report)
+        opened = next((t for t in diagnostics(report) or [] if RANGE.search(t)), None)
         how = f"; a capture range: \"{_short(opened)}\"" if opened else ""
         return _f("capture_cut", "note",
                   f"the capture ended while the application ran ({_evidence(stopped)}{how}): "

@@ -30,7 +30,6 @@ import os
 import queue
 import shutil
 import threading
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -226,7 +225,7 @@ class Engine:
             self.con.register(f"_{key}", empty)
             sql = f"SELECT *{', 0::BIGINT AS row' if rows else ''} FROM _{key}"
         else:
-            listed = ", ".join(f"'{_quoted(f)}'" for f in files)
+            listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
             sql = f"SELECT * FROM read_parquet([{listed}])"
             if rows:  # one scan of all parts; a part's first row is the rows before it
                 parts = report.cache.meta(name).parts
@@ -769,7 +768,3 @@ class RowBits:
         if not len(self.bits):
             return np.zeros(len(rows), bool)
         return ((self.bits[rows >> 3] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
-
-
-def _quoted(path: Path) -> str:
-    return str(path).replace("'", "''")

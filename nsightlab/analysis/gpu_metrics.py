@@ -17,18 +17,14 @@ import pandas as pd
 from nsightlab.read.report import Report
 
 
-def metric_base(name: str) -> str:
-    """'Tensor Active [Throughput %]' -> 'Tensor Active' (names drift between versions)."""
-    return name.split(" [", 1)[0]
-
-
 def samples(report: Report, prefixes: tuple[str, ...]) -> pd.DataFrame | None:
     """Samples of the first metric whose base name starts with one of ``prefixes``:
     timestamp_ns, gpu, value (sorted); None if the report has no such metric."""
     if not report.has("gpu_metrics"):
         return None
     g = report.gpu_metrics()
-    names = {str(n): metric_base(str(n)) for n in g["metric"].cat.categories}
+    # 'Tensor Active [Throughput %]' -> 'Tensor Active' (names drift between versions)
+    names = {str(n): str(n).split(" [", 1)[0] for n in g["metric"].cat.categories}
     for prefix in prefixes:
         match = [n for n, b in names.items() if b.startswith(prefix)]
         if match:

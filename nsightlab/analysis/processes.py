@@ -92,12 +92,9 @@ def table(report: Report, views: dict | None = None) -> pd.DataFrame:
     for pid, g in per.groupby("pid", sort=True):
         rows.append({"pid": int(pid), "name": str(names.get(pid, "")),
                      "gpus": [int(d) for d in sorted(g["device_id"])],
-                     "kernels": int(g["kernels"].sum()),
-                     "graph_execs": int(g["graph_execs"].sum()),
-                     "kernel_ns": float(g["kernel_ns"].sum()),
-                     "nccl_kernels": int(g["nccl_kernels"].sum()),
-                     "nccl_ns": float(g["nccl_ns"].sum()), "rank": None, "rank_evidence": "",
-                     "runtime": str(rt.get(pid, "unknown"))})
+                     **{c: int(g[c].sum()) for c in ("kernels", "graph_execs", "nccl_kernels")},
+                     **{c: float(g[c].sum()) for c in ("kernel_ns", "nccl_ns")},
+                     "rank": None, "rank_evidence": "", "runtime": str(rt.get(pid, "unknown"))})
     out = pd.DataFrame(rows, columns=COLUMNS)
     rank_by_gpu(out)
     return out

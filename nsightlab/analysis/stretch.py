@@ -164,13 +164,8 @@ def _operations(view: Report, windows: list) -> pd.DataFrame:
     stream_id, correlation_id, kernel (a kernel, or a whole-graph execution of a graph-level
     trace: replayed as one kernel)."""
     cols = ["start_ns", "end_ns", "stream_id", "correlation_id"]
-    parts = []
-    for t in ("kernels", "graph_execs"):
-        if view.has_rows(t):
-            parts.append(_within(view.table(t, cols), windows).assign(kernel=True))
-    for t in ("memcpy", "memset"):
-        if view.has_rows(t):
-            parts.append(_within(view.table(t, cols), windows).assign(kernel=False))
+    parts = [_within(view.table(t, cols), windows).assign(kernel=t in ("kernels", "graph_execs"))
+             for t in ("kernels", "graph_execs", "memcpy", "memset") if view.has_rows(t)]
     return pd.concat(parts, ignore_index=True).sort_values("start_ns", kind="stable") \
         .reset_index(drop=True)
 

@@ -63,10 +63,6 @@ class Work:
         return self.level != "none" and len(self.ids) > 0
 
 
-def _weights(n: int, salt: int) -> np.ndarray:
-    return np.random.default_rng(_SEED + salt).integers(1, 1 << 20, n).astype(np.float64)
-
-
 def _at(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
     """The window (index, int32) each time ``t`` falls in, -1 where none."""
     at = (np.searchsorted(start, t, "right") - 1).astype(np.int32)
@@ -102,7 +98,8 @@ class _Sums:
                        np.int64) if key else np.zeros(0, np.int64)
         coarse = cls[codes] if len(codes) else np.zeros(0, np.int64)
         for j, salt in enumerate((1, 2)):
-            w = _weights(max(len(self._class_of), 1), salt)
+            w = np.random.default_rng(_SEED + salt).integers(
+                1, 1 << 20, max(len(self._class_of), 1)).astype(np.float64)
             self.h[:, j] += np.bincount(at, weights=w[coarse], minlength=self.n)
         self.counts[:, kind] += np.bincount(at, minlength=self.n)
         self.kept.append((at, codes + base))

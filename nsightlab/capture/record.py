@@ -101,7 +101,9 @@ class Options:
     def validate(self, check_files: bool = True) -> None:
         """NsightlabError for options that cannot make a capture: a bad name, not exactly
         one workload (a command, ``trtexec`` or ``ort``), a missing model file."""
-        _validate_name(self.name)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
+            raise NsightlabError(f"{self.name!r}: a capture name uses letters, digits, '.', '_' "
+                                 "and '-' and starts with a letter or digit")
         given = [w for w, on in (("-- COMMAND", self.command), ("--trtexec", self.trtexec),
                                  ("--ort", self.ort)) if on]
         if len(given) != 1:
@@ -147,12 +149,6 @@ class Step:
 
 def store_dir(opts: Options) -> Path:
     return Path(opts.store) if opts.store else default_store()
-
-
-def _validate_name(name: str) -> None:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise NsightlabError(f"{name!r}: a capture name uses letters, digits, '.', '_' and '-' "
-                             "and starts with a letter or digit")
 
 
 def find_tool(name: str, explicit: str | None, env: str, hint: str, required: bool) -> str | None:
@@ -274,7 +270,7 @@ def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Ste
 def resolve_tools(opts: Options, dry_run: bool) -> dict[str, str | None]:
     """Tool paths; missing ones are an error (or, for a dry run, their bare names)."""
     need = not dry_run
-    tools = {
+    return {
         "nsys": find_tool("nsys", opts.nsys_path, "NSIGHTLAB_NSYS", nsys_cli.INSTALL_HINT,
                           need and opts.use_nsys) if opts.use_nsys else None,
         "ncu": find_tool("ncu", opts.ncu_path, "NSIGHTLAB_NCU", NCU_HINT,
@@ -282,7 +278,6 @@ def resolve_tools(opts: Options, dry_run: bool) -> dict[str, str | None]:
         "trtexec": find_tool("trtexec", opts.trtexec_path, "NSIGHTLAB_TRTEXEC", TRTEXEC_HINT,
                              need) if opts.trtexec else None,
     }
-    return tools
 
 
 def _run(step: Step, logs: Path, echo) -> int:
@@ -456,15 +451,15 @@ def capture_many(configs: list[Options], echo=None, progress=None) -> list[Path]
                                      "choose another name or pass --force to replace it")
         say = progress or (lambda msg: None)
         each = [_Making(o, s, s / o.name, t) for o, s, t in zip(configs, stores, tools)]
-        several = len(each) > 1
+        tells = [(lambda msg, n=o.name: say(f"{n}: {msg}")) if len(each) > 1 else say
+                 for o in configs]
         try:
-            for m in each:
-                m.first(echo, (lambda msg, n=m.opts.name: say(f"{n}: {msg}")) if several else say)
+            for m, tell in zip(each, tells):
+                m.first(echo, tell)
             for run in range(2, max(o.repeat for o in configs) + 1):
-                for m in each:
+                for m, tell in zip(each, tells):
                     if run <= m.opts.repeat and not m.manifest["exit_code"]:
-                        m.again(run, echo, (lambda msg, n=m.opts.name: say(f"{n}: {msg}"))
-                                if several else say)
+                        m.again(run, echo, tell)
             paths = [m.end(say) for m in each]
         except BaseException:  # Ctrl-C included: nothing half-written stays behind
             for m in each:
@@ -488,7 +483,7 @@ class _Making:
         self.opts, self.final, self.tools = opts, final, tools
         if opts.trtexec:
             engine_path(opts).parent.mkdir(parents=True, exist_ok=True)
-        self.work = Path(tempfile_dir(store, opts.name))
+        self.work = Path(tempfile.mkdtemp(prefix=f".{opts.name}.tmp-", dir=store))
         self.manifest: dict = {
             "name": opts.name, "nsightlab_version": __version__,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -593,10 +588,6 @@ def _finish(work: Path, final: Path, manifest: dict) -> None:
     if final.exists():
         shutil.rmtree(final)
     os.replace(work, final)
-
-
-def tempfile_dir(store: Path, name: str) -> str:
-    return tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=store)
 
 
 def _preset(opts: Options) -> dict | None:

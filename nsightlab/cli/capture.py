@@ -155,5 +155,4 @@ def export_(inputs, outdir, nsys_path) -> None:
         click.echo(str(path))
 
 
-#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
 COMMANDS = (capture, captures, export_,)

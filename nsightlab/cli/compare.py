@@ -18,28 +18,27 @@ def fail_if_option(f):
              "'throughput < -5%', 'layer:block3 > +10%' (repeatable; see docs/ci.md).")(f)
 
 
-def _gate(rules: tuple[str, ...], pairs) -> None:
-    """Check every (baseline, run, conversion_ns) of ``pairs`` against the --fail-if rules;
-    print what broke and exit 3."""
+def _parse_rules(rules: tuple[str, ...]) -> list:
+    """The --fail-if rules, parsed before any report is read (a malformed one is refused)."""
+    if not rules:
+        return []
+    from nsightlab.comparison import gate
+
+    return [gate.parse(r) for r in rules]
+
+
+def _gate(rules: list, pairs) -> None:
+    """Check every (baseline, run, conversion_ns) of ``pairs`` against the parsed --fail-if
+    ``rules``; print what broke and exit 3."""
     if not rules:
         return
     from nsightlab.comparison import gate
 
-    parsed = [gate.parse(r) for r in rules]
-    failed = [line for a, b, conv in pairs for line in gate.check(parsed, a, b, conv)]
+    failed = [line for a, b, conv in pairs for line in gate.check(rules, a, b, conv)]
     for line in failed:
         click.echo(line, err=True)
     if failed:
         click.get_current_context().exit(gate.EXIT_FAILED)
-
-
-def _parse_rules(rules: tuple[str, ...]) -> None:
-    """Reject a malformed --fail-if before any report is read."""
-    if rules:
-        from nsightlab.comparison import gate
-
-        for r in rules:
-            gate.parse(r)
 
 
 @click.command()
@@ -80,7 +79,7 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
     """
     from nsightlab.read.opener import start_reading
 
-    _parse_rules(fail_if)
+    rules = _parse_rules(fail_if)
     start_reading(a, **open_options)  # reader processes first, then the imports of pandas
     import_beside("scipy.special")  # the intervals' t distribution, while the tables are read
     import nsightlab
@@ -90,7 +89,7 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
     wrote(emit(d, fmt, output), output)
     say_warnings(d)
     charts_out(d, html_file, png_dir)
-    _gate(fail_if, [(d.a, d.b, d.headline["conversion_overhead_ns"])])
+    _gate(rules, [(d.a, d.b, d.headline["conversion_overhead_ns"])])
 
 
 @click.command()
@@ -130,12 +129,12 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
 
     if len(runs) < 2:
         raise click.UsageError("give at least two runs (the first is the baseline)")
-    _parse_rules(fail_if)
+    rules = _parse_rules(fail_if)
     lineup = nsightlab.compare(list(runs), batch=batch, **open_options)
     wrote(emit(lineup, fmt, output), output)
     say_warnings(lineup)
     charts_out(lineup, html_file, png_dir)
-    _gate(fail_if, [(d.a, d.b, d.headline["conversion_overhead_ns"]) for d in lineup.diffs])
+    _gate(rules, [(d.a, d.b, d.headline["conversion_overhead_ns"]) for d in lineup.diffs])
 
 
 def _engine(path: str):
@@ -182,8 +181,7 @@ def layers(a: str, b: str, fmt: str, output: str | None, html_file: str | None,
 
     m = trt_layers.match(trt_layers.engine_layers(_engine(a)), trt_layers.engine_layers(_engine(b)))
     wrote(emit(m, fmt, output), output)
-    if html_file or png_dir:
-        charts_out(m, html_file, None)
+    charts_out(m, html_file, None)  # no PNGs of a layer match
 
 
 @click.command()
@@ -224,5 +222,4 @@ def ort(path: str, ep: str | None, report: str | None, fmt: str, output: str | N
     wrote(emit(ort_placement.placement(path, ep, report), fmt, output), output)
 
 
-#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
 COMMANDS = (diff, compare, layers, ort,)

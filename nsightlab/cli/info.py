@@ -49,5 +49,4 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
         say_warnings(ReportInfos(infos))
 
 
-#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
 COMMANDS = (info,)

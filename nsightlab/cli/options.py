@@ -95,8 +95,7 @@ def output_options(dest: str, formats: tuple[str, ...] = FORMATS) -> Callable:
 
     def decorate(f: Callable) -> Callable:
         @click.option("--format", "fmt", type=click.Choice(formats), default="table",
-                      show_default=True,
-                      help=_format_help(formats, dest))
+                      show_default=True, help=_format_help(formats, dest))
         @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
         @click.option("-o", "--output", type=click.Path(dir_okay=dest == "dir",
                                                         file_okay=dest == "file"),
@@ -111,11 +110,10 @@ def output_options(dest: str, formats: tuple[str, ...] = FORMATS) -> Callable:
             if fmt == "parquet" and not output:
                 raise click.UsageError(f"--format parquet writes files: give -o {dest.upper()}")
             force = kw.pop("force", False)
-            if dest == "dir" and output and not force:
-                out = Path(output)
-                if out.is_dir() and any(out.iterdir()):
-                    raise click.UsageError(f"{output} exists and is not empty; use --force to "
-                                           "replace it")
+            if dest == "dir" and output and not force and Path(output).is_dir() and \
+                    any(Path(output).iterdir()):
+                raise click.UsageError(f"{output} exists and is not empty; use --force to "
+                                       "replace it")
             return f(*args, fmt=fmt, output=output, **kw)
 
         if dest == "dir":

@@ -168,5 +168,4 @@ def _served_spot(name: str, inputs: tuple[str, ...], given: dict, fmt: str, outp
                        inputs[0], open_options, files)
 
 
-#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
 COMMANDS = (recipe,)

@@ -87,5 +87,4 @@ def _rank_folder(paths: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(found) if len(found) > 1 else paths
 
 
-#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
 COMMANDS = (report,)

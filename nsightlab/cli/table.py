@@ -61,5 +61,4 @@ def table(name: str, path: str, columns: str | None, limit: int | None, fmt: str
     say_warnings(df, [(path, w["message"]) for w in found])
 
 
-#: the commands this module adds to ``nsightlab`` (``nsightlab.cli`` registers them)
 COMMANDS = (table,)

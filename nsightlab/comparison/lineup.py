@@ -125,7 +125,11 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
     for i, (p, r, b) in enumerate(zip(profiles, reports, batches)):
         lat = p.latency or {"mean_ns": p.median_ns}
         mean = lat.get("mean_ns") or p.median_ns
-        interval = _interval(diffs, p) if i else {"low": 1.0, "high": 1.0}
+        # the diff against the baseline (none for the baseline itself): its interval and
+        # conversion overhead
+        d = next((d for d in diffs if d.b is p or d.b.label == p.label), None) if i else None
+        one = float("nan") if i else 1.0
+        interval = d.headline["interval"] if d is not None else {"low": one, "high": one}
         row = {"run": p.label, "reports": len(sides[i]), "runtime": p.runtime,
                "iterations": p.iterations,
                "iteration_source": p.iteration_source,
@@ -136,7 +140,7 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
                "speedup_low": 1 / interval["high"] if interval["high"] else float("nan"),
                "speedup_high": 1 / interval["low"] if interval["low"] else float("nan"),
                "kernel_ns": p.kernel_ns, "busy_pct": p.busy_pct,
-               "conversion_ns": _conversion(diffs, p) if i else 0.0,
+               "conversion_ns": d.headline["conversion_overhead_ns"] if d is not None else 0.0,
                "copies_ns": sum(p.budget.get(f"{c}_ns", 0.0) for c in budget.COPY_PARTS),
                "tensor_kernel_time_pct": p.tensor_core.get("tensor_kernel_time_pct", float("nan")),
                "tensor_active_pct": p.tensor_core.get("tensor_active_pct", float("nan")),
@@ -149,17 +153,16 @@ def compare(runs: list[Report | str | os.PathLike], batch: int | None = None,
         precisions.append(p.by_precision.groupby("precision", as_index=False)["time_ns"].sum()
                           .assign(run=p.label)[["run", "precision", "time_ns"]])
         walls.append(_walls(r, p))
-    by_run = {d.b.label: d for d in diffs}
+    by_run = {d.b.label: d.headline for d in diffs}
     pairs = pd.DataFrame([
         {"run": p.label, "baseline": profiles[0].label,
-         "verdict": by_run[p.label].headline["verdict"] if p.label in by_run else _cpu_verdict(profiles[0], p),
-         "workload_warnings": "; ".join(by_run[p.label].headline["workload_warnings"])
-         if p.label in by_run else "",
-         "runtime_change": by_run[p.label].headline["runtime_change"] if p.label in by_run else "",
-         "runtime_causes": "; ".join(by_run[p.label].headline["runtime_causes"])
-         if p.label in by_run else ""}
-        for p in profiles[1:]], columns=["run", "baseline", "verdict", "workload_warnings",
-                                         "runtime_change", "runtime_causes"])
+         "verdict": h["verdict"] if h else _cpu_verdict(profiles[0], p),
+         "workload_warnings": "; ".join(h.get("workload_warnings", [])),
+         "runtime_change": h.get("runtime_change", ""),
+         "runtime_causes": "; ".join(h.get("runtime_causes", []))}
+        for p in profiles[1:] for h in [by_run.get(p.label, {})]],
+        columns=["run", "baseline", "verdict", "workload_warnings", "runtime_change",
+                 "runtime_causes"])
     summary = pd.DataFrame(rows)
     summary["batch"] = summary["batch"].astype("Int64")
     return Lineup([p.label for p in profiles], summary,
@@ -221,18 +224,6 @@ def _profile(report: Report, label: str) -> RunProfile:
 def _cpu_walls(report: Report) -> np.ndarray:
     r = nvtx_ranges(report)
     return (r["end_ns"] - r["start_ns"]).to_numpy(float) if len(r) else np.array([], float)
-
-
-def _interval(diffs: list[Diff], p: RunProfile) -> dict:
-    """The 95% interval of this run's iteration time over the baseline's (its diff's)."""
-    d = next((d for d in diffs if d.b is p or d.b.label == p.label), None)
-    nan = float("nan")
-    return d.headline["interval"] if d is not None else {"low": nan, "high": nan}
-
-
-def _conversion(diffs: list[Diff], p: RunProfile) -> float:
-    d = next((d for d in diffs if d.b is p or d.b.label == p.label), None)
-    return d.headline["conversion_overhead_ns"] if d is not None else 0.0
 
 
 #: the ORT runner's settings as a lineup says them

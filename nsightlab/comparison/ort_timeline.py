@@ -19,7 +19,6 @@ Otherwise the profile and the report are refused with one line that says why.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path

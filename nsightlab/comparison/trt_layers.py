@@ -166,7 +166,8 @@ def match(a: pd.DataFrame, b: pd.DataFrame) -> LayerMatch:
 def _graph(df: pd.DataFrame) -> _Graph:
     """``df`` as a graph of compute layers: each input tensor traced back through Q/DQ, reformat
     and other non-compute layers to the compute layer that wrote it."""
-    rows = [{k: _clean(v) for k, v in r.items()}
+    # NaN (a value the layer info did not record, after the join) as None
+    rows = [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
             for r in df.reset_index(drop=True).to_dict("records")]
     for r in rows:
         r["role"] = role(r["name"], r.get("layer_type"), parameter_type=r.get("parameter_type"),
@@ -196,11 +197,6 @@ def _graph(df: pd.DataFrame) -> _Graph:
         if r["role"] == "compute" and r.get("outputs") and i not in users:
             users[i].append(_OUTPUT)
     return _Graph(rows, feeds, users)
-
-
-def _clean(v):
-    """NaN (a value the layer info did not record, after the join) as None."""
-    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def _kind(r: dict):

@@ -129,7 +129,8 @@ def times(path: str | Path) -> pd.DataFrame:
     if not isinstance(data, list):
         raise NotAReportError(f"{path}: not a trtexec --exportTimes file (expected a JSON list)")
     df = pd.DataFrame([d for d in data if isinstance(d, dict)])
-    df = df.rename(columns={c: _snake(c) for c in df.columns})
+    df = df.rename(columns={c: re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", c).lower()
+                            for c in df.columns})  # camelCase to snake_case
     # TensorRT 7 names the copies in/out; 8+ h2d/d2h
     df = df.rename(columns={"in_ms": "h2d_ms", "out_ms": "d2h_ms", "start_in_ms": "start_h2d_ms",
                             "end_in_ms": "end_h2d_ms", "start_out_ms": "start_d2h_ms",
@@ -138,11 +139,6 @@ def times(path: str | Path) -> pd.DataFrame:
         df["enqueue_ms"] = df["end_enq_ms"] - df["start_enq_ms"]
     df.insert(0, "iteration", range(len(df)))
     return df
-
-
-def _snake(name: str) -> str:
-    name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
-    return name.replace("h2d", "h2d").replace("d2h", "d2h")
 
 
 def layers(profile_path: str | Path, layer_info_path: str | Path | None = None) -> pd.DataFrame:

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from nsightlab.errors import NsightlabError
@@ -74,10 +74,8 @@ class Spot:
         sys.stdout.flush()
         for line in warnings:
             said(line)
-        try:
+        with suppress(OSError):
             os.utime(self.path)  # recently used: pruned last (ResultStore.prune)
-        except OSError:
-            pass
         return True
 
     @contextmanager
@@ -106,10 +104,8 @@ class Spot:
             pass  # a read-only or full cache: the next run is just not instant
         finally:
             if tmp is not None:
-                try:
+                with suppress(OSError):
                     tmp.rmdir()
-                except OSError:
-                    pass
 
 
 class _Tee:

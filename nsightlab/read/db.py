@@ -46,15 +46,6 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 BATCH_ROWS = 65_536
 
 
-def sqlite_uri(path: Path) -> str:
-    """URI that opens ``path`` read-only and immutable (no locks, no journal rollback)."""
-    return f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
-
-
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
-
-
 def check_not_truncated(path: Path) -> None:
     """SQLite's header records the page count; a file shorter than that was cut off."""
     with path.open("rb") as f:
@@ -104,10 +95,11 @@ class ExportDB:
                 f"{self.name}: not an SQLite file; give an nsys export (.sqlite), a .nsys-rep or a "
                 "capture directory")
         check_not_truncated(self.path)
-        self.uri = sqlite_uri(self.path)
+        # read-only and immutable: no locks, no journal rollback
+        self.uri = f"file:{quote(str(self.path.resolve()))}?mode=ro&immutable=1"
         try:
             self.conn = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
-            self.conn.text_factory = _decode
+            self.conn.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
             rows = self.conn.execute(
                 "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.DatabaseError as e:

@@ -10,6 +10,7 @@ integer columns the contract marks nullable become pandas nullable integers.
 from __future__ import annotations
 
 import mmap
+import contextlib
 import os
 import threading
 
@@ -164,10 +165,8 @@ def release_memory() -> None:
     the C library has no ``malloc_trim`` (musl, macOS)."""
     import ctypes
 
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def plain_text(df: pd.DataFrame) -> pd.DataFrame:

@@ -8,16 +8,14 @@ import os
 from pathlib import Path
 
 
-def words(before: dict | None, after: dict | None = None,
-          own: set[int] | None = None) -> list[str]:
+def words(before: dict | None, after: dict | None = None) -> list[str]:
     """What a person should know of the machine around one run, in words: other processes
     on the GPUs before it started (their work is not in the trace) and a loaded host; []
     when nothing stands out. ``after`` is kept in the manifest for the record (the run's own
     process is gone by then)."""
     out = []
     for g in _gpus(before):
-        procs = g.get("processes") if isinstance(g.get("processes"), list) else []
-        others = [p for p in procs if p not in (own or set())]
+        others = g.get("processes") if isinstance(g.get("processes"), list) else []
         if others:
             out.append(f"GPU {g.get('index', '?')} ran {len(others)} other process"
                        f"{'es' if len(others) > 1 else ''} before the run (pids "

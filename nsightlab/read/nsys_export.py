@@ -67,9 +67,8 @@ def export_sqlite(report: Path, out: Path, nsys: Path | None,
             f"nsys export --type sqlite -o {report.with_suffix('.sqlite').name} {report.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.sqlite")
-    cmd = export_argv(nsys, report, tmp)
     try:
-        returncode, msg = _run_watched(cmd, tmp, report, progress)
+        returncode, msg = _run_watched(export_argv(nsys, report, tmp), tmp, report, progress)
     except OSError as e:
         raise NsysNotFoundError(f"{nsys}: cannot run it ({e}); {INSTALL_HINT}") from None
     if returncode != 0 or not tmp.exists():

@@ -5,6 +5,7 @@ reader and the worker processes all plan their reads with these, and import noth
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 from nsightlab.errors import UsageError
@@ -48,10 +49,8 @@ def eager_unmap() -> None:
     library has no ``mallopt``."""
     import ctypes
 
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
-    except (OSError, AttributeError):
-        pass
 
 
 def duration_limit(query) -> int:

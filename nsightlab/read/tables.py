@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from nsightlab.errors import CorruptReportError, UnsupportedReportError
 from nsightlab.read.db import ExportDB
-from nsightlab.read.parallel import MAX_NS, readers
+from nsightlab.read.parallel import MAX_NS
 from nsightlab.read.parallel import duration_limit as parallel_duration_limit
 from nsightlab.read.table_cache import TABLE_VERSION  # noqa: F401  (re-exported: the contract's version)
 

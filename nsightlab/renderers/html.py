@@ -62,24 +62,18 @@ def table_html(df: pd.DataFrame, max_rows: int = 15) -> str:
         return "<p>none</p>"
     show = ms_columns(df)
     cols = [str(c) for c in show.columns]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
 
-    def rows(frame):
-        return "".join("<tr>" + "".join(_td(v, c) for v, c in zip(r, cols)) + "</tr>"
+    def table(frame) -> str:  # in a box of the page's width that scrolls sideways
+        body = "".join("<tr>" + "".join(_td(v, c) for v, c in zip(r, cols)) + "</tr>"
                        for r in frame.itertuples(index=False, name=None))
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in show.columns)
-    out = _scrolling(f"<table><thead><tr>{head}</tr></thead><tbody>{rows(show.head(max_rows))}"
-                     "</tbody></table>")
+        return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}"
+                "</tbody></table></div>")
+    out = table(show.head(max_rows))
     if len(show) > max_rows:
         out += (f"<details><summary>{len(show) - max_rows} more rows</summary>"
-                + _scrolling(f"<table><thead><tr>{head}</tr></thead><tbody>"
-                             f"{rows(show.iloc[max_rows:max_rows + 500])}</tbody></table>")
-                + "</details>")
+                f"{table(show.iloc[max_rows:max_rows + 500])}</details>")
     return out
-
-
-def _scrolling(table: str) -> str:
-    """``table`` in a box of the page's width that scrolls sideways when the table is wider."""
-    return f"<div class='scroll'>{table}</div>"
 
 
 #: characters from which a cell's text is a sentence or a long name (``td.long``)

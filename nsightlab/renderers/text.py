@@ -102,10 +102,8 @@ def _(d: Diff, limit: int | None = 12) -> str:
     several = runs_note(h)
     lines = [*warn, *([""] if warn else []), *change, h["verdict"], "",
              *([several, ""] if several else []),
-             f"A {h['a']}: {h['a_iterations']} iterations ({h['a_iteration_source']}); "
-             f"{h['a_verdict']}",
-             f"B {h['b']}: {h['b_iterations']} iterations ({h['b_iteration_source']}); "
-             f"{h['b_verdict']}",
+             *[f"{x.upper()} {h[x]}: {h[x + '_iterations']} iterations "
+               f"({h[x + '_iteration_source']}); {h[x + '_verdict']}" for x in "ab"],
              f"per iteration (median): {h['a_median_ns'] / 1e6:.3f} ms -> "
              f"{h['b_median_ns'] / 1e6:.3f} ms "
              f"(speedup {h['a_median_ns'] / h['b_median_ns']:.2f}x), kernels {h['a_kernels']:.0f} -> {h['b_kernels']:.0f}, "
@@ -143,12 +141,10 @@ def _(d: Diff, limit: int | None = 12) -> str:
 @render.register
 def _(m: LayerMatch, limit: int | None = 40) -> str:
     s = m.summary.set_index("run")
-    lines = [f"A: {s.loc['a', 'layers']} compute layers, {s.loc['a', 'compute_ms']:.3f} ms; "
-             f"{s.loc['a', 'matched_pct']:.0f}% of it in matched layers; Q/DQ "
-             f"{s.loc['a', 'qdq_ms']:.3f} ms, reformats {s.loc['a', 'reformat_ms']:.3f} ms",
-             f"B: {s.loc['b', 'layers']} compute layers, {s.loc['b', 'compute_ms']:.3f} ms; "
-             f"{s.loc['b', 'matched_pct']:.0f}% of it in matched layers; Q/DQ "
-             f"{s.loc['b', 'qdq_ms']:.3f} ms, reformats {s.loc['b', 'reformat_ms']:.3f} ms",
+    lines = [*[f"{x.upper()}: {s.loc[x, 'layers']} compute layers, {s.loc[x, 'compute_ms']:.3f} "
+               f"ms; {s.loc[x, 'matched_pct']:.0f}% of it in matched layers; Q/DQ "
+               f"{s.loc[x, 'qdq_ms']:.3f} ms, reformats {s.loc[x, 'reformat_ms']:.3f} ms"
+               for x in "ab"],
              "(ms per inference)", "",
              table_text(m.layers[["a_layer", "b_layer", "how", "a_ms", "b_ms", "delta_ms",
                                   "a_precision", "b_precision"]].head(limit), max_width=44)]
@@ -237,13 +233,9 @@ def _one(v: float) -> str:
 def _speedup_ci(s: pd.DataFrame) -> list[str]:
     """Each run's speed-up interval; '~' where it holds 1 (no measurable difference, as
     benchstat prints it); the baseline and runs too short for an interval blank."""
-    out = []
-    for i, (lo, hi) in enumerate(zip(s["speedup_low"], s["speedup_high"])):
-        if i == 0 or not (np.isfinite(lo) and np.isfinite(hi)):
-            out.append("")
-        else:
-            out.append(f"{fmt_span(lo, hi)}" + (" ~" if lo <= 1 <= hi else ""))
-    return out
+    return ["" if i == 0 or not (np.isfinite(lo) and np.isfinite(hi))
+            else fmt_span(lo, hi) + (" ~" if lo <= 1 <= hi else "")
+            for i, (lo, hi) in enumerate(zip(s["speedup_low"], s["speedup_high"]))]
 
 
 @render.register
@@ -415,11 +407,10 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
         lines += ["", "warm-up and outlier iterations:", ms_table(rr.unsteady.head(limit))]
     if len(rr.budget) and not rr.partial:
         lines += ["", "where an iteration's time goes (mean per iteration of the loop):",
-                  budget_text(rr.budget)]
+                  ms_table(parts_table(rr.budget))]
     if rr.profile is not None:
-        p = rr.profile
         lines += ["time per iteration by class (GPU):",
-                  ms_table(p.by_class.sort_values("time_ns", ascending=False))]
+                  ms_table(rr.profile.by_class.sort_values("time_ns", ascending=False))]
     if len(rr.top_kernels):
         top = rr.top_kernels[["name", "instances", "total_ns", "time_pct", "kernel_class",
                               "precision"]]
@@ -439,11 +430,6 @@ def _(rr: RunReport, limit: int | None = 8) -> str:
 def _dur(ns: float) -> str:
     """A span of session time: seconds from 1 s, else milliseconds."""
     return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.2f} ms"
-
-
-def budget_text(summary: pd.DataFrame) -> str:
-    """The budget's parts as rows (``budget.parts_table``): part, ms per iteration, share."""
-    return ms_table(parts_table(summary))
 
 
 @render.register
