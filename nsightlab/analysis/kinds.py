@@ -834,12 +834,6 @@ def _bins(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.arange(nb) * size + (size - 1) / 2, np.median(b, axis=1)
 
 
-def _theil_sen(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    i, j = np.triu_indices(len(t), 1)
-    slope = float(np.median((y[j] - y[i]) / (t[j] - t[i])))
-    return slope, float(np.median(y - slope * t))
-
-
 def _spearman(y: np.ndarray) -> float:
     r = np.argsort(np.argsort(y)).astype(float)
     t = np.arange(len(y), dtype=float)
@@ -857,7 +851,9 @@ def _trend_line(x: np.ndarray) -> np.ndarray | None:
     t, y = _bins(x)
     if len(y) < 6 or abs(_spearman(y)) < 0.8:
         return None
-    slope, icpt = _theil_sen(t, y)
+    i, j = np.triu_indices(len(t), 1)  # Theil-Sen: the median of the pairwise slopes
+    slope = float(np.median((y[j] - y[i]) / (t[j] - t[i])))
+    icpt = float(np.median(y - slope * t))
     line = icpt + slope * t
     if line.min() <= 0 or abs(line[-1] / line[0] - 1) < TREND_MIN_PCT / 100:
         return None
