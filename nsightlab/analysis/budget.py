@@ -32,7 +32,6 @@ the budget as ``hidden_copy_ns``.
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pandas as pd
@@ -47,7 +46,6 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     add_idle,
     by_sync_frame,
     copy_codes,
-    copy_part,
     has_comm,
     idle_context,
     idle_pieces,
@@ -57,7 +55,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
 )
 from nsightlab.analysis import ending, iterations, kinds, steady, work
 from nsightlab.analysis.budget_parts import COPY_WORDS as _COPY_WORDS
-from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
+from nsightlab.analysis.iterations import ITERATION, base_name  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.launches import pairs
 from nsightlab.analysis.timeline import covered, union

@@ -820,9 +820,8 @@ def _strays(rows: np.ndarray, pattern: str) -> np.ndarray:
 
 
 def _main_words(rows: np.ndarray, k: int, n: int, others: bool) -> str:
-    if not others:
-        return f"every iteration after warm-up ({len(rows)})"
-    return f"the other {len(rows)} of {n - k}"
+    return f"the other {len(rows)} of {n - k}" if others else \
+        f"every iteration after warm-up ({len(rows)})"
 
 
 def _bins(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

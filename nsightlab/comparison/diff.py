@@ -12,7 +12,6 @@ in ns per iteration; sections are DataFrames (``headline`` a dict).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 import re
 from dataclasses import asdict, dataclass, replace

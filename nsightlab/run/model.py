@@ -201,7 +201,7 @@ def _compute(report: Report, label: str, light=None) -> RunProfile:
     # on a thread while the labels and slots are summed here: 8M launches on 16 cores,
     # ~0.5 s of the profile's 3.2 s; each holds one API column and its scratch at a time
     with ThreadPoolExecutor(1) as beside:
-        overheads = beside.submit(_overheads, report, lk, iters, n, spans, busy_i, calls)
+        overheads = beside.submit(_overheads, report, iters, n, spans, busy_i, calls)
         by_class, by_prec, by_layer = _per_label(lk, dur, n)
         trace.mark("profile: by class, precision and layer")
         slots = _slots(lk, n)
@@ -704,7 +704,7 @@ def _launch_calls(lk: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.bincount(it, weights=dur, minlength=n), np.bincount(it, minlength=n)
 
 
-def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
+def _overheads(report: Report, iters: pd.DataFrame, n: int,
                spans: pd.DataFrame, busy_i: np.ndarray, calls: tuple) -> dict:
     """Launch overhead, API time, sync waits, GPU idle and memcpy time per iteration, with the
     number of launch calls (``calls``: ``_launch_calls``), API calls, syncs and copies:
