@@ -32,7 +32,6 @@ the budget as ``hidden_copy_ns``.
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pandas as pd
@@ -47,7 +46,6 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
     add_idle,
     by_sync_frame,
     copy_codes,
-    copy_part,
     has_comm,
     idle_context,
     idle_pieces,
@@ -57,7 +55,7 @@ from nsightlab.analysis.budget_parts import (  # noqa: F401  (the parts, as budg
 )
 from nsightlab.analysis import ending, iterations, kinds, steady, work
 from nsightlab.analysis.budget_parts import COPY_WORDS as _COPY_WORDS
-from nsightlab.analysis.iterations import ITERATION, base_name, base_name_matches  # noqa: F401
+from nsightlab.analysis.iterations import ITERATION, base_name  # noqa: F401
 from nsightlab.analysis.classify import sync_kind
 from nsightlab.analysis.launches import pairs
 from nsightlab.analysis.timeline import covered, union
@@ -242,7 +240,7 @@ class MemoryOps:
         return int(self.ops["start_ns"].min()), int(self.ops["end_ns"].max())
 
     def syncs(self) -> pd.DataFrame:
-        return _sync_calls(self.report)
+        return iterations.sync_calls(self.report)
 
     def gpu_end(self, iters: pd.DataFrame) -> np.ndarray:
         return _gpu_end_per_iteration(iters, self.ops)
@@ -368,10 +366,8 @@ def api_names(report: Report) -> list[str]:
 
     if not report.has_rows("cuda_api"):
         return []
-    def in_memory() -> list[str]:
-        return [str(n) for n in report.cuda_api(["name"])["name"].cat.categories]
-
-    return engine.analyse(report, lambda db: db.distinct("cuda_api", "name"), in_memory)
+    return engine.analyse(report, lambda db: db.distinct("cuda_api", "name"), lambda: [
+        str(n) for n in report.cuda_api(["name"])["name"].cat.categories])
 
 
 def merge_by_sync(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -382,11 +378,6 @@ def merge_by_sync(frames: list[pd.DataFrame]) -> pd.DataFrame:
          "stretches": pd.Series(dtype=np.int64)})
     out = both.groupby("api_name", as_index=False, sort=True)[["idle_ns", "stretches"]].sum()
     return out.sort_values("idle_ns", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def _sync_calls(report: Report) -> pd.DataFrame:
-    """Synchronizing API calls: api_name and end_ns, sorted by end."""
-    return iterations.sync_calls(report)
 
 
 def _device_budget(ops: dict, start: np.ndarray, end: np.ndarray,

@@ -820,9 +820,8 @@ def _strays(rows: np.ndarray, pattern: str) -> np.ndarray:
 
 
 def _main_words(rows: np.ndarray, k: int, n: int, others: bool) -> str:
-    if not others:
-        return f"every iteration after warm-up ({len(rows)})"
-    return f"the other {len(rows)} of {n - k}"
+    return f"the other {len(rows)} of {n - k}" if others else \
+        f"every iteration after warm-up ({len(rows)})"
 
 
 def _bins(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -832,12 +831,6 @@ def _bins(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     nb = len(x) // size
     b = x[:nb * size].reshape(nb, size)
     return np.arange(nb) * size + (size - 1) / 2, np.median(b, axis=1)
-
-
-def _theil_sen(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    i, j = np.triu_indices(len(t), 1)
-    slope = float(np.median((y[j] - y[i]) / (t[j] - t[i])))
-    return slope, float(np.median(y - slope * t))
 
 
 def _spearman(y: np.ndarray) -> float:
@@ -857,7 +850,9 @@ def _trend_line(x: np.ndarray) -> np.ndarray | None:
     t, y = _bins(x)
     if len(y) < 6 or abs(_spearman(y)) < 0.8:
         return None
-    slope, icpt = _theil_sen(t, y)
+    i, j = np.triu_indices(len(t), 1)  # Theil-Sen: the median of the pairwise slopes
+    slope = float(np.median((y[j] - y[i]) / (t[j] - t[i])))
+    icpt = float(np.median(y - slope * t))
     line = icpt + slope * t
     if line.min() <= 0 or abs(line[-1] / line[0] - 1) < TREND_MIN_PCT / 100:
         return None

@@ -12,7 +12,6 @@ in ns per iteration; sections are DataFrames (``headline`` a dict).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 import re
 from dataclasses import asdict, dataclass, replace
@@ -383,8 +382,7 @@ def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys) -> pd.DataFrame:
     out["a_ns"], out["b_ns"] = m["time_ns_a"], m["time_ns_b"]
     out["delta_ns"] = out["b_ns"] - out["a_ns"]
     if "count" in cols:  # kernels per iteration, as whole numbers
-        out["a_count"] = m["count_a"].round().astype("int64")
-        out["b_count"] = m["count_b"].round().astype("int64")
+        out[["a_count", "b_count"]] = m[["count_a", "count_b"]].round().astype("int64").to_numpy()
     return out
 
 
@@ -468,11 +466,6 @@ _WALL_PARTS = (("GPU work", ("kernels",)), ("exposed communication (NCCL)", ("co
                ("other GPU idle", ("idle_unattributed",)))
 
 
-def _wall_parts(pa: RunProfile, pb: RunProfile) -> list[tuple[str, float, float]]:
-    return [(name, sum(pa.budget.get(f"{p}_ns", 0.0) for p in parts),
-             sum(pb.budget.get(f"{p}_ns", 0.0) for p in parts)) for name, parts in _WALL_PARTS]
-
-
 def explaining(deltas: pd.Series, target: float, share: float = 0.8, most: int = 3) -> list | None:
     """The index labels of at most ``most`` rows of ``deltas`` that together make up
     >= ``share`` of ``target`` (rows moving the same way as ``target``, largest first);
@@ -519,25 +512,23 @@ def _kernel_reason(kernels: pd.DataFrame, by_layer: pd.DataFrame, by_class: pd.D
               (by_layer.set_index("layer")[["a_ns", "b_ns", "delta_ns"]], "layer"),
               (by_class.set_index("kernel_class")[["a_ns", "b_ns", "delta_ns"]], "class")]
     gross = by_class["delta_ns"].abs().sum()
+    ab = lambda t, r: f"{r} {_ms(t.loc[r, 'a_ns'])} -> {_ms(t.loc[r, 'b_ns'])}"  # noqa: E731
     for table, grain in grains:
         if grain == "layer" and (len(table) <= 1 or set(table.index) <= {OUTSIDE}):
             continue
         if abs(target) >= 0.5 * gross:
             rows = explaining(table["delta_ns"], target)
             if rows:
-                return ", ".join(f"{r} {_ms(table.loc[r, 'a_ns'])} -> {_ms(table.loc[r, 'b_ns'])}"
-                                 for r in rows), [str(r) for r in rows]
+                return ", ".join(ab(table, r) for r in rows), [str(r) for r in rows]
     if abs(target) >= 0.5 * gross:  # one way, but spread over many rows: the largest classes
         table = grains[2][0]
         top = table["delta_ns"][np.sign(table["delta_ns"]) == np.sign(target)].abs().nlargest(3)
         return (f"spread over many kernels ({100 * top.sum() / abs(target):.0f}% in "
-                + ", ".join(f"{r} {_ms(table.loc[r, 'a_ns'])} -> {_ms(table.loc[r, 'b_ns'])}"
-                            for r in top.index) + ")"), [str(r) for r in top.index]
+                + ", ".join(ab(table, r) for r in top.index) + ")"), [str(r) for r in top.index]
     table = grains[0][0]
     up, down = table["delta_ns"].idxmax(), table["delta_ns"].idxmin()
-    return (f"gains and losses cancel: largest gain {down} {_ms(table.loc[down, 'a_ns'])} -> "
-            f"{_ms(table.loc[down, 'b_ns'])}, largest loss {up} {_ms(table.loc[up, 'a_ns'])} -> "
-            f"{_ms(table.loc[up, 'b_ns'])}"), [str(down), str(up)]
+    return (f"gains and losses cancel: largest gain {ab(table, down)}, largest loss "
+            f"{ab(table, up)}"), [str(down), str(up)]
 
 
 def _overlap_note(pa: RunProfile, pb: RunProfile) -> str:
@@ -631,10 +622,9 @@ def _moved(pa, pb, parts: list, delta: float, base: float, real: bool, outside: 
     change of the steady mean, at most four; the largest gain and loss where they cancel),
     each said in ``parts``; a launch-idle change is a cause only in a run the budget calls
     launch-bound or where the kernel count moved (else it is queue back-pressure)."""
-    wall = {name: (a, b) for name, a, b in _wall_parts(pa, pb)}
+    wall = {name: tuple(sum(p.budget.get(f"{x}_ns", 0.0) for x in parts) for p in (pa, pb))
+            for name, parts in _WALL_PARTS}
     bound = {r for r, p in (("A", pa), ("B", pb)) if p.budget.get("verdict_code") == "launch"}
-    # launch idle is a cause in a launch-bound run, or where it moves with the kernel count
-    # (4x the kernels, 4x the launches); otherwise it is queue back-pressure
     if LAUNCH_IDLE in wall and not bound and not more_kernels:
         wall.pop(LAUNCH_IDLE)
     deltas = pd.Series({n: b - a for n, (a, b) in wall.items()})
@@ -675,8 +665,7 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
     speedup = a_ns / b_ns if b_ns else float("nan")
     delta = b_ns - a_ns
     cls = by_class.set_index("kernel_class")
-    gemm_a = cls["a_ns"].get("gemm", 0.0)
-    gemm_b = cls["b_ns"].get("gemm", 0.0)
+    gemm_a, gemm_b = cls["a_ns"].get("gemm", 0.0), cls["b_ns"].get("gemm", 0.0)
     gemm_change = 100.0 * (gemm_b - gemm_a) / gemm_a if gemm_a else float("nan")
     base = max(a_ns, 1.0)
     parts = []

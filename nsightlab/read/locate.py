@@ -74,14 +74,6 @@ def stored_capture(name: str) -> Path | None:
     return found[0] if found else None
 
 
-def _store_words() -> str:
-    """Where a capture name was looked up, for an error: the store as an absolute path (the
-    default one depends on the current directory) and the fix."""
-    return (f"captures are looked up by name in {default_store().absolute()} and the folders "
-            "in it; give a path, run from the folder that holds captures/, or set "
-            "NSIGHTLAB_STORE")
-
-
 @dataclass(frozen=True)
 class Location:
     """A resolved report: ``sqlite`` to read, ``cache_root`` for its caches (None: no cache),
@@ -126,14 +118,6 @@ def locate(path: str | os.PathLike, *, cache: bool = True,
     return Location(p, cache_root if cache else None, Path(path), capture)
 
 
-def _creatable(folder: Path) -> bool:
-    """Whether ``folder`` could be created (its nearest existing parent is writable)."""
-    for parent in folder.parents:
-        if parent.exists():
-            return os.access(parent, os.W_OK | os.X_OK)
-    return False
-
-
 def _writable(first: Path, fallback: Path) -> Path:
     """``first`` if it can be written (or created), else ``fallback`` (the cache root), else a
     scratch folder removed at exit: a read-only checkout is never a failure."""
@@ -144,8 +128,10 @@ def _writable(first: Path, fallback: Path) -> Path:
 
 
 def _usable(folder: Path) -> bool:
-    """Whether files can be written in ``folder`` (it is writable, or could be created)."""
-    return os.access(folder, os.W_OK | os.X_OK) if folder.exists() else _creatable(folder)
+    """Whether files can be written in ``folder`` (it is writable, or could be created: its
+    nearest existing parent is writable)."""
+    existing = next((d for d in (folder, *folder.parents) if d.exists()), None)
+    return existing is not None and os.access(existing, os.W_OK | os.X_OK)
 
 
 @functools.cache
@@ -172,8 +158,10 @@ def _check_input(p: Path, given) -> None:
         if p.is_symlink():
             why = "a symlink loop" if e.errno == errno.ELOOP else "a symlink to nothing"
             raise NotAReportError(f"{given}: {why}; point it at a report file") from None
-        raise NotAReportError(
-            f"{given}: no such file, directory or capture ({_store_words()})") from None
+        raise NotAReportError(  # the store as an absolute path: the default is relative
+            f"{given}: no such file, directory or capture (captures are looked up by name in "
+            f"{default_store().absolute()} and the folders in it; give a path, run from the "
+            "folder that holds captures/, or set NSIGHTLAB_STORE)") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise NotAReportError(f"{given}: not a regular file (a FIFO, socket or device); give an "
                               "nsys report file (.sqlite, .nsys-rep) or a capture directory")

@@ -36,7 +36,7 @@ from nsightlab.read import workers as part_workers
 from nsightlab.read.db import BATCH_ROWS, ExportDB
 from nsightlab.read.parallel import readers
 from nsightlab.read.store import ReadStore
-from nsightlab.read.table_cache import READ, EntryMeta, Parts, TableCache, part_columns
+from nsightlab.read.table_cache import READ, EntryMeta, Parts, part_columns
 from nsightlab.read.tables import (
     CHECKED,
     DEDUPED,

@@ -245,16 +245,12 @@ class Report:
         """What the export holds, as plain data (``nsightlab info --json`` adds the trace
         completeness findings of ``nsightlab.analysis.completeness`` as ``warnings``)."""
         span = self.span_ns
+        start, end = span if span is not None else (None, None)
         return {
-            "path": str(self.source),
-            "sqlite": str(self.path),
-            "nsys_version": self.nsys_version,
-            "schema_version": self.schema_version,
-            "gpus": self.gpus.to_dict("records"),
-            "processes": self.processes.to_dict("records"),
-            "span_ns": None if span is None else span[1] - span[0],
-            "start_ns": None if span is None else span[0],
-            "end_ns": None if span is None else span[1],
+            "path": str(self.source), "sqlite": str(self.path),
+            "nsys_version": self.nsys_version, "schema_version": self.schema_version,
+            "gpus": self.gpus.to_dict("records"), "processes": self.processes.to_dict("records"),
+            "span_ns": None if span is None else end - start, "start_ns": start, "end_ns": end,
             "tables": self.row_counts,
             "missing": {t: self.missing_hint(t) for t in TABLES if not self.has(t)},
         }

@@ -403,7 +403,6 @@ def pick(db: ExportDB, table: str, *names: str) -> str:
     """``name AS name`` for each source column, ``NULL AS name`` where this schema lacks it;
     a timestamp that is not an integer (a damaged export) reads as NULL (``drop_invalid``)."""
     have = set(db.columns(table))
-
     return ", ".join(f'{_source(n) if n in have else "NULL"} AS "{n}"' for n in names)
 
 
@@ -601,9 +600,7 @@ def _kernel_first(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
 def _kernel_launch(db: ExportDB, b: pa.RecordBatch) -> dict[str, pa.Array]:
     return {
         "short_name": db.strings.lookup(b.column("shortName")),
-        "grid_x": b.column("gridX"), "grid_y": b.column("gridY"), "grid_z": b.column("gridZ"),
-        "block_x": b.column("blockX"), "block_y": b.column("blockY"),
-        "block_z": b.column("blockZ"),
+        **{f"{k}_{a}": b.column(f"{k}{a.upper()}") for k in ("grid", "block") for a in "xyz"},
         "registers_per_thread": b.column("registersPerThread"),
         "static_shared_bytes": b.column("staticSharedMemory"),
         "dynamic_shared_bytes": b.column("dynamicSharedMemory"),

@@ -201,7 +201,7 @@ def _compute(report: Report, label: str, light=None) -> RunProfile:
     # on a thread while the labels and slots are summed here: 8M launches on 16 cores,
     # ~0.5 s of the profile's 3.2 s; each holds one API column and its scratch at a time
     with ThreadPoolExecutor(1) as beside:
-        overheads = beside.submit(_overheads, report, lk, iters, n, spans, busy_i, calls)
+        overheads = beside.submit(_overheads, report, iters, n, spans, busy_i, calls)
         by_class, by_prec, by_layer = _per_label(lk, dur, n)
         trace.mark("profile: by class, precision and layer")
         slots = _slots(lk, n)
@@ -220,10 +220,8 @@ def _compute(report: Report, label: str, light=None) -> RunProfile:
         kernel_ns=float(dur.sum()) / n, kernels=_count(len(lk) / n),
         busy_pct=budget.busy_pct(summary) if summary else (100.0 * busy / span_ns if span_ns else 0.0),
         gpu_span_ns=span_ns, budget=summary, outside_kernel_ns=all_kernels_ns - inside_ns,
-        warnings=warnings,
-        by_class=by_class, by_precision=by_prec, by_layer=by_layer, slots=slots,
-        flat_slots=flat_slots,
-        overheads=overheads,
+        warnings=warnings, by_class=by_class, by_precision=by_prec, by_layer=by_layer,
+        slots=slots, flat_slots=flat_slots, overheads=overheads,
         tensor_core=_tensor_core(report, lk, spans), latency=_latency(report, wall),
         main_median_ns=summary.get("main_med_ns") or wall, kinds=_kinds(report),
         runtimes=runtime.identify(report).to_dict("records"),
@@ -329,17 +327,14 @@ def iteration_walls(report: Report, with_phase: bool = False):
     w = it["wall_ns"].to_numpy(float)
     if not with_phase:
         return w
-    label = it["kind"].to_numpy(object) if "kind" in it else kinds.classify(w).label
-    return w, label
+    return w, it["kind"].to_numpy(object) if "kind" in it else kinds.classify(w).label
 
 
 def _latency(report: Report, mean_ns: float) -> dict:
     """``latency_stats`` of the wall-clock iterations (one iteration, the mean, when the
     budget has none)."""
     w, label = iteration_walls(report, with_phase=True)
-    if not len(w):
-        return latency_stats(np.array([mean_ns], float))
-    return latency_stats(w, label)
+    return latency_stats(w, label) if len(w) else latency_stats(np.array([mean_ns], float))
 
 
 def latency_stats(w: np.ndarray, label: np.ndarray | None = None) -> dict:
@@ -348,11 +343,9 @@ def latency_stats(w: np.ndarray, label: np.ndarray | None = None) -> dict:
     time / iterations: what throughput sees), p50, p95, p99, min and max (``*_ns``), CoV, and
     the counts behind them."""
     st = kinds.stats(w, kinds.classify(w).label if label is None else label)
-    return {"mean_ns": st["mean_ns"], "p50_ns": st["p50_ns"], "p95_ns": st["p95_ns"],
-            "p99_ns": st["p99_ns"], "min_ns": st["min_ns"], "max_ns": st["max_ns"],
-            "cov_pct": st["cov_pct"], "steady_iterations": st["steady_iterations"],
-            "warmup_iterations": st["warmup_iterations"],
-            "outlier_iterations": st["outlier_iterations"], "kinds": st["kinds"]}
+    return {k: st[k] for k in ("mean_ns", "p50_ns", "p95_ns", "p99_ns", "min_ns", "max_ns",
+                               "cov_pct", "steady_iterations", "warmup_iterations",
+                               "outlier_iterations", "kinds")}
 
 
 def _budget(report: Report) -> dict:
@@ -711,7 +704,7 @@ def _launch_calls(lk: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.bincount(it, weights=dur, minlength=n), np.bincount(it, minlength=n)
 
 
-def _overheads(report: Report, lk: pd.DataFrame, iters: pd.DataFrame, n: int,
+def _overheads(report: Report, iters: pd.DataFrame, n: int,
                spans: pd.DataFrame, busy_i: np.ndarray, calls: tuple) -> dict:
     """Launch overhead, API time, sync waits, GPU idle and memcpy time per iteration, with the
     number of launch calls (``calls``: ``_launch_calls``), API calls, syncs and copies:

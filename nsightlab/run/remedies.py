@@ -61,10 +61,8 @@ def cpu_nodes(record: dict) -> list[str] | None:
     """The nodes ORT placed on the CPU EP while a GPU EP ran the rest ("OpType (name)"), from
     the runner's record; None when the placement is not known."""
     placed = record.get("node_placements")
-    if not placed:
-        return None
-    if not any(ep != "CPUExecutionProvider" for ep in placed):
-        return None  # a CPU-only session: no GPU EP to fall back from
+    if not placed or not any(ep != "CPUExecutionProvider" for ep in placed):
+        return None  # unknown, or a CPU-only session: no GPU EP to fall back from
     cpu = placed.get("CPUExecutionProvider") or {}
     names = list(cpu.get("names") or [])
     return names or [f"({int(cpu.get('nodes', 0))} nodes)"] * bool(cpu.get("nodes"))
@@ -108,7 +106,7 @@ def findings(runtime: str, summary: pd.Series, iterations: pd.DataFrame, ks: pd.
     share = {p: float(math.loc[math["precision"] == p, "time_pct"].sum()) for p in ("fp32", "tf32")} \
         if len(math) else {"fp32": 0.0, "tf32": 0.0}
     if runtime.startswith("ONNX Runtime"):
-        out += _ort(summary, iterations, record, share)
+        out += _ort(iterations, record, share)
     elif runtime.startswith("PyTorch") and share["fp32"] >= FP32_MATH_PCT:
         out.append(("pytorch_fp32", f"what to do about the FP32 math ({share['fp32']:.0f}% of GPU time in FP32 "
                    "GEMM/attention/conv kernels on CUDA cores): let PyTorch use TF32 Tensor Cores "
@@ -118,7 +116,7 @@ def findings(runtime: str, summary: pd.Series, iterations: pd.DataFrame, ks: pd.
     return out
 
 
-def _ort(summary: pd.Series, it: pd.DataFrame, record: dict, share: dict) -> list[tuple[str, str]]:
+def _ort(it: pd.DataFrame, record: dict, share: dict) -> list[tuple[str, str]]:
     out = []
     steady = it[it["phase"] != "warm-up"] if "phase" in it else it
     if len(steady) and not record.get("io_binding"):

@@ -287,7 +287,6 @@ def _start_apart(whole: Report, pids: list[int], label: str) -> dict | None:
     if whole.cache is None or not whole.has("kernels") or \
             (whole.db.rowid_span(whole.spec("kernels").source) or 0) < APART_KERNELS:
         return None
-    import pickle
     import subprocess
     import sys
 
@@ -642,7 +641,7 @@ def _one(r: Report, label: str, job: bool = False) -> RunReport:
         it = b.iterations
         rr.unsteady = steady.explain(b.first_gpu())
         rr.kinds = b.first_gpu("kinds").reset_index(drop=True)
-        rr.outside = _outside(r, it, budget_)
+        rr.outside = _outside(r, it)
         rr.session_recorded = r.db.has("ANALYSIS_DETAILS")
     rr.ort_record = remedies.ort_record(r.source)
     rr.findings = findings(rr, ks, job)
@@ -712,7 +711,7 @@ def _no_loop(r: Report, b: pd.Series) -> str:
             "loop itself (one NVTX range per iteration, iterN, makes it exact)")
 
 
-def _outside(r: Report, it: pd.DataFrame, summary: pd.DataFrame) -> tuple:
+def _outside(r: Report, it: pd.DataFrame) -> tuple:
     """The session's time before the first iteration and after the last (start-up, set-up,
     teardown: in no number), ns; (None, None) without iterations or a recorded span."""
     span = r.span_ns
