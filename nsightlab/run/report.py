@@ -495,22 +495,16 @@ def build_ranks(reports: list, **open_options) -> ProcessesReport:
 
 
 def _iterations(views: list[Report], pids) -> dict:
-    """pid -> its run's iterations (the budget's table, already computed), where it has any."""
-    out = {}
-    for v, pid in zip(views, pids):
-        b = loop_of(v)
-        if b is not None and len(b.iterations):
-            out[int(pid)] = b.iterations
-    return out
+    """pid -> its run's iterations (its loop's table, already computed), where it has any."""
+    loops = {int(pid): loop_of(v) for v, pid in zip(views, pids)}
+    return {pid: b.iterations for pid, b in loops.items() if b is not None and len(b.iterations)}
 
 
 def _steady_windows(iters: dict) -> dict:
     """pid -> (starts, ends) of its run's steady iterations (``iters``: ``_iterations``)."""
-    out = {}
-    for pid, it in iters.items():
-        it = it[it["phase"] != "warm-up"] if "phase" in it else it
-        out[pid] = (it["start_ns"].to_numpy(), it["end_ns"].to_numpy())
-    return out
+    steady = {pid: it[it["phase"] != "warm-up"] if "phase" in it else it
+              for pid, it in iters.items()}
+    return {pid: (it["start_ns"].to_numpy(), it["end_ns"].to_numpy()) for pid, it in steady.items()}
 
 
 #: a straggler's GPU work or copies beyond its peers' by this share of its iteration is its cause
