@@ -246,7 +246,7 @@ class StreamedOps:
         return int(self.lo), int(self.hi)
 
     def syncs(self) -> pd.DataFrame:
-        """Synchronizing API calls: api_name and end_ns, sorted by end (``iterations.sync_calls``)."""
+        """Sync API calls: api_name and end_ns, sorted by end (``iterations.sync_calls``)."""
         if not self.report.has_rows("cuda_api"):
             return pd.DataFrame({"api_name": [], "end_ns": np.array([], np.int64)})
         names = [n for n in self.db.distinct("cuda_api", "name") if sync_kind(n)]
