@@ -449,13 +449,13 @@ def test_streamed_budget_tied_starts_synthetic_from_real(reports, tmp_path, monk
 
 @pytest.mark.parametrize("folder,prefix,name", REPORTS, ids=[r[2] for r in REPORTS])
 def test_launch_table_left_by_the_budget_join_equals_numpy(reports, folder, prefix, name,
-                                                            tmp_path, monkeypatch):
+                                                            tmp_path, monkeypatch, request):
     """launch_compute on a fresh result store computes the budget inside its own engine
     (``Engine.want_launches``): the budget's join of operations and calls carries the launch
     table's columns and leaves ``lk`` (a view, or a copy where duplicate API rows are about to
     be dropped), so launch_compute joins nothing itself. Same tables as in memory.
     (test_duckdb_equals_numpy runs the budget first: there launch_compute joins on its own.)"""
-    from nsightlab import recipe_api
+    from nsightlab import recipe_api, recipe_runner
     from nsightlab.analysis import budget_stream
 
     path = reports(folder, prefix, name)
@@ -466,6 +466,8 @@ def test_launch_table_left_by_the_budget_join_equals_numpy(reports, folder, pref
                         lambda self, share, keep: (left.append(keep), leave(self, share, keep)))
     monkeypatch.setattr(recipe_api, "launches_sql", lambda db, *a: (  # bound as the recipe loads
         joined.append(db.left_launches is None), own(db, *a))[1])
+    recipe_runner._loaded.cache_clear()  # recipes load once per process: again, with the spy
+    request.addfinalizer(recipe_runner._loaded.cache_clear)  # and again without it after
     result = engine.Engine.beside_result
     monkeypatch.setattr(engine.Engine, "beside_result", lambda self: (
         lambda got: (beside.append(got[0]), got)[1])(result(self)))
@@ -1128,7 +1130,7 @@ def test_nvtx_gpu_takes_launch_compute_projection_and_gets_its_own_answer(
         assert not cut.db.knows(projection.WHOLE)
 
 
-def test_calls_counted_once_from_one_window(reports, tmp_path, monkeypatch):
+def test_calls_counted_once_from_one_window(reports, tmp_path, monkeypatch, request):
     """Graph replays: one call launches many kernels, so launch_compute counts calls once
     (a window over every launch). Its run numbers and its NVTX ranges share one table with
     that column (``launches.once_table``): the window is computed once, and the answers are
@@ -1142,9 +1144,11 @@ def test_calls_counted_once_from_one_window(reports, tmp_path, monkeypatch):
     monkeypatch.setattr(launches, "_build_once", lambda db, once: (built.append(once),
                                                                  build(db, once))[1])
     monkeypatch.setattr(launches, "once_table", lambda db: asked.append(1) or ask(db))
-    from nsightlab import recipe_api
+    from nsightlab import recipe_api, recipe_runner
 
     monkeypatch.setattr(recipe_api, "once_table", launches.once_table)
+    recipe_runner._loaded.cache_clear()  # recipes load once per process: again, with the spy
+    request.addfinalizer(recipe_runner._loaded.cache_clear)  # and again without it after
     got = _run(path, "launch_compute", "duckdb", tmp_path, monkeypatch)
     for table in ref:
         assert_same(ref[table], got[table], f"cudagraph launch_compute.{table}")
