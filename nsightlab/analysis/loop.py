@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from nsightlab.analysis import budget
@@ -55,11 +54,6 @@ class Loop:
         """``table``'s rows of the first GPU (iterations, kinds or summary)."""
         t = getattr(self, table)
         return t[t["device_id"] == t["device_id"].iloc[0]] if len(t) else t
-
-    def windows(self) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end (ns) of each iteration of the first GPU."""
-        it = self.first_gpu()
-        return it["start_ns"].to_numpy(np.int64), it["end_ns"].to_numpy(np.int64)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {t: getattr(self, t) for t in TABLES}
