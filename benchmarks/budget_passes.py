@@ -49,7 +49,7 @@ def main() -> None:
         db.want_launches(("start_ns", "end_ns", "device_id", "name"),
                          ("start_ns", "end_ns", "tid", "name"))  # as launch_compute asks
         ops = timed("join", lambda: budget_stream.StreamedOps(r, db))
-        iters, _ = budget.ranges(r)
+        iters = budget.ranges(r)[0]
         timed("launch-order stream alone", lambda: drain(
             db, "SELECT device_id, api_start, api_row, end_ns, tbl FROM bops "
                 "WHERE api_start IS NOT NULL ORDER BY api_start"))
