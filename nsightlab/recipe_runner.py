@@ -279,17 +279,18 @@ def available() -> dict[str, Recipe]:
     found: dict[str, Recipe] = {}
     for root in search_path():
         for meta in sorted(root.glob("*/metadata.json")):
-            code = meta.parent / "recipe.py"
-            if code.is_file():
-                r = _loaded(meta.parent, meta.stat().st_mtime_ns, code.stat().st_mtime_ns)
+            if (meta.parent / "recipe.py").is_file():
+                r = _loaded(meta.parent.resolve(), *(f.stat().st_mtime_ns for f in sorted(
+                    meta.parent.glob("*")) if f.suffix in (".py", ".json")))
                 found[r.name] = r
     return dict(sorted(found.items()))
 
 
 @functools.lru_cache(maxsize=256)
 def _loaded(path: Path, *_changed: int) -> Recipe:
-    """``Recipe.load(path)`` once per version of its files (``_changed``: their mtimes), so
-    that a recipe's module is imported and its code hashed once per process, not per ask."""
+    """``Recipe.load(path)`` once per version of its files (``_changed``: the mtimes of the
+    files its fingerprint hashes), so that a recipe's module is imported and its code hashed
+    once per process, not per ask."""
     return Recipe.load(path)
 
 

@@ -128,6 +128,23 @@ def test_outputs_must_match_the_metadata(tmp_path, sqlite_of, cache_dir, monkeyp
         R.run("extra_table", sqlite_of("h200-vit-fp16"))
 
 
+def test_a_recipe_loads_once_and_again_after_any_of_its_files_changes(tmp_path, monkeypatch):
+    """Recipes load once per process (their module imported, their code hashed), and again
+    when any file their fingerprint hashes changes: a helper module beside recipe.py too."""
+    import os
+
+    write_recipe(tmp_path, "helped", {"tables": {}}, "    return {}\n")
+    helper = tmp_path / "helped" / "helper.py"
+    helper.write_text("X = 1\n")
+    monkeypatch.setenv("NSIGHTLAB_RECIPE_PATH", str(tmp_path))
+    first = R.get("helped")
+    assert R.get("helped") is first and first.fingerprint  # served, not loaded again
+    helper.write_text("X = 2\n")
+    os.utime(helper, ns=(helper.stat().st_atime_ns, helper.stat().st_mtime_ns + 10**9))
+    again = R.get("helped")
+    assert again is not first and again.fingerprint != first.fingerprint
+
+
 def test_bad_requirements_in_metadata_are_named(tmp_path, monkeypatch):
     write_recipe(tmp_path, "typo", {"requires": [{"table": "kernel", "columns": []}],
                                     "tables": {}}, "    return {}\n")

@@ -751,9 +751,9 @@ def _headline(pa, pb, by_class, conversion_ns, by_layer, kernels, warnings, more
         parts.append(Said(f"precision-conversion kernels only in B (casts, scaling, amax) add "
                           f"{_ms(conversion_ns)}{tail}", "conversion",
                           values={"conversion_ns": conversion_ns}))
-    # the kernel counts said already (the work's change, a launch-idle part)
-    said = any(t.code == "work_changed" or (t.code == "part_moved" and t.about == LAUNCH_IDLE)
-               for t in parts)
+    # the kernel counts said already (the same work, the work's change, a launch-idle part)
+    said = any(t.code in ("work_changed", "same_work_pace", "same_work_no_difference")
+               or (t.code == "part_moved" and t.about == LAUNCH_IDLE) for t in parts)
     if more_kernels and not said and len(parts) > 1:  # kernels added or removed: how many
         parts.append(Said(f"B launches {pb.kernels:.0f} kernels per iteration, A "
                           f"{pa.kernels:.0f}", "kernel_count",

@@ -549,6 +549,8 @@ class TableReader:
             # the processes' shares hold every row of theirs: else they are cut again
             started.whole = not len(duplicates) and not self.dropped[spec.name]
         except BaseException:
+            if not started.done.is_set():  # Ctrl-C while the workers still write its parts
+                part_workers.discard_pool()
             shutil.rmtree(started.folder, ignore_errors=True)
             raise
         finally:
