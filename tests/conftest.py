@@ -130,3 +130,19 @@ def edited_copy(src: Path, out: Path, table: str, sql: tuple[str, ...]) -> Path:
         for s in sql:
             c.execute(s.format(t=table))
     return out
+
+
+@pytest.fixture
+def by_processes(monkeypatch):
+    """Every split table of a small fixture is read by 2 worker processes, from a fresh pool
+    (the early start is a fresh process's first step: it starts no reads beside a pool)."""
+    from nsightlab.read import parallel, reader, workers
+
+    monkeypatch.setattr(workers, "PROCESS_MIN_ROWS", 1)
+    monkeypatch.setattr(workers, "PROCESS_MIN_WORKERS", 2)
+    monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
+    for module in (workers, reader):
+        monkeypatch.setattr(module, "readers", lambda rows=None: 2)
+    workers.discard_pool()
+    yield
+    workers.discard_pool()

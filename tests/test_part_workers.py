@@ -16,18 +16,6 @@ from nsightlab.read import parallel, reader, workers as part_workers
 from nsightlab.errors import CorruptReportError
 
 
-@pytest.fixture
-def by_processes(monkeypatch):
-    """Every split table of this small fixture is read by 2 worker processes."""
-    monkeypatch.setattr(part_workers, "PROCESS_MIN_ROWS", 1)
-    monkeypatch.setattr(part_workers, "PROCESS_MIN_WORKERS", 2)
-    monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
-    for module in (part_workers, reader):
-        monkeypatch.setattr(module, "readers", lambda rows=None: 2)
-    yield
-    part_workers.discard_pool()
-
-
 def read_all(path, cache_dir):
     with nsightlab.open(path, cache_dir=cache_dir) as r:
         frames = {t: r.table(t) for t in ("kernels", "cuda_api")}

@@ -3,26 +3,11 @@ live on it, not in the read layer's modules, and a process's view shares it."""
 import sys
 from pathlib import Path
 
-import pytest
-
 import nsightlab
-from nsightlab.read import parallel, reader, split, workers
+from nsightlab.read import split
 from nsightlab.read.report import Report
 from nsightlab.read.store import ReadStore, Started
 from nsightlab.read.reader import TableReader
-
-
-@pytest.fixture
-def started_at_open(monkeypatch):
-    """Open starts reading the small fixtures' kernels on 2 worker processes."""
-    monkeypatch.setattr(workers, "PROCESS_MIN_ROWS", 1)
-    monkeypatch.setattr(workers, "PROCESS_MIN_WORKERS", 2)
-    monkeypatch.setattr(parallel, "ROWS_PER_READER", 1000)
-    for module in (workers, reader):
-        monkeypatch.setattr(module, "readers", lambda rows=None: 2)
-    workers.discard_pool()  # the early start is a fresh process's first step: no pool yet
-    yield
-    workers.discard_pool()
 
 
 def _held(value, depth=0):
@@ -37,7 +22,7 @@ def _held(value, depth=0):
             yield from _held(v, depth + 1)
 
 
-def test_no_read_under_way_is_kept_in_a_module(sqlite_of, tmp_path, started_at_open):
+def test_no_read_under_way_is_kept_in_a_module(sqlite_of, tmp_path, by_processes):
     """After two reports are opened (their reads started at open, one early), no module of the
     read layer holds a read under way, a store, a reader or a report, nor any of their
     exports' or cache folders' paths: each report's store holds its own."""
