@@ -17,8 +17,6 @@ from nsightlab.read.frames import plain_text
 from nsightlab.read.report import Report
 from nsightlab.read.table_cache import code_fingerprint
 
-#: the budget's verdict thresholds unless a caller of the recipe gives others
-DEFAULTS = {"dominant_pct": 50.0, "notable_pct": 15.0}
 #: the tables a loop is stored as (the ``budget`` recipe's)
 TABLES = ("summary", "iterations", "sync_idle", "kinds", "cut", "work")
 #: the GPU operations a loop is made of (the ``budget`` recipe's ``requires``)
@@ -60,13 +58,13 @@ class Loop:
 
 
 def of(report: Report, params: dict | None = None) -> Loop:
-    """The loop of ``report`` (with the budget's ``params``, default ``DEFAULTS``): built once
+    """The loop of ``report`` (the budget's ``params``, default ``budget.DEFAULTS``): built once
     per open report, and kept in its result store when it has one.
 
     Raises:
         NoDataError: the report has no GPU operation.
     """
-    values = {**DEFAULTS, **(params or {})}
+    values = {**budget.DEFAULTS, **(params or {})}
     key = ("loop", tuple(sorted(values.items())))
     if key not in report.answers:
         if not any(report.has_rows(t) for t in OPERATIONS):
@@ -84,7 +82,7 @@ def of(report: Report, params: dict | None = None) -> Loop:
 def stored(report: Report) -> bool:
     """Whether the loop of ``report`` (default parameters) is in its result store."""
     return report.results is not None and report.results.has(
-        "loop", DEFAULTS, [report.path], code_fingerprint())
+        "loop", budget.DEFAULTS, [report.path], code_fingerprint())
 
 
 def build(report: Report, params: dict) -> dict[str, pd.DataFrame]:
