@@ -31,6 +31,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("built-in recipes", ("nsightlab._recipes",)),
     ("run: one run's model (processes, iterations, work, pace, budget) and its report",
      ("nsightlab.run",)),
+    ("kernels: Nsight Compute kernels judged (limiter, roofline, NVIDIA's rules), joined to the "
+     "trace's loop and paired across reports", ("nsightlab.kernels",)),
     ("comparison: diff, compare, gate, layers, ORT placement", ("nsightlab.comparison",)),
     ("presentation: renderers and charts", ("nsightlab.renderers",)),
     ("capture: record runs, export artifacts", ("nsightlab.capture",)),

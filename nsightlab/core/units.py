@@ -23,6 +23,13 @@ def fmt_ms(ns: float) -> str:
     return f"{ns / 1e6:.2f} ms"
 
 
+def fmt_time(ns: float) -> str:
+    """A kernel's time as people say it: '1.9 µs', '36.8 µs', '1.63 ms'."""
+    if ns != ns:
+        return "?"
+    return f"{ns / 1e3:.3g} µs" if ns < 1e6 else f"{ns / 1e6:.3g} ms"
+
+
 def fmt_ratio(v: float) -> str:
     """A ratio as people read it: three decimals near 1 (1.012), two elsewhere (1.37)."""
     return f"{v:.3f}" if abs(v - 1) < 0.1 else f"{v:.2f}"

@@ -1,4 +1,7 @@
-"""Nsight Compute reports (.ncu-rep) through NVIDIA's ``ncu-report`` wheel.
+"""Nsight Compute reports (.ncu-rep) through NVIDIA's ``ncu-report`` wheel: the reader.
+
+``NcuReport.each()`` walks the report once: per kernel its identity, every metric and NVIDIA's
+rule results (``read.ncu_store`` keeps them as Parquet; ``kernels`` judges them).
 
 ``kernels(path)`` gives one row per profiled kernel with the metrics nsightlab uses (duration,
 SM and DRAM throughput, occupancy, tensor-pipe utilization for the architecture, and the operand
@@ -8,9 +11,12 @@ to a temporary file first.
 """
 from __future__ import annotations
 
+import functools
+import json
 import lzma
 import re
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
@@ -79,6 +85,43 @@ COVERS = {"fp8": {"fp8", "mxfp8"}, "fp4": {"fp4", "nvfp4", "mxfp4"},
           "fp8/fp6/fp4": {"fp8", "mxfp8", "fp6", "mxfp6", "fp4", "nvfp4", "mxfp4"}}
 
 
+#: the first bytes of every .ncu-rep
+MAGIC = b"NVR\x00"
+#: ncu_report's message and speedup kinds (``MsgType_*``, ``SpeedupType_*``), by their value
+MESSAGE_KINDS = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}
+SPEEDUP_KINDS = {0: "unknown", 1: "local", 2: "global"}
+#: the launch identity kept per kernel (beside ``METRICS``)
+LAUNCH = ("launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z", "launch__block_dim_x",
+          "launch__block_dim_y", "launch__block_dim_z", "launch__stream_id", "launch__device_id")
+
+
+def is_ncu(path: str | Path) -> bool:
+    """Whether ``path`` is an Nsight Compute report: named .ncu-rep(.xz), or an .ncu-rep by its
+    first bytes whatever its name."""
+    p = Path(path)
+    if p.name.endswith((".ncu-rep", ".ncu-rep.xz")):
+        return True
+    try:
+        with p.open("rb") as f:
+            return f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def whole(path: Path) -> tuple[bool, int]:
+    """(whether the report's length-prefixed records end exactly at its last byte, the byte
+    where the records say it should end): a copy cut short ends inside a record. The file is
+    MAGIC, then records of a little-endian uint32 length and that many bytes."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        off = len(MAGIC)
+        while off + 4 <= size:
+            f.seek(off)
+            (n,) = struct.unpack("<I", f.read(4))
+            off += 4 + n
+    return off == size, off
+
+
 def _module():
     try:
         import ncu_report
@@ -106,18 +149,32 @@ class NcuReport:
                     shutil.copyfileobj(fin, fout, 1 << 20)
             except (lzma.LZMAError, EOFError) as e:
                 raise NotAReportError(f"{self.path}: not a complete xz file ({e})") from None
+        _check(self.path, src)
+        #: (whether the file is whole, where its records say it ends): a cut copy still gives
+        #: the kernels before the cut (``read.ncu_store`` warns how many were read)
+        self.whole, self.expected_bytes = whole(src)
         try:
             self._ctx = ncu_report.load_report(str(src))
         except Exception as e:  # the wheel raises plain exceptions for unreadable files
             raise NotAReportError(f"{self.path}: not a readable Nsight Compute report ({e}); "
                                   "give a .ncu-rep written by ncu") from None
         self._demangled = ncu_report.IAction.NameBase_DEMANGLED
+        self._function = ncu_report.IAction.NameBase_FUNCTION
 
-    def _actions(self):
+    def count(self) -> int:
+        """How many kernels (actions) the report holds, over all its ranges."""
+        return sum(self._ctx.range_by_idx(ri).num_actions() for ri in range(self._ctx.num_ranges()))
+
+    def _actions(self, only: set[int] | None = None):
+        """(range, id, action) of each kernel, in order; of the kernels ``only`` (0-based over
+        all ranges) when given: the others are not decoded."""
+        k = 0
         for ri in range(self._ctx.num_ranges()):
             rng = self._ctx.range_by_idx(ri)
             for ai in range(rng.num_actions()):
-                yield ri, ai, rng.action_by_idx(ai)
+                if only is None or k in only:
+                    yield k, ri, ai, rng.action_by_idx(ai)
+                k += 1
 
     def kernels(self) -> pd.DataFrame:
         """One row per profiled kernel: range, id, name, nvtx (push/pop stack, outermost first,
@@ -125,29 +182,52 @@ class NcuReport:
         pattern; ``attrs["metrics"]`` names the metric each was read from), tensor_active_pct
         (``TENSOR_ACTIVE_RULE``) with tensor_active_metric, and tensor_precision / tensor_ops
         from the per-type op counters with tensor_ops_metrics (or why they are empty)."""
-        rows, used = [], {}
-        for ri, ai, a in self._actions():
+        rows = []
+        for _, ri, ai, a in self._actions():
             names = list(a.metric_names())
-            row = {"range": ri, "id": ai, "name": a.name(self._demangled), "nvtx": _nvtx(a)}
-            for col in METRICS:
-                row[col], metric = _by_pattern(a, names, _PATTERN_RES[col])
-                if metric:
-                    used.setdefault(col, metric)
-            row["tensor_active_pct"], row["tensor_active_metric"] = _tensor_active(a, names)
-            row["tensor_precision"], row["tensor_ops"], row["tensor_ops_metrics"] = \
-                _tensor_source(a, names)
-            rows.append(row)
-        out = pd.DataFrame(rows, columns=["range", "id", "name", "nvtx", *METRICS,
-                                          "tensor_active_pct", "tensor_precision", "tensor_ops",
-                                          *METRIC_COLUMNS])
-        out.attrs["metrics"] = {c: used.get(c, "not in this report") for c in METRICS}
-        return out
+            rows.append({"range": ri, "id": ai, "name": a.name(self._demangled), "nvtx": _nvtx(a),
+                         **_key_metrics(a, names)})
+        return key_frame(rows)
+
+    def each(self, only: set[int] | None = None):
+        """Per kernel, once, in the report's order: (identity, metrics, rules). identity:
+        kernel (0-based, over all ranges), range, id, name (demangled), function, nvtx, the
+        ``LAUNCH`` values, device (its name) and the ``kernels()`` columns; metrics: (names,
+        values (float, NaN for text), texts ({index: str} of the text metrics), units); rules:
+        one dict per rule result (``rule_rows``)."""
+        units: dict[str, str] = {}
+        nan = float("nan")
+        for k, ri, ai, a in self._actions(only):
+            names = list(a.metric_names())
+            ident = {"kernel": k, "range": ri, "id": ai, "name": a.name(self._demangled),
+                     "function": a.name(self._function), "nvtx": _nvtx(a)}
+            values, texts = [], {}
+            by_name = a.metric_by_name
+            for i, n in enumerate(names):
+                m = by_name(n)
+                v = m.value()
+                if v.__class__ is float or v.__class__ is int:
+                    values.append(v)
+                else:
+                    values.append(nan)
+                    if isinstance(v, str):
+                        texts[i] = v
+                if n not in units:
+                    units[n] = m.unit()
+            got = dict(zip(names, values))
+            for n in LAUNCH:
+                ident[n] = got.get(n)
+            ident["device"] = texts.get(names.index("device__attribute_display_name")) \
+                if "device__attribute_display_name" in got else None
+            ident.update(_key_metrics(got, names))
+            yield ident, (names, values, texts, [units[n] for n in names]), \
+                rule_rows(a.rule_results_as_dicts())
 
     def metrics(self) -> pd.DataFrame:
         """Every metric of every kernel, long form: range, id, name, nvtx, metric, value
         (numeric, NaN for text), text (for string metrics), unit."""
         rows = []
-        for ri, ai, a in self._actions():
+        for _, ri, ai, a in self._actions():
             name, nvtx = a.name(self._demangled), _nvtx(a)
             for m in a.metric_names():
                 metric = a.metric_by_name(m)
@@ -157,6 +237,83 @@ class NcuReport:
                 rows.append((ri, ai, name, nvtx, m, num, text, metric.unit()))
         return pd.DataFrame(rows, columns=["range", "id", "name", "nvtx", "metric", "value",
                                            "text", "unit"])
+
+
+KEY_COLUMNS = ["range", "id", "name", "nvtx", *METRICS, "tensor_active_pct", "tensor_precision",
+               "tensor_ops", *METRIC_COLUMNS]
+
+
+def key_frame(rows: list[dict]) -> pd.DataFrame:
+    """The ``kernels()`` frame of rows holding ``_key_metrics`` (and their ``_metric_*`` keys:
+    which metric each column was read from, kept in ``attrs["metrics"]``)."""
+    out = pd.DataFrame(rows)
+    used = {}
+    for c in METRICS:
+        col = f"_metric_{c}"
+        found = out[col].dropna() if col in out else pd.Series(dtype=object)
+        used[c] = found.iloc[0] if len(found) else "not in this report"
+    out = out.reindex(columns=[c for c in out.columns if not c.startswith("_metric_")])
+    out = out.reindex(columns=KEY_COLUMNS + [c for c in out.columns if c not in KEY_COLUMNS])
+    out.attrs["metrics"] = used
+    return out
+
+
+def _key_metrics(action, names: list[str]) -> dict:
+    """The ``METRICS`` columns, the Tensor Core activity and precision of one kernel, and the
+    metric each ``METRICS`` column came from (``_metric_<column>``)."""
+    row = {}
+    for col in METRICS:
+        row[col], row[f"_metric_{col}"] = _by_pattern(action, names, _PATTERN_RES[col])
+    row["tensor_active_pct"], row["tensor_active_metric"] = _tensor_active(action, names)
+    row["tensor_precision"], row["tensor_ops"], row["tensor_ops_metrics"] = \
+        _tensor_source(action, names)
+    return row
+
+
+_MARKUP = re.compile(r"@(?:section|url|metric|table):([^@:]*)(?::[^@]*)?@")
+
+
+def plain(message: str) -> str:
+    """A rule message without ncu's link markup: "@section:ID:Label@" reads "Label"."""
+    def label(m: re.Match) -> str:
+        parts = m.group(0).strip("@").split(":", 2)
+        return parts[2] if parts[0] == "section" and len(parts) > 2 else parts[1]
+    return _MARKUP.sub(label, message or "").strip()
+
+
+def rule_rows(results: list[dict]) -> list[dict]:
+    """NVIDIA's rule results of one kernel (``IAction.rule_results_as_dicts()``) as flat rows,
+    as ncu states them: rule, name, section, title, message (markup made plain), kind
+    (``MESSAGE_KINDS``), speedup_pct and speedup_kind (``SPEEDUP_KINDS``; NaN / None without
+    an estimate), focus (the focus metrics, JSON)."""
+    rows = []
+    for r in results:
+        msg = r.get("rule_message") or {}
+        est = r.get("speedup_estimation") or {}
+        rows.append({"rule": r.get("rule_identifier"), "name": r.get("name"),
+                     "section": r.get("section_identifier"), "title": msg.get("title") or "",
+                     "message": plain(msg.get("message", "")),
+                     "kind": MESSAGE_KINDS.get(int(msg.get("type", 0) or 0), "none"),
+                     "speedup_pct": float(est["speedup"]) if "speedup" in est else float("nan"),
+                     "speedup_kind": SPEEDUP_KINDS.get(int(est.get("type", 0))) if est else None,
+                     "focus": json.dumps(r.get("focus_metrics") or [], default=str)})
+    return rows
+
+
+def _check(path: Path, src: Path) -> None:
+    """An .ncu-rep to load: not empty and NVIDIA's magic at its start (ncu_report itself
+    reads an empty or foreign file as a report of no kernels)."""
+    with src.open("rb") as f:
+        head = f.read(16)
+    if not head:
+        raise NotAReportError(f"{path}: an empty file; profile again with ncu --export, or "
+                              "copy the report again")
+    if head.startswith(b"SQLite format 3"):
+        raise NotAReportError(f"{path}: is an nsys SQLite export, not an Nsight Compute report; "
+                              "give it as the report and the .ncu-rep as --ncu")
+    if not head.startswith(MAGIC):
+        raise NotAReportError(f"{path}: not an Nsight Compute report (no NVR header); give a "
+                              ".ncu-rep written by ncu --export")
 
 
 def open_ncu(path: str | Path) -> NcuReport:
@@ -185,6 +342,10 @@ def tensor_evidence(kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 def _value(action, metric: str) -> float:
+    """``metric``'s value in ``action`` (an ncu_report action, or a mapping of values read)."""
+    if isinstance(action, dict):
+        v = action.get(metric)
+        return float(v) if v is not None else float("nan")
     m = action.metric_by_name(metric)
     try:
         return float(m.value()) if m is not None else float("nan")
@@ -196,12 +357,23 @@ def _by_pattern(action, names: list[str], patterns: list[re.Pattern]) -> tuple[f
     """(value, metric) of the first of ``patterns`` that a metric of ``names`` matches, the
     "% of peak sustained active" one before "% of elapsed"; (NaN, None) when none does."""
     for rx in patterns:
-        hits = sorted((n for n in names if rx.match(n)), key=lambda n: "elapsed" in n)
-        for n in hits:
+        for n in _hits(rx, tuple(names)):
             v = _value(action, n)
             if v == v:
                 return v, n
     return float("nan"), None
+
+
+@functools.lru_cache(maxsize=256)
+def _hits(rx: re.Pattern, names: tuple[str, ...]) -> list[str]:
+    """The metrics of ``names`` that ``rx`` matches, "% of peak sustained active" first (every
+    kernel of a report has the same names: matched once)."""
+    return sorted((n for n in names if rx.match(n)), key=lambda n: "elapsed" in n)
+
+
+@functools.lru_cache(maxsize=64)
+def _src_hits(names: tuple[str, ...]) -> list[tuple[str, re.Match]]:
+    return [(n, h) for n in names if (h := _TENSOR_SRC.match(n))]
 
 
 def _tensor_active(action, names: list[str]) -> tuple[float, str]:
@@ -230,10 +402,7 @@ def _tensor_source(action, names: list[str]) -> tuple[str | None, float, str]:
     totals: dict[tuple[str, str], float] = {}
     parts: dict[tuple[str, str], float] = {}
     read: list[str] = []
-    for m in names:
-        hit = _TENSOR_SRC.match(m)
-        if not hit:
-            continue
+    for m, hit in _src_hits(tuple(names)):
         v = _value(action, m)
         if v != v:
             continue

@@ -9,7 +9,7 @@ that makes a record can say it.
 """
 from __future__ import annotations
 
-from nsightlab.core.units import fmt_ms
+from nsightlab.core.units import fmt_ms, fmt_time
 
 #: how each remedy is done, generically (the PyTorch, CUDA and trtexec spellings side by side),
 #: then in each runtime's own terms (as ``analysis.runtime`` names it, EP apart)
@@ -72,8 +72,10 @@ def _plain(v):
 
 
 def _in_ms(values: dict) -> dict:
-    """Each ``X_ns`` value as ``X_ms``, in words ("12.34 ms")."""
-    return {f"{k[:-3]}_ms": fmt_ms(x) for k, x in values.items() if k.endswith("_ns")}
+    """Each ``X_ns`` value as ``X_ms`` ("12.34 ms") and ``X_t`` (a kernel's time: "36.8 µs")."""
+    out = {f"{k[:-3]}_ms": fmt_ms(x) for k, x in values.items() if k.endswith("_ns")}
+    out.update({f"{k[:-3]}_t": fmt_time(x) for k, x in values.items() if k.endswith("_ns")})
+    return out
 
 
 #: each piece of advice (``budget._advice``'s codes); ``{pin}`` etc.: how the remedy is done
@@ -185,12 +187,55 @@ SAY = {
 }
 
 
+#: a kernel's findings (``kernels.judge``, ``kernels.join``, ``kernels.pairs``): ``{about}``
+#: the kernel, ``{X_t}`` the value ``X_ns`` as a kernel's time
+SAY.update({
+    "kernel_compute": "compute-bound: SM throughput {compute_pct:.0f}% of peak, limited by "
+                      "{unit} ({unit_pct:.0f}%); memory {memory_pct:.0f}%",
+    "kernel_memory": "memory-bound: memory throughput {memory_pct:.0f}% of peak, most at "
+                     "{unit} ({unit_pct:.0f}%; DRAM {dram_pct:.0f}%); compute {compute_pct:.0f}%",
+    "kernel_balanced": "compute- and memory-bound: SM throughput {compute_pct:.0f}% and memory "
+                       "{memory_pct:.0f}% of peak; limited by {unit} ({unit_pct:.0f}%)",
+    "kernel_latency": "latency-bound: compute {compute_pct:.0f}% and memory {memory_pct:.0f}% "
+                      "of peak, both under 60%: {why}",
+    "kernel_unjudged": "not judged: the report has no Speed of Light figures for it",
+    "kernel_headroom": "roofline: {headroom_pct:.0f}% headroom: its work ({flops_words}"
+                       "{bytes_words}) needs {t_min_t} at the ceilings ({peak_source}), it took "
+                       "{duration_t}",
+    "kernel_rule": "NVIDIA {rule} \"{title}\": est. {estimate_pct:.0f}%{capped_words}",
+    "kernel_tensor_idle": "the trace calls {about} Tensor-Core-capable, but its tensor pipe was "
+                          "{tensor_pct:.1f}% active under ncu: it runs on the CUDA cores",
+    "kernel_saves": "{about}: {time_t} per iteration ({share_pct:.1f}% of the loop), "
+                    "{limiter}, {headroom_pct:.0f}% headroom: up to {saves_t} per iteration "
+                    "({saves_pct:.1f}% of the loop)",
+    "kernel_unprofiled": "not profiled: {about} ({share_pct:.1f}% of the loop's kernel time)",
+})
+
+
 def say(code: str, gpu=None, about: str | None = None, prefix: str = "", **values) -> "Said":
     """The finding ``code`` (``SAY``) about ``about`` on GPU ``gpu``, with its numbers, said
     after ``prefix`` (which GPU, when the report has several)."""
     values = {k: _plain(v) for k, v in values.items()}
-    return Said(prefix + SAY[code].format(about=about, **values, **_in_ms(values)), code, gpu,
-                about, values)
+    extra = _kernel_words(code, values) if code.startswith("kernel_") else {}
+    return Said(prefix + SAY[code].format(about=about, **values, **_in_ms(values), **extra), code,
+                gpu, about, values)
+
+
+def _kernel_words(code: str, v: dict) -> dict:
+    """The phrases of a kernel finding that depend on its numbers."""
+    out = {}
+    if code == "kernel_headroom":
+        flops, moved = v.get("flops"), v.get("dram_bytes")
+        out["flops_words"] = (f"{flops / 1e9:,.3g} GFLOP {v.get('precision') or ''}".rstrip()
+                              if flops and flops > 0 else "no FLOPs")
+        used = v.get("used_pct")
+        out["bytes_words"] = "" if not moved or moved != moved else (
+            f", {moved / 1e6:,.3g} MB of DRAM traffic" +
+            (f" of which {used:.0f}% used" if used is not None and used < 99.5 else ""))
+    if code == "kernel_rule":
+        out["capped_words"] = (f", capped at the {v['capped_pct']:.0f}% headroom"
+                               if v.get("capped") else "")
+    return out
 
 
 class Said(str):
