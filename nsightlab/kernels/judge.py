@@ -3,8 +3,9 @@
 - **Limiter**, from Speed of Light as ncu states it: compute throughput
   (``sm__throughput``) against memory throughput (``gpu__compute_memory_throughput``). The
   higher one limits when it reaches ``HIGH`` (60%, the line under which ncu's own
-  SOLBottleneck rule calls a workload latency-bound); the unit is the largest part of ncu's
-  breakdown of that figure (``breakdown:...``: a pipe, or DRAM / L2 / L1). Below ``HIGH`` on
+  SOLBottleneck rule calls a workload latency-bound); both high and within ``BALANCED``
+  points of each other, the kernel is balanced (ncu's rule again). The unit is the largest
+  part of ncu's breakdown of the higher figure (``breakdown:...``: a pipe, or DRAM / L2 / L1). Below ``HIGH`` on
   both sides the kernel is latency-bound, and ``why`` says what the report shows: a grid
   smaller than the GPU, low occupancy, the warps' top stall.
 - **Roofline**: the FLOPs it ran by precision (Tensor Core and CUDA core), the DRAM bytes it
@@ -31,6 +32,9 @@ from nsightlab.renderers import words
 
 #: ncu's line (SOLBottleneck) under which neither compute nor memory limits: latency
 HIGH = 60.0
+#: ncu's SOLBottleneck: compute and memory within 10 points of each other (both high) are
+#: balanced; further apart, the higher one limits
+BALANCED = 10.0
 #: achieved occupancy under which a latency-bound kernel is said to lack warps
 LOW_OCCUPANCY = 30.0
 SOL = {"duration_ns": "gpu__time_duration.sum",
@@ -41,8 +45,8 @@ SOL = {"duration_ns": "gpu__time_duration.sum",
        "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
        "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
        "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
-       "waves": "launch__waves_per_multiprocessor", "grid": "launch__grid_size",
-       "block": "launch__block_size", "sms": "launch__sm_count",
+       "waves": "launch__waves_per_multiprocessor", "grid_size": "launch__grid_size",
+       "block_size": "launch__block_size", "sms": "launch__sm_count",
        "registers": "launch__registers_per_thread",
        "excess_sectors": "derived__memory_l2_theoretical_sectors_global_excessive",
        "global_sectors": "memory_l2_theoretical_sectors_global"}
@@ -152,7 +156,7 @@ def limiter_said(k) -> words.Said:
               "tensor_pct": k["tensor_pct"], "duration_ns": k["duration_ns"]}
     if k["limiter"] == "latency":
         return words.say("kernel_latency", about=k["function"], why=k["why"], **values)
-    if k["limiter"] in ("compute", "memory"):
+    if k["limiter"] in ("compute", "memory", "balanced"):
         return words.say(f"kernel_{k['limiter']}", about=k["function"], **values)
     return words.say("kernel_unjudged", about=k["function"], duration_ns=k["duration_ns"])
 
@@ -189,18 +193,30 @@ def _limiters(k: pd.DataFrame, v: pd.DataFrame, parts: dict) -> tuple[list, list
         if not (c == c and m == m):
             lim.append("unknown"), unit.append(None), pct.append(np.nan)
             continue
-        kind = "latency" if max(c, m) < HIGH else ("compute" if c >= m else "memory")
-        side = "compute" if kind == "latency" and c >= m else \
-            ("memory" if kind == "latency" else kind)
-        comps = [x for x in parts[side].get(int(row.kernel), []) if x in v]
-        vals = v.loc[int(row.kernel), comps].dropna() if comps else pd.Series(dtype=float)
-        # of the parts within half a point of the largest, the most specific unit
-        near = vals[vals >= vals.max() - 0.5] if len(vals) else vals
-        top = min(near.index, key=lambda x: _RANK.get(_unit(x), len(_RANK))) if len(near) else None
+        kind = "latency" if max(c, m) < HIGH else "balanced" if min(c, m) >= HIGH and \
+            abs(c - m) < BALANCED else ("compute" if c >= m else "memory")
+        side = "compute" if c >= m else "memory"
+        top, top_pct = _top_part(v, int(row.kernel), parts[side])
+        if kind == "balanced":
+            other, _ = _top_part(v, int(row.kernel), parts["memory" if side == "compute" else
+                                                            "compute"])
+            top = " and ".join(x for x in (top, other) if x)
         lim.append(kind)
-        unit.append(_unit(top) if top else None)
-        pct.append(float(v.at[int(row.kernel), top]) if top else np.nan)
+        unit.append(top)
+        pct.append(top_pct)
     return lim, unit, pct
+
+
+def _top_part(v: pd.DataFrame, kernel: int, parts: dict) -> tuple[str | None, float]:
+    """(unit, % of peak) of the largest part of a Speed of Light breakdown; of the parts within
+    half a point of it, the most specific unit (``_RANK``)."""
+    comps = [x for x in parts.get(kernel, []) if x in v]
+    vals = v.loc[kernel, comps].dropna() if comps else pd.Series(dtype=float)
+    if not len(vals):
+        return None, np.nan
+    near = vals[vals >= vals.max() - 0.5]
+    top = min(near.index, key=lambda x: _RANK.get(_unit(x), len(_RANK)))
+    return _unit(top), float(vals[top])
 
 
 def _top_pipe(v: pd.DataFrame) -> tuple[list, list]:
@@ -245,8 +261,8 @@ def _why(r) -> str | None:
     if r.limiter != "latency":
         return None
     out = []
-    if r.grid == r.grid and r.sms == r.sms and r.grid < r.sms:
-        out.append(f"a grid of {int(r.grid)} blocks for {int(r.sms)} SMs")
+    if r.grid_size == r.grid_size and r.sms == r.sms and r.grid_size < r.sms:
+        out.append(f"a grid of {int(r.grid_size)} blocks for {int(r.sms)} SMs")
     if r.achieved_occupancy_pct == r.achieved_occupancy_pct and \
             r.achieved_occupancy_pct < LOW_OCCUPANCY:
         lim = f", limited by {r.occupancy_limit}" if r.occupancy_limit else ""
@@ -301,7 +317,8 @@ def _roofline(v: pd.DataFrame, k: pd.DataFrame) -> pd.DataFrame:
         if not times:
             t_min.append(np.nan), roof.append(None), source.append(None), achieved.append(np.nan)
             continue
-        compute = sum(t for c, t in times.items() if c != "dram")  # one precision after another
+        # each pipe is a ceiling of its own, and they run at once: the slowest bounds the work
+        compute = max((t for c, t in times.items() if c != "dram"), default=0.0)
         need = max(compute, times.get("dram", 0.0))
         t_min.append(need)
         roof.append("compute" if compute >= times.get("dram", 0.0) else "memory")

@@ -21,7 +21,8 @@ from nsightlab.comparison.ort_placement import Placement
 from nsightlab.run.model import OUTSIDE
 from nsightlab.run.report import ProcessesReport, RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
-from nsightlab.core.units import fmt_bytes, fmt_span, kernel_label, ms_columns
+from nsightlab.core.units import fmt_bytes, fmt_span, fmt_time, kernel_label, ms_columns
+from nsightlab.kernels.report import KernelDiff, KernelLineup, KernelReport
 from nsightlab.read.metadata import ReportInfos
 from nsightlab.recipe_runner import RunResult
 
@@ -487,3 +488,77 @@ def _missing_words(hint: str) -> str:
     none of that work), else "not recorded (...)"."""
     why = hint.split(" table", 1)[-1].lstrip(": ")
     return why if why.startswith("none in this run") else f"not recorded ({why})"
+
+
+def _kernel_rows(k: pd.DataFrame) -> pd.DataFrame:
+    """The judged kernels as a terminal reads them: one line each, the longest first."""
+    k = k.sort_values("duration_ns", ascending=False)
+    return pd.DataFrame({
+        "kernel": [kernel_label(str(x), 44) for x in k["function"]],
+        "grid": k["grid"], "time": [fmt_time(x) for x in k["duration_ns"]],
+        "limiter": [f"{a} ({u})" if isinstance(u, str) else str(a)
+                    for a, u in zip(k["limiter"], k["unit"])],
+        "SM %": k["compute_pct"].round(0), "mem %": k["memory_pct"].round(0),
+        "tensor %": pd.to_numeric(k["tensor_pct"], errors="coerce").round(1),
+        "headroom %": k["headroom_pct"].round(0)})
+
+
+@render.register
+def _(r: KernelReport, limit: int | None = 15) -> str:
+    k = r.judged.kernels
+    out = [f"{r.source}: {len(k)} kernels profiled by Nsight Compute "
+           f"({', '.join(sorted(k['device'].dropna().unique())) or 'device unknown'}); "
+           "times are ncu's (base clocks, caches flushed)"]
+    if r.joined is not None:
+        j = r.joined
+        saves = j.saves
+        out += ["", f"== what each kernel could save per iteration (loop: {fmt_time(j.loop_ns)} per "
+                f"iteration, {j.iterations} iterations; headroom from the roofline) =="]
+        if len(saves):
+            shown = saves.head(limit or len(saves))
+            out.append(table_text(pd.DataFrame({
+                "kernel": [kernel_label(str(x), 44) for x in shown["function"]],
+                "grid": shown["grid"], "per iteration": [fmt_time(x) for x in shown["time_ns"]],
+                "% loop": shown["share_pct"].round(1), "limiter": shown["limiter"],
+                "headroom %": shown["headroom_pct"].round(0),
+                "could save": [fmt_time(x) for x in shown["saves_ns"]],
+                "% loop ": shown["saves_pct"].round(1)})))
+            out.append(f"in all: up to {fmt_time(saves['saves_ns'].sum())} per iteration "
+                       f"({saves['saves_pct'].sum():.1f}% of the loop) from the "
+                       f"{len(saves)} profiled launch configurations")
+        for f in j.findings(0):
+            out.append(f"- {f}")
+        if len(j.unprofiled):
+            regex = "|".join(sorted(set(re.escape(str(x)) for x in j.unprofiled["function"])))
+            out.append(f"  profile them: nsightlab capture NAME --ncu --ncu-kernels "
+                       f"'{regex}' -- YOUR COMMAND (or --ncu-mode auto)")
+    out += ["", "== kernels (longest first) ==", table_text(_kernel_rows(k).head(limit or len(k)))]
+    out += ["", "== findings (longest kernels first; NVIDIA's estimates capped at the headroom) =="]
+    for i in k.sort_values("duration_ns", ascending=False).index[:5]:
+        fs = r.judged.findings(i)
+        out.append(f"{kernel_label(str(k.at[i, 'function']), 72)} ({fmt_time(k.at[i, 'duration_ns'])})")
+        out += [f"  - {f}" for f in fs[:4]]
+    if r.judged.missing:
+        out += ["", "not judged, for want of metrics in this report:"] + \
+            [f"  - {m}" for m in r.judged.missing]
+    return "\n".join(out)
+
+
+@render.register
+def _(d: KernelDiff, limit: int | None = 20) -> str:
+    f = d.findings()
+    out = [str(f[0]), "durations are ncu's on both sides (base clocks, caches flushed)", ""]
+    out += ["== pairs (by role: NVTX range, class, order), longest in A first =="]
+    out += [f"- {x}" for x in f[1:] if x.code != "pair_only"][:limit or None]
+    only = [x for x in f if x.code == "pair_only"]
+    if only:
+        out += ["", "== kernels on one side only =="] + [f"- {x}" for x in only[:limit or None]]
+    return "\n".join(out)
+
+
+@render.register
+def _(d: KernelLineup, limit: int | None = None) -> str:
+    t = d.table.copy()
+    t["profiled"] = [fmt_time(x) for x in t["profiled_ns"]]
+    return table_text(t[["report", "kernels", "profiled", "vs_first", "pairs", "only_here",
+                         "headline"]])

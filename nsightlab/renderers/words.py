@@ -209,6 +209,16 @@ SAY.update({
                     "{limiter}, {headroom_pct:.0f}% headroom: up to {saves_t} per iteration "
                     "({saves_pct:.1f}% of the loop)",
     "kernel_unprofiled": "not profiled: {about} ({share_pct:.1f}% of the loop's kernel time)",
+    "pair_total": "{about}: {b_t} against {a_t} of profiled kernels ({ratio:.2f}x){only_words}",
+    "pair_compute": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); compute-bound on both sides "
+                    "({precision_a} -> {precision_b}): the ratio of the peaks is {expected:.2f}x",
+    "pair_memory": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); memory-bound on both sides: "
+                   "{bytes_ratio:.2f}x fewer DRAM bytes, DRAM use {dram_a:.0f}% -> {dram_b:.0f}%; "
+                   "the roofline expects {expected:.2f}x",
+    "pair_mixed": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); {limiter_a} -> {limiter_b}: the "
+                  "roofline expects {expected:.2f}x",
+    "pair_unjudged": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); no roofline on one side",
+    "pair_only": "only in {side}: {about}, {duration_t}, {limiter} ({unit})",
 })
 
 
@@ -216,7 +226,7 @@ def say(code: str, gpu=None, about: str | None = None, prefix: str = "", **value
     """The finding ``code`` (``SAY``) about ``about`` on GPU ``gpu``, with its numbers, said
     after ``prefix`` (which GPU, when the report has several)."""
     values = {k: _plain(v) for k, v in values.items()}
-    extra = _kernel_words(code, values) if code.startswith("kernel_") else {}
+    extra = _kernel_words(code, values) if code.startswith(("kernel_", "pair_")) else {}
     return Said(prefix + SAY[code].format(about=about, **values, **_in_ms(values), **extra), code,
                 gpu, about, values)
 
@@ -232,6 +242,9 @@ def _kernel_words(code: str, v: dict) -> dict:
         out["bytes_words"] = "" if not moved or moved != moved else (
             f", {moved / 1e6:,.3g} MB of DRAM traffic" +
             (f" of which {used:.0f}% used" if used is not None and used < 99.5 else ""))
+    if code == "pair_total":
+        out["only_words"] = (f"; {v['only_b']} kernel(s) only in B take {fmt_time(v['only_b_ns'])}"
+                             f" ({v['only_b_pct']:.0f}% of B)" if v.get("only_b") else "")
     if code == "kernel_rule":
         out["capped_words"] = (f", capped at the {v['capped_pct']:.0f}% headroom"
                                if v.get("capped") else "")

@@ -1,0 +1,209 @@
+"""The kernel-level answers as results: one report (``build``), two (``diff``), N (``lineup``).
+
+Inputs: an ``.ncu-rep`` (``.ncu-rep.xz``), or a capture folder holding one (its ``manifest.json``
+``ncu_rep``, else its only ``*.ncu-rep*``); with a trace (the capture's own, or ``trace``) the
+kernels are joined to its loop (``join``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from nsightlab.core.result import Result
+from nsightlab.errors import NotAReportError
+from nsightlab.formats import ncu
+from nsightlab.kernels import judge, join, pairs
+from nsightlab.read.ncu_store import NcuStore
+
+#: the columns of the judged table a report shows first
+SHOWN = ["kernel", "function", "nvtx", "grid", "block", "duration_ns", "limiter", "unit",
+         "unit_pct", "compute_pct", "memory_pct", "dram_pct", "tensor_pct", "precision", "flops",
+         "dram_bytes", "used_pct", "roof", "headroom_pct", "achieved_occupancy_pct",
+         "theoretical_occupancy_pct", "occupancy_limit", "waves", "why"]
+
+
+def ncu_in(path: str | Path) -> Path | None:
+    """The Nsight Compute report that ``path`` is or holds (a capture folder), else None."""
+    p = Path(path)
+    if p.is_file():
+        return p if ncu.is_ncu(p) else None
+    if not p.is_dir():
+        return None
+    manifest = p / "manifest.json"
+    if manifest.is_file():
+        try:
+            name = json.loads(manifest.read_text()).get("ncu_rep")
+        except (ValueError, AttributeError):
+            name = None
+        for n in ([name, name + ".xz"] if isinstance(name, str) else []):
+            if (p / n).is_file() and (p / n).resolve().is_relative_to(p.resolve()):
+                return p / n
+    found = sorted(p.glob("*.ncu-rep")) + sorted(p.glob("*.ncu-rep.xz"))
+    return found[0] if len(found) == 1 else None
+
+
+def store_of(path: str | Path, cache_dir=None, progress=None) -> NcuStore:
+    """The parsed store of the ncu report ``path`` is or holds.
+
+    Raises:
+        NotAReportError: ``path`` holds no Nsight Compute report.
+    """
+    rep = ncu_in(path)
+    if rep is None:
+        raise NotAReportError(f"{path}: holds no Nsight Compute report (.ncu-rep); give one, or "
+                              "capture with --ncu")
+    folder = Path(path) / "cache" if Path(path).is_dir() and os_writable(Path(path)) else None
+    return NcuStore(rep, cache_dir=cache_dir, folder=folder, progress=progress)
+
+
+def os_writable(folder: Path) -> bool:
+    import os
+
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+@dataclass(repr=False)
+class KernelReport(Result):
+    """One Nsight Compute report judged (``judge``), joined to a trace's loop when there is
+    one (``join``). ``findings``: records, the most telling first."""
+
+    source: str
+    judged: judge.Judged
+    joined: join.Joined | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def brief(self) -> str:
+        k = self.judged.kernels
+        top = k.sort_values("duration_ns", ascending=False).head(1)
+        lead = f"{len(k)} kernels profiled"
+        if len(top):
+            r = top.iloc[0]
+            lead += f"; the longest, {r['function']}, is {r['limiter']}-bound"
+        return lead
+
+    def findings(self) -> list:
+        out = list(self.joined.findings()) if self.joined is not None else []
+        k = self.judged.kernels.sort_values("duration_ns", ascending=False)
+        for i in k.index[:5]:
+            out += self.judged.findings(i)[:3]
+        return out
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        out = {"kernels": self.judged.kernels[[c for c in SHOWN if c in self.judged.kernels]]
+               .reset_index(drop=True), "rules": self.judged.rules}
+        if self.joined is not None:
+            out["saves"] = self.joined.saves
+            out["unprofiled"] = self.joined.unprofiled
+        out["findings"] = pd.DataFrame([f.record() for f in self.findings()])
+        return out
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        out["findings"] = [f.record() for f in self.findings()]
+        out["not_judged"] = self.judged.missing
+        if self.joined is not None:
+            out["loop_ns"] = self.joined.loop_ns
+            out["iterations"] = self.joined.iterations
+        return out
+
+    def manifest(self) -> dict:
+        return {"source": self.source, "joined": self.joined is not None}
+
+
+@dataclass(repr=False)
+class KernelDiff(Result):
+    """Two ncu reports compared at the counter level (``pairs``)."""
+
+    a: str
+    b: str
+    paired: pairs.Paired
+    judged: tuple = ()
+
+    def brief(self) -> str:
+        return str(self.paired.findings()[0])
+
+    def findings(self) -> list:
+        return self.paired.findings()
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"pairs": self.paired.pairs, "only_a": self.paired.only_a,
+                "only_b": self.paired.only_b,
+                "findings": pd.DataFrame([f.record() for f in self.findings()])}
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        out["findings"] = [f.record() for f in self.findings()]
+        return out
+
+    def manifest(self) -> dict:
+        return {"a": self.a, "b": self.b}
+
+
+@dataclass(repr=False)
+class KernelLineup(Result):
+    """N ncu reports against the first: each one's profiled time and its diff's headline."""
+
+    table: pd.DataFrame
+
+    def brief(self) -> str:
+        return f"{len(self.table)} Nsight Compute reports"
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"lineup": self.table}
+
+    def manifest(self) -> dict:
+        return {"reports": self.table["report"].tolist()}
+
+
+def build(path: str | Path, trace: str | Path | None = None, cache_dir=None,
+          progress=None) -> KernelReport:
+    """Judge the ncu report that ``path`` is or holds; join it to ``trace`` (a report or
+    capture), or to the capture's own trace when ``path`` is a capture holding one."""
+    store = store_of(path, cache_dir, progress)
+    judged = judge.of(store)
+    warnings = list(store.warnings)
+    if trace is None and Path(path).is_dir():
+        trace = path if _has_trace(Path(path)) else None
+    joined = None
+    if trace is not None:
+        import nsightlab
+
+        with nsightlab.open(trace, cache_dir=cache_dir, progress=progress) as r:
+            try:
+                joined = join.of(judged, r)
+            except (ValueError, KeyError) as e:
+                warnings.append(f"{trace}: the kernels could not be joined to its loop ({e})")
+        if joined is not None and len(joined.unmatched) == len(judged.kernels):
+            warnings.append(f"{store.path}: none of its {len(judged.kernels)} kernels runs in "
+                            f"the loop of {trace}: are they of the same program?")
+    return KernelReport(str(path), judged, joined, warnings)
+
+
+def diff(a: str | Path, b: str | Path, cache_dir=None, progress=None) -> KernelDiff:
+    ja, jb = (judge.of(store_of(p, cache_dir, progress)) for p in (a, b))
+    return KernelDiff(str(a), str(b), pairs.of(ja, jb, (_name(a), _name(b))), (ja, jb))
+
+
+def lineup(paths: list, cache_dir=None, progress=None) -> KernelLineup:
+    judged = [judge.of(store_of(p, cache_dir, progress)) for p in paths]
+    rows = []
+    for p, j in zip(paths, judged):
+        pr = pairs.of(judged[0], j, (_name(paths[0]), _name(p)))
+        rows.append({"report": str(p), "kernels": len(j.kernels),
+                     "profiled_ns": float(j.kernels["duration_ns"].sum()),
+                     "vs_first": pr.a_ns / pr.b_ns if pr.b_ns else float("nan"),
+                     "pairs": len(pr.pairs), "only_here": len(pr.only_b),
+                     "headline": str(pr.findings()[1]) if len(pr.pairs) else ""})
+    return KernelLineup(pd.DataFrame(rows))
+
+
+def _name(p) -> str:
+    p = Path(p)
+    return p.name.split(".")[0] if p.is_file() else p.name
+
+
+def _has_trace(folder: Path) -> bool:
+    return any(folder.glob(g) for g in ("*.sqlite", "*.sqlite.xz", "*.nsys-rep"))
