@@ -15,6 +15,8 @@ The kind of a JSON file is read from its content, not its name. Inputs are never
 """
 from __future__ import annotations
 
+import sys
+
 import json
 from pathlib import Path
 
@@ -65,6 +67,15 @@ def export_file(src: Path, outdir: Path, nsys: str | None = None) -> list[Path]:
         return [nsys_cli.export_sqlite(src, out, nsys_cli.find_nsys(nsys))]
     if name.endswith((".ncu-rep", ".ncu-rep.xz")):
         rep = ncu.open_ncu(src)
+        count = rep.count()
+        if count == 0:
+            raise NotAReportError(f"{src}: holds no profiled kernel" + (
+                "; it is cut short: copy it again" if not rep.whole else
+                "; ncu profiled nothing: check its kernel filters"))
+        if not rep.whole:
+            sys.stderr.write(f"WARNING: {src}: cut short ({src.stat().st_size:,} of the "
+                             f"{rep.expected_bytes:,} bytes its records say): exported the "
+                             f"{count} kernels before the cut; copy it again for the rest\n")
         outs = [outdir / f"{stem}.ncu_kernels.parquet", outdir / f"{stem}.ncu_metrics.parquet"]
         for out, df in zip(outs, (rep.kernels(), rep.metrics())):
             with atomic_file(out, "wb") as f:

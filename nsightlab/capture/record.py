@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from nsightlab.errors import NsightlabError, UsageError
+from nsightlab.errors import NoDataError, NsightlabError, UsageError
 from nsightlab.capture import machine
 from nsightlab.read import nsys_export as nsys_cli
 from nsightlab.read.locate import capture_dirs, default_store
@@ -43,6 +43,10 @@ PRECISION_FLAGS = {"fp16": ["--fp16"], "bf16": ["--bf16"], "int8": ["--int8"], "
                    "mxfp8": ["--stronglyTyped"], "strongly-typed": ["--stronglyTyped"]}
 NCU_HINT = ("install Nsight Compute (CUDA toolkit) and put ncu on PATH, or pass --ncu-path / "
             "set NSIGHTLAB_NCU")
+NCU_MODES = ("all", "auto")
+#: what the ncu step's selection reads in a plan of --ncu-mode auto (a dry run): it is chosen
+#: from the nsys trace once nsys has run
+NCU_AUTO_PLACEHOLDER = "<auto: kernels chosen from report.sqlite after nsys>"
 TRTEXEC_HINT = ("install TensorRT (trtexec ships in its bin/ folder) and put trtexec on PATH, "
                 "or pass --trtexec-path / set NSIGHTLAB_TRTEXEC")
 
@@ -70,6 +74,9 @@ class Options:
     ncu_kernels: str | None = None
     ncu_nvtx: str | None = None
     ncu_count: int | None = None
+    # "all": every kernel (or the ones the selection flags pick); "auto": the kernels that make
+    # up the loop's time in the nsys trace, one launch per configuration (``auto_selection``)
+    ncu_mode: str = "all"
     ncu_args: list[str] = field(default_factory=list)
     # presets
     trtexec: str | None = None
@@ -128,6 +135,22 @@ class Options:
                              f"{', '.join(PRECISION_FLAGS)}")
         if self.ncu_count is not None and self.ncu_count < 1:
             raise NsightlabError(f"--ncu-count {self.ncu_count}: give a positive number of kernels")
+        if self.ncu_mode not in NCU_MODES:
+            raise UsageError(f"--ncu-mode {self.ncu_mode}: give one of {', '.join(NCU_MODES)}")
+        if self.ncu_mode == "auto":
+            given = [flag for flag, v in (("--ncu-kernels", self.ncu_kernels),
+                                          ("--ncu-nvtx", self.ncu_nvtx),
+                                          ("--ncu-count", self.ncu_count)) if v is not None]
+            if given:
+                raise NsightlabError(
+                    f"--ncu-mode auto chooses the kernels itself: leave out {' and '.join(given)}, "
+                    "or use --ncu-mode all to choose them yourself")
+            if not self.use_ncu:
+                raise NsightlabError("--ncu-mode auto picks the kernels for Nsight Compute: give "
+                                     "it with --ncu")
+            if not self.use_nsys:
+                raise NsightlabError("--ncu-mode auto chooses the kernels from the nsys trace: "
+                                     "leave out --no-nsys (or use --ncu-mode all)")
 
 
 @dataclass
@@ -202,9 +225,14 @@ def engine_path(opts: Options) -> Path:
     return store_dir(opts) / ".engines" / f"{model.stem}-{opts.precision}-{key[:12]}.plan"
 
 
-def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Step]:
+def plan(opts: Options, workdir: Path, tools: dict[str, str | None],
+         ncu_selection: list[str] | None = None) -> list[Step]:
     """The steps of a capture, in order, with their exact argv: building a TensorRT engine
-    (once), the workload under nsys and/or ncu (or alone), and the SQLite export."""
+    (once), the workload under nsys and/or ncu (or alone), and the SQLite export.
+
+    With ``ncu_mode`` auto the ncu step comes after the export, its kernel selection
+    ``ncu_selection`` (``auto_selection``'s arguments, chosen once the trace exists;
+    ``NCU_AUTO_PLACEHOLDER`` until then)."""
     steps: list[Step] = []
     if opts.trtexec:
         trt = tools.get("trtexec") or "trtexec"
@@ -247,8 +275,11 @@ def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Ste
             *(["--cuda-graph-trace=node"] if "cuda" in opts.trace.split(",") else []),
             *sampling, *gpu, "--force-overwrite=true", f"--output={workdir / 'report'}",
             *opts.nsys_args, *workload], kind="workload"))
+    auto = opts.use_ncu and opts.ncu_mode == "auto"
     if opts.use_ncu:
         selection = []
+        if auto:
+            selection = list(ncu_selection) if ncu_selection is not None else [NCU_AUTO_PLACEHOLDER]
         if opts.ncu_kernels:
             selection += ["--kernel-name", f"regex:{opts.ncu_kernels}"]
         if opts.ncu_nvtx:
@@ -264,7 +295,47 @@ def plan(opts: Options, workdir: Path, tools: dict[str, str | None]) -> list[Ste
         steps.append(Step("export", nsys_cli.export_argv(
             tools.get("nsys") or "nsys", workdir / "report.nsys-rep", workdir / "report.sqlite"),
             kind="export"))
+    if auto:  # the ncu step is chosen from the export: it runs after it
+        steps.sort(key=lambda s: s.name == "ncu")
     return steps
+
+
+def auto_selection(sqlite_path: str | os.PathLike,
+                   cache_root: str | os.PathLike | None = None) -> tuple[list[str], dict]:
+    """The ncu arguments of ``--ncu-mode auto`` for the nsys trace ``sqlite_path``: the
+    kernels of its loop that make up the first 80% of the loop's kernel time
+    (``kernels.join.in_loop``'s ``top``), by function name, each launch configuration profiled
+    once (``--filter-mode per-launch-config --launch-count 1``), past its first launch when the
+    loop ran more than 2 iterations (``--launch-skip 1``: warm-up). Returns (the arguments,
+    what was chosen: kernels, share_pct of the loop's kernel time, configurations,
+    iterations).
+
+    Raises ValueError or NoDataError when the trace has no loop (``in_loop``)."""
+    from nsightlab.kernels import join
+
+    if cache_root is not None:
+        from nsightlab.read.report import Report
+
+        report = Report(Path(sqlite_path), cache_root=Path(cache_root))
+    else:
+        import nsightlab
+
+        report = nsightlab.open(sqlite_path)
+    with report as r:
+        g, _wall, iterations = join.in_loop(r)
+    top = g[g["top"]]
+    if top.empty:
+        raise ValueError("the loop has no kernels")
+    functions = list(dict.fromkeys(top["function"]))
+    total = float(g["time_ns"].sum())
+    share = round(100 * float(top["time_ns"].sum()) / total, 1) if total else 0.0
+    args = ["--kernel-name-base", "function",
+            "--kernel-name", f"regex:^({'|'.join(re.escape(f) for f in functions)})$",
+            "--filter-mode", "per-launch-config", "--launch-count", "1"]
+    if iterations > 2:
+        args += ["--launch-skip", "1"]
+    return args, {"kernels": functions, "share_pct": share, "configurations": len(top),
+                  "iterations": int(iterations)}
 
 
 def resolve_tools(opts: Options, dry_run: bool) -> dict[str, str | None]:
@@ -499,11 +570,41 @@ class _Making:
         manifest["command"] = next((s.argv for s in steps if s.workload), None)
         manifest["runs"] = [{"run": 1, "sqlite": "report.sqlite",
                              "machine_before": machine.state()}]
-        manifest["exit_code"] = _run_steps([s for s in steps if s.kind != "export"], self.work,
-                                           manifest, echo, say)
+        # --ncu-mode auto: ncu runs after the export, on the kernels chosen from it
+        later = [s for s in steps if s.name == "ncu" and self.opts.ncu_mode == "auto"]
+        manifest["exit_code"] = _run_steps(
+            [s for s in steps if s.kind != "export" and s not in later], self.work, manifest,
+            echo, say)
         manifest["runs"][0]["machine_after"] = machine.state()
         if any(step.kind == "export" for step in steps):
             _export(self.work, self.tools, manifest, say)
+        if later and not manifest["exit_code"]:
+            manifest["exit_code"] = _run_steps([self._auto_ncu(say)], self.work, manifest,
+                                               echo, say)
+
+    def _auto_ncu(self, say) -> Step:
+        """The ncu step of --ncu-mode auto: the kernels ``auto_selection`` chooses from the
+        export, or every kernel (with a note why) where the trace shows no loop."""
+        sqlite = self.work / "report.sqlite"
+        try:
+            if not sqlite.is_file():
+                raise ValueError("nsys left no SQLite export")
+            selection, chosen = auto_selection(sqlite, cache_root=self.work / "cache")
+        except (ValueError, NoDataError) as e:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            note = (f"ncu --ncu-mode auto: no loop to choose kernels from ({why}); profiling "
+                    "every kernel instead")
+            say(note)
+            self.manifest["messages"].append(note)
+            self.manifest["ncu_auto"] = {"kernels": None, "fallback": why}
+            selection = []
+        else:
+            self.manifest["ncu_auto"] = chosen
+            say(f"ncu: profiling {len(chosen['kernels'])} kernels that make up "
+                f"{chosen['share_pct']:g}% of the loop's kernel time, one launch per "
+                "configuration")
+        return next(s for s in plan(self.opts, self.work, self.tools, ncu_selection=selection)
+                    if s.name == "ncu")
 
     def again(self, run: int, echo, say) -> None:
         """Run ``run`` with --repeat: the workload under nsys again (not the engine build, not

@@ -36,6 +36,11 @@ PRECISIONS = ("fp16", "bf16", "int8", "best", "fp8", "nvfp4", "mxfp8", "strongly
 @click.option("--ncu-kernels", metavar="REGEX", help="Profile only kernels matching REGEX.")
 @click.option("--ncu-nvtx", metavar="RANGE", help="Profile only inside this NVTX range (e.g. block3/).")
 @click.option("--ncu-count", type=int, metavar="N", help="Profile at most N kernels.")
+@click.option("--ncu-mode", type=click.Choice(["all", "auto"]), default="all", show_default=True,
+              help="Which kernels ncu profiles. all: every kernel (or those --ncu-kernels, "
+                   "--ncu-nvtx, --ncu-count pick). auto: after nsys, the kernels that make up "
+                   "80% of the loop's kernel time in its trace, each launch configuration once "
+                   "(past warm-up); recorded as ncu_auto in the manifest.")
 @click.option("--ncu-args", default="", help="Extra ncu flags, as one quoted string.")
 @click.option("--trtexec", type=click.Path(dir_okay=False), metavar="MODEL.onnx",
               help="Preset: build a TensorRT engine once, then profile inference only.")
@@ -82,6 +87,7 @@ def capture(dry_run: bool, quiet: bool, **options) -> None:
       nsightlab capture vit -- python vit_workload.py fp16
       nsightlab capture graphs --memory -- python serve.py       # then: recipe run gpu_memory graphs
       nsightlab capture blk3 --no-nsys --ncu --ncu-nvtx block3/ -- python vit_workload.py fp16
+      nsightlab capture vit --ncu --ncu-mode auto -- python infer.py   # ncu on the kernels that matter
       nsightlab capture fp16 --dry-run --trtexec vit.onnx
       nsightlab capture a --repeat 3 -- python bench.py fp16    # 3 runs: run-to-run spread
       nsightlab capture fp16,bf16 --repeat 3 -- python bench.py {name}   # then: diff fp16 bf16

@@ -76,9 +76,18 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
       nsightlab diff a.sqlite b.nsys-rep --json > diff.json
       nsightlab diff fp16 fp8 -o diff/ --png diff/charts
       nsightlab diff main.sqlite pr.sqlite --fail-if 'latency_p50 > +5%'   # CI: exit 3
+      nsightlab diff gemm_fp16.ncu-rep gemm_fp8.ncu-rep     # kernel by kernel, the counters
+
+    Two Nsight Compute reports (or captures holding them) are also compared at the counter
+    level: kernels paired by role (NVTX range, class, order), each pair's time ratio with the
+    limiter on each side and the ratio the roofline expects (the Tensor peaks when
+    compute-bound, the bytes when memory-bound), and the kernels on one side only.
     """
+    from nsightlab.cli.options import has_ncu, ncu_input
     from nsightlab.read.opener import start_reading
 
+    if ncu_input(a) and ncu_input(b):
+        return _kernel_diff(a, b, fmt, output, html_file, png_dir, open_options)
     rules = _parse_rules(fail_if)
     start_reading(a, **open_options)  # reader processes first, then the imports of pandas
     import_beside("scipy.special")  # the intervals' t distribution, while the tables are read
@@ -89,7 +98,28 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
     wrote(emit(d, fmt, output), output)
     say_warnings(d)
     charts_out(d, html_file, png_dir)
+    if has_ncu(a) and has_ncu(b) and fmt == "table" and output is None:
+        click.echo("")  # captures holding Nsight Compute reports: the counter-level diff too
+        _kernel_diff(a, b, fmt, None, None, None, open_options)
     _gate(rules, [(d.a, d.b, d.headline["conversion_overhead_ns"])])
+
+
+def _kernel_diff(a: str, b: str, fmt: str, output, html_file, png_dir, open_options) -> None:
+    """Two Nsight Compute reports (or captures holding them) compared at the counter level."""
+    from nsightlab.cli.options import served_answer
+
+    quick = output is None and not html_file and not png_dir
+    with served_answer("diff", [fmt], [a, b], open_options if quick else
+                       {**open_options, "cache": False}) as done:
+        if done:
+            return
+        from nsightlab.kernels import report as kernel_level
+        from nsightlab.renderers import emit
+
+        d = kernel_level.diff(a, b, cache_dir=open_options["cache_dir"],
+                              progress=open_options["progress"])
+        wrote(emit(d, fmt, output), output)
+        charts_out(d, html_file, png_dir)
 
 
 @click.command()
@@ -129,6 +159,15 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
 
     if len(runs) < 2:
         raise click.UsageError("give at least two runs (the first is the baseline)")
+    from nsightlab.cli.options import ncu_input
+
+    if all(ncu_input(r) for r in runs):
+        from nsightlab.kernels import report as kernel_level
+
+        lineup = kernel_level.lineup(list(runs), cache_dir=open_options["cache_dir"],
+                                     progress=open_options["progress"])
+        wrote(emit(lineup, fmt, output), output)
+        return
     rules = _parse_rules(fail_if)
     lineup = nsightlab.compare(list(runs), batch=batch, **open_options)
     wrote(emit(lineup, fmt, output), output)

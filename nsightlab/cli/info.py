@@ -5,7 +5,7 @@ import contextlib
 
 import click
 
-from nsightlab.cli.options import output_options, report_options, say_warnings
+from nsightlab.cli.options import ncu_input, output_options, report_options, say_warnings
 
 
 @click.command()
@@ -29,6 +29,14 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
     """
     from nsightlab.read import answer_cache as served
 
+    if any(ncu_input(p) for p in paths):
+        from nsightlab.cli.options import served_answer
+
+        with served_answer("info", [fmt], list(paths), open_options if output is None else
+                           {**open_options, "cache": False}) as done:
+            if not done:
+                _ncu_info(paths, fmt, output, open_options)
+        return
     spot = served.spot("info", [fmt], paths[0], open_options) \
         if len(paths) == 1 and output is None else None
     if spot is not None and spot.replay():
@@ -47,6 +55,42 @@ def info(paths: tuple[str, ...], fmt: str, output: str | None, open_options: dic
                               "warnings": completeness.check(report, every_table=True)})
         emit(ReportInfos(infos), fmt, output)
         say_warnings(ReportInfos(infos))
+
+
+def _ncu_info(paths, fmt: str, output: str | None, open_options: dict) -> None:
+    """What Nsight Compute reports hold (with nsys reports beside them: each on its own)."""
+    import json
+
+    import nsightlab
+    from nsightlab.cli.options import warn
+
+    infos = []
+    for p in paths:
+        if ncu_input(p):
+            with nsightlab.open(p, **open_options) as store:
+                infos.append(store.info())
+                for w in store.warnings:
+                    warn(w)
+        else:
+            with nsightlab.open(p, **open_options) as report:
+                infos.append(report.info())
+    if fmt == "json":
+        text = json.dumps(infos if len(infos) > 1 else infos[0], indent=1, default=str) + "\n"
+        emit_text = text
+    else:
+        lines = []
+        for i in infos:
+            lines += [f"{i['path']}"] + [f"  {k}: {v}" for k, v in i.items()
+                                         if k not in ("path", "warnings")]
+        emit_text = "\n".join(lines) + "\n"
+    if output:
+        from pathlib import Path
+
+        Path(output).write_text(emit_text)
+    else:
+        import sys
+
+        sys.stdout.write(emit_text)
 
 
 COMMANDS = (info,)

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -65,6 +66,48 @@ def say_warnings(result, found: list[tuple[str, str]] | None = None) -> None:
         found = data_warnings(result)
     for source, message in found:
         answer_cache.said(f"nsightlab: WARNING: {source}: {message}")
+
+
+def ncu_input(path: str) -> bool:
+    """Whether ``path`` is an Nsight Compute report file (by name, or by its first bytes),
+    without importing pandas."""
+    if str(path).endswith((".ncu-rep", ".ncu-rep.xz")):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"NVR\x00"
+    except OSError:
+        return False
+
+
+def has_ncu(path: str) -> bool:
+    """Whether ``path`` is an ncu report or a capture folder holding one."""
+    from pathlib import Path
+
+    p = Path(path)
+    return ncu_input(path) or (p.is_dir() and any(p.glob("*.ncu-rep*")))
+
+
+@contextlib.contextmanager
+def served_answer(command: str, options: list, sources: list[str], open_options: dict):
+    """Yields True when the same command on the same Nsight Compute report files printed its
+    answer before (printed again at once: ``read.answer_cache``); else runs the block and
+    keeps what it prints."""
+    from nsightlab.read import answer_cache as served
+
+    spot = served.file_spot(command, options, sources, open_options)
+    if spot is not None and spot.replay():
+        yield True
+        return
+    with spot.recording() if spot is not None else contextlib.nullcontext():
+        yield False
+
+
+def warn(line: str) -> None:
+    """A warning on stderr, once, kept with a served answer."""
+    from nsightlab.read import answer_cache as served
+
+    served.said(f"WARNING: {line}")
 
 
 def report_options(f: Callable) -> Callable:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from nsightlab.cli.options import (chart_options, charts_out, output_options, report_options,
-                                   say_warnings, wrote)
+from nsightlab.cli.options import (chart_options, charts_out, has_ncu, ncu_input, output_options,
+                                   report_options, say_warnings, served_answer, warn, wrote)
 
 FORMATS = ("table", "json", "csv", "parquet")
 
@@ -15,11 +15,15 @@ FORMATS = ("table", "json", "csv", "parquet")
               help="One CUDA process of a report of several: its pid, or a name only one has.")
 @click.option("--rank", type=int, metavar="N",
               help="One rank of an NCCL job (ranks are numbered by the GPU each process drives).")
+@click.option("--ncu", "ncu_file", metavar="NCU_REP",
+              help="An Nsight Compute report of the same program: its kernels judged and joined "
+                   "to this trace's loop (a capture made with --ncu holds one already).")
 @output_options("dir", FORMATS)
 @chart_options
 @report_options
 def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str | None,
-           png_dir: str | None, process: str | None, rank: int | None, open_options: dict) -> None:
+           png_dir: str | None, process: str | None, rank: int | None, ncu_file: str | None,
+           open_options: dict) -> None:
     """Everything about one run: per-iteration time, top kernels, launch-vs-compute verdict,
     host syncs and GPU gaps, Tensor Core activity, layers, and the findings that matter.
 
@@ -37,6 +41,13 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     top_kernels, launch, syncs, gaps, tensor_core (several processes: processes, sharing,
     stretch, and each of those per process as pidN_TABLE).
 
+    An Nsight Compute report (.ncu-rep) is judged kernel by kernel: its limiter from Speed of
+    Light (compute and which pipe, memory and which level, or latency and why), its roofline
+    headroom (the FLOPs and the DRAM bytes it uses against the device's ceilings), occupancy,
+    and NVIDIA's own rule results, each estimate capped at the headroom. With a trace (a
+    capture holding both, or --ncu), each kernel's time in the loop weighs it: a ranked list
+    of what each could save per iteration, and the loop's kernels ncu did not profile.
+
     \b
     Examples:
       nsightlab report captures/examples/vit-fp16
@@ -44,7 +55,11 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
       nsightlab report rank_0.sqlite rank_1.sqlite
       nsightlab report syncy.sqlite --html syncy.html
       nsightlab report fp16 --json > fp16.json
+      nsightlab report gemm.ncu-rep
+      nsightlab report trace.sqlite --ncu kernels.ncu-rep
     """
+    if len(paths) == 1 and ncu_input(paths[0]):
+        return _kernels_only(paths[0], fmt, output, html_file, png_dir, open_options)
     from nsightlab.read.opener import start_reading
 
     for path in paths:  # reader processes first, then pandas' imports
@@ -66,10 +81,46 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     if (html_file or png_dir) and isinstance(rr, one_run.ProcessesReport):
         raise UsageError(f"{path}: --html/--png chart one run: this report holds "
                          f"{len(rr.runs)} CUDA processes; pick one with --process PID or --rank N")
-    wrote(emit(rr, fmt, output), output)
+    kr = None
+    if ncu_file or (len(paths) == 1 and has_ncu(path) and not ncu_input(path)):
+        from nsightlab.kernels import report as kernel_level
+
+        kr = kernel_level.build(ncu_file or path, trace=path, cache_dir=open_options["cache_dir"],
+                                progress=open_options["progress"])
+    if kr is not None and fmt == "json" and output is None:
+        import json
+
+        click.echo(json.dumps({**rr.to_json(), "kernel_level": kr.to_json()}, indent=1,
+                              default=str))
+    else:
+        wrote(emit(rr, fmt, output), output)
+        if kr is not None:
+            wrote(emit(kr, fmt, f"{output}/kernel_level" if output else None), output)
     for one in getattr(rr, "runs", [rr]):
         say_warnings(one)
+    if kr is not None:
+        for w in kr.warnings:
+            warn(w)
     charts_out(rr, html_file, png_dir)
+
+
+def _kernels_only(path: str, fmt: str, output: str | None, html_file: str | None,
+                  png_dir: str | None, open_options: dict) -> None:
+    """``report X.ncu-rep``: the kernels of one Nsight Compute report, judged."""
+    quick = output is None and not html_file and not png_dir
+    with served_answer("report", [fmt], [path], open_options if quick else
+                       {**open_options, "cache": False}) as done:
+        if done:
+            return
+        from nsightlab.kernels import report as kernel_level
+        from nsightlab.renderers import emit
+
+        kr = kernel_level.build(path, cache_dir=open_options["cache_dir"],
+                                progress=open_options["progress"])
+        wrote(emit(kr, fmt, output), output)
+        for w in kr.warnings:
+            warn(w)
+        charts_out(kr, html_file, png_dir)
 
 
 def _rank_folder(paths: tuple[str, ...]) -> tuple[str, ...]:

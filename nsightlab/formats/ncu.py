@@ -11,12 +11,15 @@ to a temporary file first.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import lzma
+import os
 import re
 import shutil
 import struct
+import sys
 import tempfile
 from pathlib import Path
 
@@ -122,6 +125,24 @@ def whole(path: Path) -> tuple[bool, int]:
     return off == size, off
 
 
+@contextlib.contextmanager
+def quiet_stderr(on: bool = True):
+    """The wheel's C++ logging off (fd 2 to /dev/null) while ``on``: a report cut short makes
+    it print a parse error per record; nsightlab says the cut once, in its own words."""
+    if not on:
+        yield
+        return
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 def _module():
     try:
         import ncu_report
@@ -154,7 +175,8 @@ class NcuReport:
         #: the kernels before the cut (``read.ncu_store`` warns how many were read)
         self.whole, self.expected_bytes = whole(src)
         try:
-            self._ctx = ncu_report.load_report(str(src))
+            with quiet_stderr(not self.whole):
+                self._ctx = ncu_report.load_report(str(src))
         except Exception as e:  # the wheel raises plain exceptions for unreadable files
             raise NotAReportError(f"{self.path}: not a readable Nsight Compute report ({e}); "
                                   "give a .ncu-rep written by ncu") from None
@@ -173,7 +195,9 @@ class NcuReport:
             rng = self._ctx.range_by_idx(ri)
             for ai in range(rng.num_actions()):
                 if only is None or k in only:
-                    yield k, ri, ai, rng.action_by_idx(ai)
+                    with quiet_stderr(not self.whole):
+                        a = rng.action_by_idx(ai)
+                    yield k, ri, ai, a
                 k += 1
 
     def kernels(self) -> pd.DataFrame:

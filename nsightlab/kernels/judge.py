@@ -224,9 +224,15 @@ def _top_pipe(v: pd.DataFrame) -> tuple[list, list]:
     if not cols:
         return [None] * len(v), [np.nan] * len(v)
     sub = v[cols]
-    top = sub.idxmax(axis=1, skipna=True) if sub.notna().any().any() else pd.Series(None, v.index)
+    top = _argmax(sub)
     return ([_unit(t) if isinstance(t, str) else None for t in top],
             [float(sub.at[i, t]) if isinstance(t, str) else np.nan for i, t in top.items()])
+
+
+def _argmax(sub: pd.DataFrame) -> pd.Series:
+    """Per row, the column of its largest value (None for a row with no value)."""
+    top = sub.fillna(-np.inf).idxmax(axis=1)
+    return top.where(sub.notna().any(axis=1), None)
 
 
 def _occupancy_limit(v: pd.DataFrame) -> list:
@@ -250,7 +256,7 @@ def _top_stall(v: pd.DataFrame) -> tuple[list, list]:
     if not cols:
         return [None] * len(v), [np.nan] * len(v)
     sub = v[cols]
-    top = sub.idxmax(axis=1) if sub.notna().any().any() else pd.Series(None, v.index)
+    top = _argmax(sub)
     return ([_STALL.match(t).group(1).replace("_", " ") if isinstance(t, str) else None
              for t in top],
             [float(sub.at[i, t]) if isinstance(t, str) else np.nan for i, t in top.items()])

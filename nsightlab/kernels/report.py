@@ -86,7 +86,8 @@ class KernelReport(Result):
 
     def findings(self) -> list:
         out = list(self.joined.findings()) if self.joined is not None else []
-        k = self.judged.kernels.sort_values("duration_ns", ascending=False)
+        k = self.judged.kernels.sort_values("duration_ns", ascending=False).drop_duplicates(
+            ["function", "grid", "block"])
         for i in k.index[:5]:
             out += self.judged.findings(i)[:3]
         return out

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from nsightlab.errors import NsightlabError
 from nsightlab.read.locate import locate
-from nsightlab.read.table_cache import build_dir, code_fingerprint, identity
+from nsightlab.read.table_cache import (build_dir, code_fingerprint, default_root, identity,
+                                        keyed_dir)
 
 #: printed answers longer than this are not kept (a CSV of millions of gaps: no gain)
 MAX_CHARS = 8 << 20
@@ -152,6 +153,25 @@ def spot(command: str, options: list, source: str, open_options: dict,
                       default=str)
     key = hashlib.sha1(blob.encode()).hexdigest()[:20]
     return Spot(Path(loc.cache_root) / "results" / f"served-{key}.json")
+
+
+def file_spot(command: str, options: list, sources: list[str], open_options: dict) -> Spot | None:
+    """The Spot of ``command`` on input files that are not nsys reports (Nsight Compute
+    reports): kept in the cache folder of the first, keyed by every file's identity."""
+    if not open_options.get("cache", True):
+        return None
+    try:
+        if not all(Path(s).is_file() for s in sources):
+            return None
+        inputs = [identity(Path(s)) for s in sources]
+        root = Path(open_options.get("cache_dir") or default_root())
+        folder = keyed_dir(root, Path(sources[0]))
+    except OSError:
+        return None
+    blob = json.dumps([command, code_fingerprint(), options, list(sources), inputs],
+                      sort_keys=True, default=str)
+    key = hashlib.sha1(blob.encode()).hexdigest()[:20]
+    return Spot(folder / "results" / f"served-{key}.json")
 
 
 def _digest(text: str) -> str:

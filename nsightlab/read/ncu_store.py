@@ -152,6 +152,13 @@ def _parse(path: Path, folder: Path, progress, workers: int | None) -> None:
         rep = ncu.NcuReport(src)  # checks the file; counts its kernels
         rep.path = path
         count = rep.count()
+        if count == 0:
+            raise NotAReportError(
+                f"{path}: holds no profiled kernel" + (
+                    f" (cut short: {path.stat().st_size:,} of the {rep.expected_bytes:,} bytes its "
+                    "records say); copy it again" if not rep.whole else
+                    "; ncu profiled nothing: check its --kernel-name, --nvtx-include and "
+                    "--launch-skip filters"))
         if progress is not None:
             progress(f"reading {count} kernels of {path.name} with ncu_report ...")
         n = max(1, min(workers or os.cpu_count() or 1, 4, count))

@@ -3,6 +3,7 @@ starts the reader processes (``store.ReadStore.start``) before the modules that 
 libraries are imported, so the two start-ups overlap."""
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,9 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
          prefetch: tuple[str, ...] = ("kernels",), process: int | None = None,
          by_process: bool = False) -> "Report":
     """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
-    directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
+    directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``);
+    or an Nsight Compute report (``.ncu-rep``, ``.ncu-rep.xz``): its
+    ``read.ncu_store.NcuStore`` (``kernels()``, ``metrics()``, ``rules()``), parsed once.
 
     Args:
         path: what to open.
@@ -55,6 +58,11 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
 
     if cache is None:
         cache = not os.environ.get("NSIGHTLAB_NO_CACHE")
+    if str(path).endswith((".ncu-rep", ".ncu-rep.xz")) or _ncu_magic(path):
+        from nsightlab.read.locate import scratch
+        from nsightlab.read.ncu_store import NcuStore
+
+        return NcuStore(path, cache_dir=cache_dir if cache else scratch(), progress=progress)
     loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
     # reader processes start while pandas and pyarrow are imported below (big, uncached)
     trace.mark("open")
@@ -130,3 +138,11 @@ def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":
     from nsightlab.read.report import Report
 
     return x if isinstance(x, Report) else open(x, **open_options)
+
+
+def _ncu_magic(path) -> bool:
+    try:
+        with builtins.open(path, "rb") as f:
+            return f.read(4) == b"NVR\x00"
+    except OSError:
+        return False

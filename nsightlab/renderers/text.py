@@ -493,8 +493,10 @@ def _missing_words(hint: str) -> str:
 def _kernel_rows(k: pd.DataFrame) -> pd.DataFrame:
     """The judged kernels as a terminal reads them: one line each, the longest first."""
     k = k.sort_values("duration_ns", ascending=False)
+    launches = k.groupby(["function", "grid", "block"])["kernel"].transform("size")
+    k = k.assign(n=launches).drop_duplicates(["function", "grid", "block"])
     return pd.DataFrame({
-        "kernel": [kernel_label(str(x), 44) for x in k["function"]],
+        "kernel": [kernel_label(str(x), 44) for x in k["function"]], "n": k["n"],
         "grid": k["grid"], "time": [fmt_time(x) for x in k["duration_ns"]],
         "limiter": [f"{a} ({u})" if isinstance(u, str) else str(a)
                     for a, u in zip(k["limiter"], k["unit"])],
@@ -532,16 +534,19 @@ def _(r: KernelReport, limit: int | None = 15) -> str:
             regex = "|".join(sorted(set(re.escape(str(x)) for x in j.unprofiled["function"])))
             out.append(f"  profile them: nsightlab capture NAME --ncu --ncu-kernels "
                        f"'{regex}' -- YOUR COMMAND (or --ncu-mode auto)")
-    out += ["", "== kernels (longest first) ==", table_text(_kernel_rows(k).head(limit or len(k)))]
+    out += ["", "== kernels by launch configuration (n profiled; the longest shown), longest "
+            "first ==", table_text(_kernel_rows(k).head(limit or len(k)))]
     out += ["", "== findings (longest kernels first; NVIDIA's estimates capped at the headroom) =="]
-    for i in k.sort_values("duration_ns", ascending=False).index[:5]:
+    longest = k.sort_values("duration_ns", ascending=False).drop_duplicates(
+        ["function", "grid", "block"])
+    for i in longest.index[:5]:
         fs = r.judged.findings(i)
         out.append(f"{kernel_label(str(k.at[i, 'function']), 72)} ({fmt_time(k.at[i, 'duration_ns'])})")
         out += [f"  - {f}" for f in fs[:4]]
     if r.judged.missing:
         out += ["", "not judged, for want of metrics in this report:"] + \
             [f"  - {m}" for m in r.judged.missing]
-    return "\n".join(out)
+    return "\n".join(out) + "\n"
 
 
 @render.register
@@ -553,7 +558,7 @@ def _(d: KernelDiff, limit: int | None = 20) -> str:
     only = [x for x in f if x.code == "pair_only"]
     if only:
         out += ["", "== kernels on one side only =="] + [f"- {x}" for x in only[:limit or None]]
-    return "\n".join(out)
+    return "\n".join(out) + "\n"
 
 
 @render.register
@@ -561,4 +566,4 @@ def _(d: KernelLineup, limit: int | None = None) -> str:
     t = d.table.copy()
     t["profiled"] = [fmt_time(x) for x in t["profiled_ns"]]
     return table_text(t[["report", "kernels", "profiled", "vs_first", "pairs", "only_here",
-                         "headline"]])
+                         "headline"]]) + "\n"
