@@ -7,6 +7,7 @@ no network).
 from __future__ import annotations
 
 import os
+import re
 from functools import singledispatch
 from pathlib import Path
 
@@ -17,6 +18,8 @@ import pandas as pd
 from nsightlab.analysis.classify import CLASSES
 from nsightlab.comparison.diff import Diff
 from nsightlab.comparison.lineup import Lineup
+from nsightlab.kernels import peaks
+from nsightlab.kernels.report import KernelDiff, KernelReport
 from nsightlab.run.report import RunReport
 
 alt.data_transformers.disable_max_rows()
@@ -153,6 +156,231 @@ def lineup_charts(l: Lineup) -> dict[str, alt.Chart]:
     return {"latency": latency, "classes": classes, "layers": layer}
 
 
+#: the ceiling always drawn, whatever the kernels ran: the CUDA cores' fp32 FMA peak
+BASE_PRECISION = "fp32 (CUDA core)"
+#: colours of the precisions on a roofline (Tableau 10), in the order the precisions come
+PRECISION_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+                     "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
+DRAM_COLOUR = "#555555"
+
+
+def _peak_column(precision: str) -> str | None:
+    """The judged table's ceiling column of a precision label ("fp16 (Tensor)" ->
+    ``peak_tensor_fp16``, "fp32 (CUDA core)" -> ``peak_core_fp32``)."""
+    m = re.match(r"^(\S+) \((Tensor|CUDA core)\)$", str(precision))
+    return None if m is None else f"peak_{'tensor' if m[2] == 'Tensor' else 'core'}_{m[1]}"
+
+
+def _rate(v: float, unit: str) -> str:
+    """A peak in tera-units with three significant figures ("712 TFLOP/s", "4.81 TB/s")."""
+    t = v / 1e12
+    return f"{t:.0f} T{unit}" if t >= 100 else f"{t:.1f} T{unit}" if t >= 10 else f"{t:.3g} T{unit}"
+
+
+def _median_peak(frames: list[pd.DataFrame], col: str) -> float | None:
+    """The median over the kernels of ``frames`` of ceiling ``col``; where the reports have
+    none, the datasheet's figure for their device; else None."""
+    vals = pd.concat([f[col] for f in frames if col in f], ignore_index=True) \
+        if any(col in f for f in frames) else pd.Series(dtype=float)
+    vals = pd.to_numeric(vals, errors="coerce")
+    vals = vals[np.isfinite(vals) & (vals > 0)]
+    if len(vals):
+        return float(vals.median())
+    for f in frames:
+        for device in (f["device"].dropna().unique() if "device" in f else []):
+            got = peaks.datasheet(str(device), col)
+            if got is not None:
+                return float(got[0])
+    return None
+
+
+def roofline_ceilings(frames: list[pd.DataFrame], precisions) -> tuple[list[dict], float | None]:
+    """([{precision, label, peak}] for each of ``precisions`` (and ``BASE_PRECISION``) that has
+    a ceiling, highest first; the DRAM bandwidth, bytes/s, or None) over the judged kernels of
+    ``frames`` (the median of each ceiling: they are at each kernel's own clocks)."""
+    want = list(dict.fromkeys([p for p in precisions if isinstance(p, str)] + [BASE_PRECISION]))
+    out = []
+    for prec in want:
+        col = _peak_column(prec)
+        peak = _median_peak(frames, col) if col else None
+        if peak is not None:
+            out.append({"precision": prec, "peak": peak,
+                        "label": f"{prec.replace('(', '').replace(')', '')} {_rate(peak, 'FLOP/s')}"})
+    return sorted(out, key=lambda c: -c["peak"]), _median_peak(frames, "peak_dram")
+
+
+def _on_roofline(k: pd.DataFrame) -> pd.Series:
+    """The kernels that have a point on a roofline: FLOPs, DRAM bytes and a duration."""
+    flops = pd.to_numeric(k["flops"], errors="coerce")
+    moved = pd.to_numeric(k["dram_bytes"], errors="coerce")
+    dur = pd.to_numeric(k["duration_ns"], errors="coerce")
+    return (flops > 0) & (moved > 0) & (dur > 0)
+
+
+def _roofline_layers(ceilings: list[dict], dram: float | None, xs, ys,
+                     colour: alt.Color) -> tuple[list, dict]:
+    """The ceilings' layers (lines named ``ceilings``, their labels ``ceiling_labels``) over
+    the points' range ``xs`` / ``ys``, and the axes' scales (log, holding the points, the
+    ridge points and the ceilings)."""
+    xs = np.asarray([x for x in xs if np.isfinite(x) and x > 0], float)
+    ys = np.asarray([y for y in ys if np.isfinite(y) and y > 0], float)
+    ridges = [c["peak"] / dram for c in ceilings] if dram else []
+    pool_x = list(xs) + ridges
+    lo = min(pool_x) / 4 if pool_x else 0.1
+    hi = max(pool_x) * 4 if pool_x else 1e4
+    if len(xs) == 0 and ridges:
+        lo, hi = min(ridges) / 100, max(ridges) * 10
+    lines, labels = [], []
+    for c in ceilings:
+        start = max(c["peak"] / dram, lo) if dram else lo
+        lines += [{"ceiling": c["label"], "precision": c["precision"], "x": start, "y": c["peak"]},
+                  {"ceiling": c["label"], "precision": c["precision"], "x": hi, "y": c["peak"]}]
+        labels.append({"ceiling": c["label"], "precision": c["precision"], "x": hi,
+                       "y": c["peak"]})
+    top = max((c["peak"] for c in ceilings), default=None)
+    slope = []
+    if dram:
+        end = min(top / dram, hi) if top else hi
+        slope = [{"ceiling": f"DRAM {_rate(dram, 'B/s')}", "x": lo, "y": dram * lo},
+                 {"ceiling": f"DRAM {_rate(dram, 'B/s')}", "x": end, "y": dram * end}]
+    pool_y = list(ys) + [c["peak"] for c in ceilings] + [r["y"] for r in slope]
+    ylo = min(pool_y) / 3 if pool_y else 1e9
+    yhi = max(pool_y) * 3 if pool_y else 1e15
+    if slope and slope[0]["y"] < ylo * 3:  # the slope starts where the axis does
+        x0 = ylo / dram
+        slope[0].update(x=x0, y=ylo)
+    x = alt.X("x:Q", scale=alt.Scale(type="log", domain=[lo, hi]),
+              title="arithmetic intensity (FLOP per DRAM byte)")
+    y = alt.Y("y:Q", scale=alt.Scale(type="log", domain=[ylo, yhi]), title="achieved FLOP/s",
+              axis=alt.Axis(format="~s"))
+    layers = []
+    if lines:
+        layers.append(alt.Chart(pd.DataFrame(lines)).mark_line(strokeWidth=2, opacity=0.7).encode(
+            x=x, y=y, detail="ceiling:N", color=colour,
+            tooltip=["ceiling:N"]).properties(name="ceilings"))
+        layers.append(alt.Chart(pd.DataFrame(labels)).mark_text(
+            align="right", baseline="bottom", dy=-3, fontSize=11).encode(
+            x=x, y=y, text="ceiling:N", color=colour)
+            .properties(name="ceiling_labels"))
+    if slope:
+        data = pd.DataFrame(slope)
+        layers.append(alt.Chart(data).mark_line(strokeWidth=2, color=DRAM_COLOUR, opacity=0.7)
+                      .encode(x=x, y=y, tooltip=["ceiling:N"]).properties(name="dram"))
+        layers.append(alt.Chart(data.head(1)).mark_text(
+            align="left", baseline="top", dx=4, dy=4, fontSize=11, color=DRAM_COLOUR).encode(
+            x=x, y=y, text="ceiling:N").properties(name="dram_label"))
+    return layers, {"x": x, "y": y}
+
+
+def _precision_colour(precisions: list[str]) -> alt.Color:
+    return alt.Color("precision:N", title="precision", scale=alt.Scale(
+        domain=precisions, range=[PRECISION_COLOURS[i % len(PRECISION_COLOURS)]
+                                  for i in range(len(precisions))]))
+
+
+def _left_out(n: int, what: str = "kernels") -> list[str]:
+    one = what[:-1] if n == 1 else what
+    return [f"{n} {one} without FLOPs or DRAM bytes not shown"] if n else []
+
+
+def kernel_charts(result: KernelReport) -> dict[str, alt.Chart]:
+    """One ncu report's roofline: each kernel with FLOPs and DRAM bytes at its arithmetic
+    intensity and achieved FLOP/s, sized by its time per iteration in the loop (joined) or
+    by its ncu duration, coloured by precision; under the ceilings of the precisions the
+    kernels ran (and fp32 on the CUDA cores), each cut by the DRAM slope."""
+    k = result.judged.kernels
+    shown_mask = _on_roofline(k)
+    pts = k[shown_mask].copy()
+    pts["x"] = pts["flops"] / pts["dram_bytes"]
+    pts["y"] = pts["flops"] / (pts["duration_ns"] * 1e-9)
+    pts["precision"] = pts["precision"].fillna("unknown").astype(str)
+    pts["ncu_us"] = pts["duration_ns"] / 1e3
+    pts["tflops"] = pts["y"] / 1e12
+    tips = [alt.Tooltip("function:N"), alt.Tooltip("ncu_us:Q", format=".1f",
+                                                   title="ncu time (µs)")]
+    if result.joined is not None and len(result.joined.kernels):
+        j = result.joined.kernels.dropna(subset=["ncu_kernel"])
+        loop = j.groupby(j["ncu_kernel"].astype(int))["time_ns"].sum()
+        pts["loop_us"] = pts.index.map(lambda i: loop.get(int(i), 0.0)).astype(float) / 1e3
+        size_field, size_title = "loop_us", "µs per iteration (loop)"
+        tips.append(alt.Tooltip("loop_us:Q", format=".1f", title="time per iteration (µs)"))
+        how = "point size: time per iteration in the loop (kernels not in it smallest)"
+    else:
+        size_field, size_title = "ncu_us", "ncu time (µs)"
+        how = "point size: ncu duration"
+    tips += ["limiter:N", alt.Tooltip("headroom_pct:Q", format=".0f", title="headroom %"),
+             "precision:N", alt.Tooltip("x:Q", format=".3g", title="FLOP/byte"),
+             alt.Tooltip("tflops:Q", format=".3g", title="TFLOP/s")]
+    ceilings, dram = roofline_ceilings([k], k["precision"].dropna().unique())
+    precisions = list(dict.fromkeys([c["precision"] for c in ceilings] + list(pts["precision"])))
+    colour = _precision_colour(precisions)
+    layers, enc = _roofline_layers(ceilings, dram, pts["x"], pts["y"], colour)
+    keep = [c for c in ("function", "limiter", "headroom_pct", "precision", "x", "y", "ncu_us",
+                        "tflops", "loop_us") if c in pts]
+    points = alt.Chart(pts[keep].reset_index(drop=True)).mark_circle(opacity=0.75).encode(
+        x=enc["x"], y=enc["y"], color=colour,
+        size=alt.Size(f"{size_field}:Q", title=size_title, scale=alt.Scale(range=[20, 600])),
+        tooltip=tips).properties(name="kernels")
+    subtitle = _left_out(int((~shown_mask).sum())) + [
+        how + "; ceilings: the median over the kernels, at their own clocks"]
+    title = alt.TitleParams(f"Roofline: {len(pts)} of {len(k)} kernels", subtitle=subtitle)
+    chart = alt.layer(*layers, points, title=title).resolve_scale(color="shared")
+    return {"roofline": chart.properties(width=WIDTH, height=400)}
+
+
+def kernel_diff_charts(result: KernelDiff) -> dict[str, alt.Chart]:
+    """Two ncu reports' roofline: each pair of kernels (``kernels.pairs``) with FLOPs and DRAM
+    bytes on both sides, an arrow from A's point (circle) to B's (triangle), under the
+    ceilings of the precisions both sides ran (medians over both reports' kernels)."""
+    p = result.paired.pairs
+    ok = pd.Series(True, index=p.index)
+    for side in ("a", "b"):
+        ok &= _on_roofline(p[[f"flops_{side}", f"dram_bytes_{side}", f"duration_ns_{side}"]]
+                           .set_axis(["flops", "dram_bytes", "duration_ns"], axis=1))
+    rows = []
+    for pair, r in p[ok].iterrows():
+        for side in ("a", "b"):
+            prec = r[f"precision_{side}"]
+            rows.append({"pair": int(pair), "side": side.upper(),
+                         "function": r[f"function_{side}"],
+                         "x": r[f"flops_{side}"] / r[f"dram_bytes_{side}"],
+                         "y": r[f"flops_{side}"] / (r[f"duration_ns_{side}"] * 1e-9),
+                         "precision": prec if isinstance(prec, str) else "unknown",
+                         "limiter": r[f"limiter_{side}"],
+                         "headroom_pct": r[f"headroom_pct_{side}"],
+                         "us": r[f"duration_ns_{side}"] / 1e3, "ratio": r["ratio"]})
+    data = pd.DataFrame(rows, columns=["pair", "side", "function", "x", "y", "precision",
+                                       "limiter", "headroom_pct", "us", "ratio"])
+    data["tflops"] = data["y"] / 1e12
+    present = pd.concat([p["precision_a"], p["precision_b"]]).dropna().unique()
+    ceilings, dram = roofline_ceilings([j.kernels for j in result.judged], present)
+    precisions = list(dict.fromkeys([c["precision"] for c in ceilings] + list(data["precision"])))
+    colour = _precision_colour(precisions)
+    layers, enc = _roofline_layers(ceilings, dram, data["x"], data["y"], colour)
+    tips = ["side:N", "function:N", alt.Tooltip("us:Q", format=".1f", title="ncu time (µs)"),
+            alt.Tooltip("ratio:Q", format=".2f", title="A / B time"), "limiter:N",
+            alt.Tooltip("headroom_pct:Q", format=".0f", title="headroom %"), "precision:N",
+            alt.Tooltip("x:Q", format=".3g", title="FLOP/byte"),
+            alt.Tooltip("tflops:Q", format=".3g", title="TFLOP/s")]
+    arrows = alt.Chart(data).mark_line(color="#888888", strokeWidth=1.5).encode(
+        x=enc["x"], y=enc["y"], detail="pair:N", order="side:N",
+        tooltip=tips).properties(name="arrows")
+    a = alt.Chart(data[data["side"] == "A"]).mark_circle(size=70, opacity=0.8).encode(
+        x=enc["x"], y=enc["y"], color=colour, tooltip=tips).properties(name="a")
+    b = alt.Chart(data[data["side"] == "B"]).mark_point(
+        shape="triangle", filled=True, size=110, opacity=0.9).encode(
+        x=enc["x"], y=enc["y"], color=colour, tooltip=tips).properties(name="b")
+    a_name, b_name = result.paired.names
+    sides = (f"circle: {a_name} (A), triangle: {b_name} (B)" if a_name != b_name
+             else "circle: A, triangle: B")
+    subtitle = _left_out(int((~ok).sum()), "pairs") + [
+        f"{sides}; ceilings: the median over both reports' kernels, at their own clocks"]
+    title = alt.TitleParams(f"Roofline: {int(ok.sum())} of {len(p)} kernel pairs, A -> B",
+                            subtitle=subtitle)
+    chart = alt.layer(*layers, arrows, a, b, title=title).resolve_scale(color="shared")
+    return {"roofline": chart.properties(width=WIDTH, height=400)}
+
+
 @singledispatch
 def charts_for(result) -> dict[str, alt.Chart]:
     """The charts of any result that has some, by name."""
@@ -162,6 +390,8 @@ def charts_for(result) -> dict[str, alt.Chart]:
 charts_for.register(Diff, diff_charts)
 charts_for.register(RunReport, report_charts)
 charts_for.register(Lineup, lineup_charts)
+charts_for.register(KernelReport, kernel_charts)
+charts_for.register(KernelDiff, kernel_diff_charts)
 
 
 def save_pngs(charts: dict[str, alt.Chart], folder: str | Path) -> list[Path]:

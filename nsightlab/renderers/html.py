@@ -16,6 +16,7 @@ from nsightlab.comparison.lineup import Lineup
 from nsightlab.run.report import RunReport
 from nsightlab.comparison.trt_layers import LayerMatch
 from nsightlab.core.units import kernel_label, ms_columns
+from nsightlab.kernels.report import KernelDiff, KernelReport
 from nsightlab.recipe_runner import RunResult
 from nsightlab.renderers import charts
 
@@ -219,3 +220,39 @@ def _(rr: RunReport) -> str:
 def _(result: RunResult) -> str:
     sections = [(t, table_html(df)) for t, df in result.tables().items()]
     return page(f"nsightlab recipe {result.recipe}", sections, [])
+
+
+#: headings of the kernel-level results' tables (else the table's name)
+KERNEL_TABLES = {"kernels": "Kernels (as ncu ran them: base clocks, caches flushed)",
+                 "rules": "NVIDIA's rule results", "saves": "What each kernel could save per "
+                 "iteration of the loop", "unprofiled": "Kernels of the loop not profiled",
+                 "pairs": "Kernel pairs (A and B)", "only_a": "Kernels only in A",
+                 "only_b": "Kernels only in B", "findings": "Findings, as records"}
+
+
+def _kernel_page(title: str, result, notes: list[str], chart_map: dict) -> str:
+    """A kernel-level result's page: its findings (after ``notes``: warnings, what could not
+    be judged) as the verdict, the roofline, then each of its tables."""
+    warn = "".join(f"<p class='verdict'>warning: {html.escape(str(w))}</p>" for w in notes)
+    items = "".join(f"<li>{html.escape(str(f))}</li>" for f in result.findings())
+    sections = [("Findings", warn + f"<p>{html.escape(result.brief())}</p>"
+                 + (f"<ul>{items}</ul>" if items else "<p>none</p>"))]
+    for name, df in result.tables().items():
+        if name == "findings":  # the sentences are above; their numbers are in the JSON output
+            df = df.drop(columns=["values"], errors="ignore")
+        sections.append((KERNEL_TABLES.get(name, name.replace("_", " ").capitalize()),
+                         table_html(df)))
+    return page(title, sections, list(chart_map.values()))
+
+
+@render.register
+def _(result: KernelReport) -> str:
+    notes = list(result.warnings) + [f"not judged: {m}" for m in result.judged.missing]
+    return _kernel_page(f"nsightlab kernels: {result.source}", result, notes,
+                        charts.kernel_charts(result))
+
+
+@render.register
+def _(result: KernelDiff) -> str:
+    return _kernel_page(f"nsightlab kernel diff: {result.a} vs {result.b}", result, [],
+                        charts.kernel_diff_charts(result))

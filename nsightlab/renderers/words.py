@@ -209,12 +209,13 @@ SAY.update({
                     "{limiter}, {headroom_pct:.0f}% headroom: up to {saves_t} per iteration "
                     "({saves_pct:.1f}% of the loop)",
     "kernel_unprofiled": "not profiled: {about} ({share_pct:.1f}% of the loop's kernel time)",
-    "pair_total": "{about}: {b_t} against {a_t} of profiled kernels ({ratio:.2f}x){only_words}",
+    "pair_total": "{about}: the profiled kernels take {b_t} against {a_t}: {pace_words}"
+                  "{only_words}",
     "pair_compute": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); compute-bound on both sides "
                     "({precision_a} -> {precision_b}): the ratio of the peaks is {expected:.2f}x",
     "pair_memory": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); memory-bound on both sides: "
-                   "{bytes_ratio:.2f}x fewer DRAM bytes, DRAM use {dram_a:.0f}% -> {dram_b:.0f}%; "
-                   "the roofline expects {expected:.2f}x",
+                   "{bytes_words}, DRAM use {dram_a:.0f}% -> {dram_b:.0f}%; the roofline expects "
+                   "{expected:.2f}x",
     "pair_mixed": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); {limiter_a} -> {limiter_b}: the "
                   "roofline expects {expected:.2f}x",
     "pair_unjudged": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); no roofline on one side",
@@ -242,7 +243,15 @@ def _kernel_words(code: str, v: dict) -> dict:
         out["bytes_words"] = "" if not moved or moved != moved else (
             f", {moved / 1e6:,.3g} MB of DRAM traffic" +
             (f" of which {used:.0f}% used" if used is not None and used < 99.5 else ""))
+    if code == "pair_memory":
+        b = v.get("bytes_ratio")
+        out["bytes_words"] = ("the same DRAM bytes" if b == b and abs(b - 1) < 0.02 else
+                              f"{b:.2f}x fewer DRAM bytes" if b >= 1 else
+                              f"{1 / b:.2f}x more DRAM bytes")
     if code == "pair_total":
+        r = v.get("ratio")
+        out["pace_words"] = ("B is as fast" if r == r and abs(r - 1) < 0.02 else
+                             f"B is {r:.2f}x faster" if r >= 1 else f"B is {1 / r:.2f}x slower")
         out["only_words"] = (f"; {v['only_b']} kernel(s) only in B take {fmt_time(v['only_b_ns'])}"
                              f" ({v['only_b_pct']:.0f}% of B)" if v.get("only_b") else "")
     if code == "kernel_rule":
