@@ -87,9 +87,11 @@ def test_graph_level_traces_are_gpu_work_and_not_partial(run, cache_dir):
     assert node["kernels_pct"] > 20 and node["iterations"] == 30
 
 
-def test_a_killed_run_gets_no_verdict(run, cache_dir):
-    """The infer_sync loop SIGKILLed in its 14th pass: nsys kept API calls, no kernel."""
-    res = CliRunner().invoke(cli, ["report", str(run("killed"))])
+def test_a_killed_run_gets_no_verdict(tmp_path_factory, cache_dir):
+    """A loop without NVTX ranges SIGKILLed from outside 3 s in (tests/data/partial's
+    h100-killed-bare): nsys kept 3 API calls, no kernel."""
+    partial = xz_fixtures(tmp_path_factory, STEADY.parent / "partial", prefix="h100-")
+    res = CliRunner().invoke(cli, ["report", str(partial("killed-bare"))])
     assert res.exit_code == 0, res.output
     assert "PARTIAL" in res.output and "no performance verdict" in res.output
 
