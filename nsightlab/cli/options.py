@@ -85,6 +85,10 @@ def has_ncu(path: str) -> bool:
     from pathlib import Path
 
     p = Path(path)
+    if not p.exists() and len(p.parts) == 1:  # a capture's name
+        from nsightlab.read.locate import stored_capture
+
+        p = stored_capture(p.name) or p
     return ncu_input(path) or (p.is_dir() and any(p.glob("*.ncu-rep*")))
 
 

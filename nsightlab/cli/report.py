@@ -85,7 +85,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     if ncu_file or (len(paths) == 1 and has_ncu(path) and not ncu_input(path)):
         from nsightlab.kernels import report as kernel_level
 
-        kr = kernel_level.build(ncu_file or path, trace=path, cache_dir=open_options["cache_dir"],
+        kr = kernel_level.build(ncu_file or _capture_dir(path), trace=path,
+                                cache_dir=open_options["cache_dir"],
                                 progress=open_options["progress"])
     if kr is not None and fmt == "json" and output is None:
         import json
@@ -102,6 +103,16 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
         for w in kr.warnings:
             warn(w)
     charts_out(rr, html_file, png_dir)
+
+
+def _capture_dir(path: str) -> str:
+    """A capture's folder for its name (as every command opens one), else ``path``."""
+    from pathlib import Path
+
+    from nsightlab.read.locate import stored_capture
+
+    p = Path(path)
+    return str(stored_capture(p.name) or p) if not p.exists() and len(p.parts) == 1 else path
 
 
 def _kernels_only(path: str, fmt: str, output: str | None, html_file: str | None,

@@ -500,9 +500,13 @@ def _kernel_rows(k: pd.DataFrame) -> pd.DataFrame:
         "grid": k["grid"], "time": [fmt_time(x) for x in k["duration_ns"]],
         "limiter": [f"{a} ({u})" if isinstance(u, str) else str(a)
                     for a, u in zip(k["limiter"], k["unit"])],
-        "SM %": k["compute_pct"].round(0), "mem %": k["memory_pct"].round(0),
-        "tensor %": pd.to_numeric(k["tensor_pct"], errors="coerce").round(1),
-        "headroom %": k["headroom_pct"].round(0)})
+        "SM %": [_pct(x) for x in k["compute_pct"]], "mem %": [_pct(x) for x in k["memory_pct"]],
+        "tensor %": [_pct(x, 1) for x in pd.to_numeric(k["tensor_pct"], errors="coerce")],
+        "headroom %": [_pct(x) for x in k["headroom_pct"]]})
+
+
+def _pct(x, digits: int = 0) -> str:
+    return "" if x != x else f"{x:.{digits}f}"
 
 
 @render.register
@@ -521,10 +525,10 @@ def _(r: KernelReport, limit: int | None = 15) -> str:
             out.append(table_text(pd.DataFrame({
                 "kernel": [kernel_label(str(x), 44) for x in shown["function"]],
                 "grid": shown["grid"], "per iteration": [fmt_time(x) for x in shown["time_ns"]],
-                "% loop": shown["share_pct"].round(1), "limiter": shown["limiter"],
-                "headroom %": shown["headroom_pct"].round(0),
+                "% loop": [f"{x:.1f}" for x in shown["share_pct"]], "limiter": shown["limiter"],
+                "headroom %": [f"{x:.0f}" for x in shown["headroom_pct"]],
                 "could save": [fmt_time(x) for x in shown["saves_ns"]],
-                "% loop ": shown["saves_pct"].round(1)})))
+                "% loop ": [f"{x:.1f}" for x in shown["saves_pct"]]})))
             out.append(f"in all: up to {fmt_time(saves['saves_ns'].sum())} per iteration "
                        f"({saves['saves_pct'].sum():.1f}% of the loop) from the "
                        f"{len(saves)} profiled launch configurations")
