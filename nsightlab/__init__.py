@@ -17,7 +17,7 @@ from nsightlab._version import __version__
 from nsightlab.errors import NsightlabError
 
 #: public name -> module that defines it (and the name there, where it differs)
-_LAZY = {"open": "read.opener", "Report": "read.report", "TABLES": "read.tables",
+_LAZY = {"open": "read.opener:open_any", "Report": "read.report", "TABLES": "read.tables",
          "diff": "comparison.diff", "compare": "comparison.lineup", "open_ncu": "formats.ncu",
          "processes": "analysis.processes", "report": "run.report:build"}
 __all__ = ["NsightlabError", "Report", "TABLES", "compare", "diff", "open", "open_ncu",

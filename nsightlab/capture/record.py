@@ -318,9 +318,9 @@ def auto_selection(sqlite_path: str | os.PathLike,
 
         report = Report(Path(sqlite_path), cache_root=Path(cache_root))
     else:
-        import nsightlab
+        from nsightlab.read.opener import open as open_report
 
-        report = nsightlab.open(sqlite_path)
+        report = open_report(sqlite_path)
     with report as r:
         g, _wall, iterations = join.in_loop(r)
     top = g[g["top"]]

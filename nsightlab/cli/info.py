@@ -67,7 +67,8 @@ def _ncu_info(paths, fmt: str, output: str | None, open_options: dict) -> None:
     infos = []
     for p in paths:
         if ncu_input(p):
-            with nsightlab.open(p, **open_options) as store:
+            with nsightlab.open(p, cache=open_options["cache"], cache_dir=open_options["cache_dir"],
+                                progress=open_options["progress"]) as store:
                 infos.append(store.info())
                 for w in store.warnings:
                     warn(w)

@@ -170,9 +170,9 @@ def build(path: str | Path, trace: str | Path | None = None, cache_dir=None,
         trace = path if _has_trace(Path(path)) else None
     joined = None
     if trace is not None:
-        import nsightlab
+        from nsightlab.read.opener import open as open_report
 
-        with nsightlab.open(trace, cache_dir=cache_dir, progress=progress) as r:
+        with open_report(trace, cache_dir=cache_dir, progress=progress) as r:
             try:
                 joined = join.of(judged, r)
             except (ValueError, KeyError) as e:

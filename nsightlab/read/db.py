@@ -85,7 +85,8 @@ class ExportDB:
         if head.startswith(b"NVR\x00"):
             raise NotAReportError(
                 f"{self.name}: is an Nsight Compute report (.ncu-rep), not an Nsight Systems one; "
-                "give the .sqlite or .nsys-rep of an nsys profile")
+                "give the .sqlite or .nsys-rep of an nsys profile here (nsightlab report, diff, "
+                "info and table read an .ncu-rep as one)")
         if head != SQLITE_MAGIC:
             if head.startswith(NSYS_REP_MAGIC[: len(head)]) and head:
                 raise NotAReportError(

@@ -27,9 +27,8 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
          prefetch: tuple[str, ...] = ("kernels",), process: int | None = None,
          by_process: bool = False) -> "Report":
     """Open an nsys report: a ``.sqlite`` export, a ``.nsys-rep``/``.qdrep``, a capture
-    directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``);
-    or an Nsight Compute report (``.ncu-rep``, ``.ncu-rep.xz``): its
-    ``read.ncu_store.NcuStore`` (``kernels()``, ``metrics()``, ``rules()``), parsed once.
+    directory, or the name of a capture in the store (``NSIGHTLAB_STORE`` or ``./captures``).
+    (``nsightlab.open`` is ``open_any``: an Nsight Compute report too.)
 
     Args:
         path: what to open.
@@ -58,11 +57,6 @@ def open(path: str | os.PathLike, *, cache: bool | None = None,
 
     if cache is None:
         cache = not os.environ.get("NSIGHTLAB_NO_CACHE")
-    if str(path).endswith((".ncu-rep", ".ncu-rep.xz")) or _ncu_magic(path):
-        from nsightlab.read.locate import scratch
-        from nsightlab.read.ncu_store import NcuStore
-
-        return NcuStore(path, cache_dir=cache_dir if cache else scratch(), progress=progress)
     loc = locate(path, cache=cache, cache_dir=cache_dir, nsys=nsys, progress=progress)
     # reader processes start while pandas and pyarrow are imported below (big, uncached)
     trace.mark("open")
@@ -138,6 +132,24 @@ def as_report(x: "Report | str | os.PathLike", **open_options) -> "Report":
     from nsightlab.read.report import Report
 
     return x if isinstance(x, Report) else open(x, **open_options)
+
+
+def open_any(path: str | os.PathLike, **kwargs):
+    """``nsightlab.open``: an nsys report as ``open`` opens it (a ``Report``), or an Nsight
+    Compute report (``.ncu-rep``, ``.ncu-rep.xz``, or any file that starts as one): its
+    ``read.ncu_store.NcuStore`` (``kernels()``, ``metrics()``, ``rules()``), parsed once into
+    the cache. Keyword arguments as ``open``'s (``cache``, ``cache_dir``, ``progress`` apply
+    to an Nsight Compute report)."""
+    if str(path).endswith((".ncu-rep", ".ncu-rep.xz")) or _ncu_magic(path):
+        from nsightlab.read.locate import scratch
+        from nsightlab.read.ncu_store import NcuStore
+
+        cache = kwargs.get("cache")
+        if cache is None:
+            cache = not os.environ.get("NSIGHTLAB_NO_CACHE")
+        return NcuStore(path, cache_dir=kwargs.get("cache_dir") if cache else scratch(),
+                        progress=kwargs.get("progress"))
+    return open(path, **kwargs)
 
 
 def _ncu_magic(path) -> bool:
