@@ -17,32 +17,30 @@ from test_capture import fake_tool, invoke
 
 TRACE = "h200-vit-fp8"
 
-#: a faked nsys: `profile --output=X ...` writes X.nsys-rep, `export ... --output OUT REP`
-#: copies the real trace $FAKE_NSYS_SQLITE to OUT; every call is logged to $FAKE_LOG
-FAKE_NSYS = r"""
+#: a faked tool's start: answers --version with VERSION, logs every other call to $FAKE_LOG
+LOGGED = r"""
 import json, os, shutil, sys
 args = sys.argv[1:]
 if args[:1] == ["--version"]:
-    print("NVIDIA Nsight Systems version 2025.1.1.1-faked")
+    print("VERSION")
     sys.exit(0)
 with open(os.environ["FAKE_LOG"], "a") as f:
-    f.write(json.dumps(["nsys", *args]) + "\n")
+    f.write(json.dumps(["TOOL", *args]) + "\n")
+"""
+#: a faked nsys: `profile --output=X ...` writes X.nsys-rep, `export ... --output OUT REP`
+#: copies the real trace $FAKE_NSYS_SQLITE to OUT
+FAKE_NSYS = LOGGED.replace("VERSION", "NVIDIA Nsight Systems version 2025.1.1.1-faked").replace(
+    "TOOL", "nsys") + r"""
 if args[0] == "profile":
     out = next(a.split("=", 1)[1] for a in args if a.startswith("--output="))
     open(out + ".nsys-rep", "w").write("faked report")
 elif args[0] == "export":
     shutil.copyfile(os.environ["FAKE_NSYS_SQLITE"], args[args.index("--output") + 1])
 """
-
 #: a faked ncu: logs its arguments, writes no report
-FAKE_NCU = r"""
-import json, os, sys
-args = sys.argv[1:]
-if args[:1] == ["--version"]:
-    print("NVIDIA (R) Nsight Compute Command Line Profiler Version 2025.1.1.0 (faked)")
-    sys.exit(0)
-with open(os.environ["FAKE_LOG"], "a") as f:
-    f.write(json.dumps(["ncu", *args]) + "\n")
+FAKE_NCU = LOGGED.replace(
+    "VERSION", "NVIDIA (R) Nsight Compute Command Line Profiler Version 2025.1.1.0 (faked)"
+).replace("TOOL", "ncu") + r"""
 print("==PROF== faked ncu")
 """
 

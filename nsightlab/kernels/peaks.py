@@ -67,17 +67,24 @@ def table_row(device: str | None) -> tuple[str, dict] | None:
     return None
 
 
+def _split(columns, rx: re.Pattern, key, flag: int) -> tuple[dict, dict]:
+    """The metrics of ``columns`` that ``rx`` matches (a known operand type in its first
+    group), by ``key(match)``: (those whose group ``flag`` is set, the others)."""
+    flagged: dict = {}
+    other: dict = {}
+    for name in columns:
+        m = rx.match(name)
+        if m and m.group(1) in _TYPES:
+            (flagged if m.group(flag) else other).setdefault(key(m), []).append(name)
+    return flagged, other
+
+
 def flops(v: pd.DataFrame) -> pd.DataFrame:
     """Per kernel (rows of ``v``, the values of ``metric_names``): FLOPs per precision, on the
     Tensor Cores (``tensor_<p>``, from the per-type op counters: an op is one FLOP) and the
     CUDA cores (``core_<p>``)."""
     out = pd.DataFrame(index=v.index)
-    totals: dict[tuple, list[str]] = {}
-    parts: dict[tuple, list[str]] = {}
-    for name in v.columns:
-        m = _TENSOR_DONE.match(name)
-        if m and m.group(1) in _TYPES:
-            (parts if m.group(3) else totals).setdefault((m.group(1), m.group(2)), []).append(name)
+    parts, totals = _split(v.columns, _TENSOR_DONE, lambda m: (m.group(1), m.group(2)), 3)
     for key in set(totals) | set(parts):  # a counter's total where collected, else its parts
         col = f"tensor_{_TYPES[key[0]]}"
         got = v[totals.get(key) or parts[key]].fillna(0).sum(axis=1)
@@ -97,12 +104,7 @@ def ceilings(v: pd.DataFrame) -> pd.DataFrame:
     metrics (NaN where it has none: ``datasheet``)."""
     clock = v.get(SM_CLOCK, pd.Series(np.nan, index=v.index))
     out = pd.DataFrame(index=v.index)
-    dense: dict[str, list[str]] = {}
-    plain: dict[str, list[str]] = {}
-    for name in v.columns:
-        m = _TENSOR_PEAK.match(name)
-        if m and m.group(1) in _TYPES:
-            (dense if m.group(2) else plain).setdefault(_TYPES[m.group(1)], []).append(name)
+    dense, plain = _split(v.columns, _TENSOR_PEAK, lambda m: _TYPES[m.group(1)], 2)
     for prec in set(dense) | set(plain):
         cols = dense.get(prec) or plain[prec]  # dense where the report tells it apart
         out[f"peak_tensor_{prec}"] = v[cols].max(axis=1) * clock
