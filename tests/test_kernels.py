@@ -61,7 +61,7 @@ def judged(cache):
 @pytest.mark.parametrize("path", every_report(), ids=lambda p: p.name)
 def test_every_report_opens_in_info_table_and_report(path, cache):
     for args in (["info", path], ["table", "ncu_judged", path], ["report", path],
-                 ["report", path, "--json"]):
+                 ["report", path, "--json"], ["diff", path, path]):
         res = invoke(*args, "--cache-dir", cache)
         assert res.exit_code == 0, (args, res.output)
         assert "Traceback" not in res.output
@@ -262,6 +262,9 @@ def test_a_broken_ncu_input_is_one_line_naming_the_file(damaged, kind, command, 
 def test_a_broken_ncu_input_in_diff_and_in_ncu_options(damaged, vits_trace, tmp_path):
     res = invoke("diff", damaged["empty"], K / "h200-scan.ncu-rep.xz", "--cache-dir", tmp_path)
     assert res.exit_code == 1 and str(damaged["empty"]) in res.output
+    res = invoke("compare", K / "h200-scan.ncu-rep.xz", damaged["cut_to_nothing"], "--cache-dir",
+                 tmp_path)
+    assert res.exit_code == 1 and str(damaged["cut_to_nothing"]) in res.output
     res = invoke("report", vits_trace, "--ncu", damaged["sqlite_named_ncu"], "--cache-dir", tmp_path)
     assert res.exit_code == 1 and "not an Nsight Compute report" in res.output
     res = invoke("recipe", "run", "tensor_core", vits_trace, "--ncu", damaged["sqlite_named_ncu"],

@@ -24,9 +24,11 @@ def fmt_ms(ns: float) -> str:
 
 
 def fmt_time(ns: float) -> str:
-    """A kernel's time as people say it: '1.9 µs', '36.8 µs', '1.63 ms'."""
+    """A kernel's time as people say it: '6.1 ns', '1.9 µs', '36.8 µs', '1.63 ms'."""
     if ns != ns:
         return "?"
+    if ns < 1e3:
+        return f"{ns:.2g} ns"
     return f"{ns / 1e3:.3g} µs" if ns < 1e6 else f"{ns / 1e6:.3g} ms"
 
 

@@ -232,16 +232,24 @@ def say(code: str, gpu=None, about: str | None = None, prefix: str = "", **value
                 gpu, about, values)
 
 
+def _si(x: float, unit: str) -> str:
+    """An amount with its SI prefix: '1.1 TFLOP', '69.6 MB', '2,048 FLOP'."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:,.0f} {unit}"
+
+
 def _kernel_words(code: str, v: dict) -> dict:
     """The phrases of a kernel finding that depend on its numbers."""
     out = {}
     if code == "kernel_headroom":
         flops, moved = v.get("flops"), v.get("dram_bytes")
-        out["flops_words"] = (f"{flops / 1e9:,.3g} GFLOP {v.get('precision') or ''}".rstrip()
+        out["flops_words"] = (f"{_si(flops, 'FLOP')} {v.get('precision') or ''}".rstrip()
                               if flops and flops > 0 else "no FLOPs")
         used = v.get("used_pct")
         out["bytes_words"] = "" if not moved or moved != moved else (
-            f", {moved / 1e6:,.3g} MB of DRAM traffic" +
+            f", {_si(moved, 'B')} of DRAM traffic" +
             (f" of which {used:.0f}% used" if used is not None and used < 99.5 else ""))
     if code == "pair_memory":
         b = v.get("bytes_ratio")
