@@ -1,8 +1,12 @@
 """Two Nsight Compute reports compared at the counter level: ``of(a, b)``.
 
-Kernels pair by role: the same NVTX range (when the two reports share range names), the same
-class (``analysis.classify``: gemm, attention, elementwise, ...), the same order within them;
-so the fp16 GEMM pairs with the fp8 GEMM that replaced it. Each pair gives the time ratio
+Each report's distinct launches are paired (``_distinct``: a launch configuration and its work
+once, with the median of its durations: two reports rarely hold as many repetitions of a
+block). Kernels pair first where nothing changed (the same function, grid and block), then by
+role: the same innermost NVTX range (when the two reports share range names), the same class
+(``analysis.classify``: gemm, attention, elementwise, ...), the same order of first launch;
+so the fp16 GEMM pairs with the fp8 GEMM that replaced it. The totals count each distinct
+launch once. Each pair gives the time ratio
 (A's duration over B's: above 1, B is faster), the limiter on each side, the FLOPs and bytes,
 and the ratio the roofline expects: A's ``t_min`` over B's (``judge``), which is the ratio of
 the Tensor peaks when both are compute-bound and the ratio of the bytes when both are
@@ -56,24 +60,42 @@ class Paired:
 
 def of(a: Judged, b: Judged, names: tuple[str, str] = ("A", "B")) -> Paired:
     """Pair the kernels of ``a`` and ``b`` by role and compare each pair."""
-    ka, kb = _roles(a.kernels), _roles(b.kernels)
-    shared = set(ka["nvtx"].dropna()) & set(kb["nvtx"].dropna())
+    ka, kb = _distinct(_roles(a.kernels)), _distinct(_roles(b.kernels))
+    shared = set(ka["nvtx_key"]) & set(kb["nvtx_key"]) - {""}
     for k in (ka, kb):
-        k["nvtx_key"] = k["nvtx"].where(k["nvtx"].isin(shared), "") if shared else ""
+        k["nvtx_key"] = k["nvtx_key"].where(k["nvtx_key"].isin(shared), "")
     # first the kernels that did not change (same function, grid and block), then by role
     same = ["nvtx_key", "class", "function", "grid", "block"]
     both, ka, kb = _match(ka, kb, same)
     role, ka, kb = _match(ka, kb, ["nvtx_key", "class"])
     both = pd.concat([both, role], ignore_index=True)
-    only_a, only_b = _side(ka, ""), _side(kb, "")
+    only_a, only_b = (_side(k, "").sort_values("duration_ns", ascending=False, kind="stable")
+                      .reset_index(drop=True) for k in (ka, kb))
     both["ratio"] = both["duration_ns_a"] / both["duration_ns_b"]
     both["expected"] = both["t_min_ns_a"] / both["t_min_ns_b"]
     both["bytes_ratio"] = both["dram_bytes_a"] / both["dram_bytes_b"]
     both["why"] = [_why(r) for r in both.itertuples()]
     both = both.sort_values("duration_ns_a", ascending=False).reset_index(drop=True)
-    return Paired(both, only_a, only_b,
-                  float(a.kernels["duration_ns"].sum()), float(b.kernels["duration_ns"].sum()),
-                  names)
+    return Paired(both, only_a, only_b, float(pd.concat([both["duration_ns_a"], only_a[
+        "duration_ns"]]).sum()), float(pd.concat([both["duration_ns_b"], only_b["duration_ns"]])
+                                       .sum()), names)
+
+
+def _distinct(k: pd.DataFrame) -> pd.DataFrame:
+    """One row per distinct launch of a report: the same innermost NVTX range, function, grid,
+    block and work (its FLOPs), in the order of its first launch, with the median of its
+    durations and ``n``, how many times ncu profiled it. A report may hold several
+    repetitions of a block or an iteration (ncu's --nvtx-include matched each), and two
+    reports rarely hold as many: pairs are made between distinct launches."""
+    k = k.copy()
+    k["nvtx_key"] = [str(x).rsplit("/", 1)[-1] if isinstance(x, str) else "" for x in k["nvtx"]]
+    work = k["flops"].fillna(-1).map(lambda x: float(f"{x:.4g}"))
+    key = [k["nvtx_key"], k["function"], k["grid"], k["block"], work]
+    g = k.groupby(key, sort=False, dropna=False)
+    first = g.head(1).copy()
+    first["duration_ns"] = g["duration_ns"].transform("median").loc[first.index]
+    first["n"] = g["duration_ns"].transform("size").loc[first.index]
+    return first.reset_index(drop=True)
 
 
 def _match(ka: pd.DataFrame, kb: pd.DataFrame, key: list[str]):

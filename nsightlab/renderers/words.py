@@ -209,8 +209,8 @@ SAY.update({
                     "{limiter}, {headroom_pct:.0f}% headroom: up to {saves_t} per iteration "
                     "({saves_pct:.1f}% of the loop)",
     "kernel_unprofiled": "not profiled: {about} ({share_pct:.1f}% of the loop's kernel time)",
-    "pair_total": "{about}: the profiled kernels take {b_t} against {a_t}: {pace_words}"
-                  "{only_words}",
+    "pair_total": "{about}: the profiled kernels (each distinct launch once) take {b_t} "
+                  "against {a_t}: {pace_words}{only_words}",
     "pair_compute": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); compute-bound on both sides "
                     "({precision_a} -> {precision_b}): the ratio of the peaks is {expected:.2f}x",
     "pair_memory": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); memory-bound on both sides: "
