@@ -65,7 +65,8 @@ def test_every_report_opens_in_info_table_and_report(path, cache):
         res = invoke(*args, "--cache-dir", cache)
         assert res.exit_code == 0, (args, res.output)
         assert "Traceback" not in res.output
-    data = json.loads(invoke("report", path, "--json", "--cache-dir", cache).output)
+    text = invoke("report", path, "--json", "--cache-dir", cache).stdout
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert len(data["kernels"]) >= 1 and all("limiter" in k for k in data["kernels"])
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsightlab.core.result import Result
+from nsightlab.core.result import Result, json_value
 from nsightlab.errors import NotAReportError
 from nsightlab.formats import ncu
 from nsightlab.kernels import judge, join, pairs
@@ -108,7 +108,7 @@ class KernelReport(Result):
         if self.joined is not None:
             out["loop_ns"] = self.joined.loop_ns
             out["iterations"] = self.joined.iterations
-        return out
+        return json_value(out)
 
     def manifest(self) -> dict:
         return {"source": self.source, "joined": self.joined is not None}
@@ -137,7 +137,7 @@ class KernelDiff(Result):
     def to_json(self) -> dict:
         out = super().to_json()
         out["findings"] = [f.record() for f in self.findings()]
-        return out
+        return json_value(out)
 
     def manifest(self) -> dict:
         return {"a": self.a, "b": self.b}
