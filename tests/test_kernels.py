@@ -182,7 +182,7 @@ def test_report_of_a_trace_with_ncu_and_of_a_capture_holding_both(vits_trace, ca
     assert "could save per iteration" in res.output and "in all: up to" in res.output
     res = invoke("report", EXAMPLES / "vit-fp16", "--json", "--cache-dir", cache)
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["kernel_level"]["saves"] and data["kernel_level"]["iterations"] >= 10
 
 
@@ -191,7 +191,7 @@ def test_diff_and_compare_of_ncu_reports_on_the_command_line(cache):
     res = invoke("diff", a, b, "--cache-dir", cache)
     assert res.exit_code == 0 and "memory-bound on both sides" in res.output
     res = invoke("diff", a, c, "--json", "--cache-dir", cache)
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert len(data["only_b"]) == 2 and data["findings"][0]["code"] == "pair_total"
     res = invoke("compare", a, b, c, "--cache-dir", cache)
     assert res.exit_code == 0 and len(res.output.strip().splitlines()) == 2 + 3

@@ -73,6 +73,8 @@ def ncu_input(path: str) -> bool:
     without importing pandas."""
     if str(path).endswith((".ncu-rep", ".ncu-rep.xz")):
         return True
+    if not os.path.isfile(path):  # a FIFO or device would block the read
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(4) == b"NVR\x00"

@@ -104,6 +104,8 @@ def is_ncu(path: str | Path) -> bool:
     p = Path(path)
     if p.name.endswith((".ncu-rep", ".ncu-rep.xz")):
         return True
+    if not p.is_file():  # a FIFO or device would block the read
+        return False
     try:
         with p.open("rb") as f:
             return f.read(4) == MAGIC

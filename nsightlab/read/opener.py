@@ -153,6 +153,8 @@ def open_any(path: str | os.PathLike, **kwargs):
 
 
 def _ncu_magic(path) -> bool:
+    if not os.path.isfile(path):  # a FIFO or device would block the read
+        return False
     try:
         with builtins.open(path, "rb") as f:
             return f.read(4) == b"NVR\x00"
