@@ -10,7 +10,8 @@ TABLE_NAMES = ("kernels", "cuda_api", "memcpy", "memset", "syncs", "nvtx", "gpu_
                "graph_execs", "cuda_graph_nodes", "threads", "memory")
 #: the tables of an Nsight Compute report (an .ncu-rep, or a capture holding one)
 NCU_TABLES = {"ncu_kernels": "one row per profiled kernel: identity, launch, key metrics",
-              "ncu_metrics": "every metric of every kernel, long: kernel, metric, value, text, unit",
+              "ncu_metrics": "every metric of every kernel, long: kernel, metric, value, text, "
+                             "unit",
               "ncu_rules": "NVIDIA's rule results: rule, title, message, estimated speedup",
               "ncu_judged": "each kernel judged: limiter, unit, roofline, headroom, occupancy"}
 HELP = """Print table NAME of the report at PATH.

@@ -162,7 +162,8 @@ class NcuReport:
         self.path = Path(path)
         ncu_report = _module()
         if not self.path.is_file():
-            raise NotAReportError(f"{self.path}: no such file; give an Nsight Compute report (.ncu-rep)")
+            raise NotAReportError(f"{self.path}: no such file; give an Nsight Compute report "
+                                  "(.ncu-rep)")
         self._tmp = tempfile.TemporaryDirectory()
         src = self.path
         if self.path.name.endswith(".xz"):

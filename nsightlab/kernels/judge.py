@@ -5,7 +5,8 @@
   higher one limits when it reaches ``HIGH`` (60%, the line under which ncu's own
   SOLBottleneck rule calls a workload latency-bound); both high and within ``BALANCED``
   points of each other, the kernel is balanced (ncu's rule again). The unit is the largest
-  part of ncu's breakdown of the higher figure (``breakdown:...``: a pipe, or DRAM / L2 / L1). Below ``HIGH`` on
+  part of ncu's breakdown of the higher figure (``breakdown:...``: a pipe, or DRAM / L2 /
+  L1). Below ``HIGH`` on
   both sides the kernel is latency-bound, and ``why`` says what the report shows: a grid
   smaller than the GPU, low occupancy, the warps' top stall.
 - **Roofline**: the FLOPs it ran by precision (Tensor Core and CUDA core), the DRAM bytes it
@@ -63,7 +64,8 @@ _PIPE = re.compile(r"^sm__(?:pipe_(\w+?)_cycles_active|inst_executed_pipe_(\w+?)
                    r"(?:_pred_on_any)?\.avg\.pct_of_peak_sustained_(?:active|elapsed)$")
 #: a breakdown metric's unit, by its prefix (first match)
 UNITS = (("sm__pipe_tensor", "Tensor"), ("sm__inst_executed_pipe_tensor", "Tensor"),
-         ("sm__pipe_fmaheavy", "FMA"), ("sm__pipe_fma", "FMA"), ("sm__inst_executed_pipe_fma", "FMA"),
+         ("sm__pipe_fmaheavy", "FMA"), ("sm__pipe_fma", "FMA"),
+         ("sm__inst_executed_pipe_fma", "FMA"),
          ("sm__pipe_alu", "ALU"), ("sm__inst_executed_pipe_alu", "ALU"),
          ("sm__pipe_fp64", "FP64"), ("sm__inst_executed_pipe_fp64", "FP64"),
          ("sm__inst_executed_pipe_xu", "XU (transcendentals, conversions)"),
@@ -72,14 +74,16 @@ UNITS = (("sm__pipe_tensor", "Tensor"), ("sm__inst_executed_pipe_tensor", "Tenso
          ("sm__inst_executed_pipe_adu", "ADU"), ("sm__inst_executed_pipe_cbu", "CBU (branches)"),
          ("sm__inst_executed_pipe_uniform", "uniform pipe"), ("sm__pipe_tma", "TMA"),
          ("sm__inst_executed_pipe_tma", "TMA"), ("sm__inst_executed_pipe_tex", "TEX"),
-         ("sm__inst_executed_pipe_ipa", "IPA"), ("sm__mio", "MIO (shared memory, special functions)"),
+         ("sm__inst_executed_pipe_ipa", "IPA"),
+         ("sm__mio", "MIO (shared memory, special functions)"),
          ("sm__inst_executed", "instruction issue"), ("sm__issue_active", "instruction issue"),
          ("sm__instruction_throughput", "instruction issue"), ("idc__", "constant cache"),
          ("dram__", "DRAM"), ("fbpa__", "DRAM"), ("lts__", "L2"), ("l1tex__", "L1/shared"),
          ("sm__memory_throughput", "L1/shared"), ("gpu__compute_memory", "memory pipeline"))
 #: which unit to name when parts of a breakdown tie (the most specific first)
-_RANK = {u: i for i, u in enumerate(("Tensor", "FMA", "ALU", "FP64", "XU (transcendentals, "
-                                     "conversions)", "LSU (load/store)", "DRAM", "L2", "L1/shared"))}
+_RANK = {u: i for i, u in enumerate((
+    "Tensor", "FMA", "ALU", "FP64", "XU (transcendentals, conversions)", "LSU (load/store)",
+    "DRAM", "L2", "L1/shared"))}
 #: ncu sections by the unit they are about: a rule of the limiter's kind comes first
 SECTIONS = {"compute": ("ComputeWorkloadAnalysis", "InstructionStats", "SchedulerStats",
                         "WarpStateStats", "SpeedOfLight"),

@@ -7,6 +7,7 @@ kernels are joined to its loop (``join``).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,14 +56,11 @@ def store_of(path: str | Path, cache_dir=None, progress=None) -> NcuStore:
     if rep is None:
         raise NotAReportError(f"{path}: holds no Nsight Compute report (.ncu-rep); give one, or "
                               "capture with --ncu")
-    folder = Path(path) / "cache" if Path(path).is_dir() and os_writable(Path(path)) else None
+    # a capture keeps its parse in its own cache/ (where it can be written)
+    capture = Path(path) if Path(path).is_dir() else None
+    folder = capture / "cache" if capture is not None and os.access(capture, os.W_OK | os.X_OK) \
+        else None
     return NcuStore(rep, cache_dir=cache_dir, folder=folder, progress=progress)
-
-
-def os_writable(folder: Path) -> bool:
-    import os
-
-    return os.access(folder, os.W_OK | os.X_OK)
 
 
 @dataclass(repr=False)

@@ -34,7 +34,8 @@ from nsightlab.read.table_cache import build_dir, default_root, keyed_dir, remov
 
 #: bump when the tables' content changes: older caches are parsed again
 VERSION = 1
-_METRICS_SCHEMA = pa.schema([("kernel", pa.int32()), ("metric", pa.dictionary(pa.int32(), pa.string())),
+_METRICS_SCHEMA = pa.schema([("kernel", pa.int32()),
+                             ("metric", pa.dictionary(pa.int32(), pa.string())),
                              ("value", pa.float64()), ("text", pa.string()),
                              ("unit", pa.dictionary(pa.int32(), pa.string()))])
 
@@ -119,11 +120,6 @@ class NcuStore:
                 "rule_results": self.meta["rule_results"],
                 "nvtx": bool(k["nvtx"].notna().any()), "whole": self.meta["whole"],
                 "parse_s": self.meta["parse_s"], "warnings": list(self.warnings)}
-
-
-def open_ncu_store(path, cache_dir=None, folder: Path | None = None, progress=None) -> NcuStore:
-    """The store of an .ncu-rep (``.ncu-rep.xz``), parsed on its first open."""
-    return NcuStore(path, cache_dir=cache_dir, folder=folder, progress=progress)
 
 
 def _parse(path: Path, folder: Path, progress, workers: int | None) -> None:
