@@ -6,9 +6,8 @@
   SOLBottleneck rule calls a workload latency-bound); both high and within ``BALANCED``
   points of each other, the kernel is balanced (ncu's rule again). The unit is the largest
   part of ncu's breakdown of the higher figure (``breakdown:...``: a pipe, or DRAM / L2 /
-  L1). Below ``HIGH`` on
-  both sides the kernel is latency-bound, and ``why`` says what the report shows: a grid
-  smaller than the GPU, low occupancy, the warps' top stall.
+  L1). Below ``HIGH`` on both sides the kernel is latency-bound, and ``why`` says what the
+  report shows: a grid smaller than the GPU, low occupancy, the warps' top stall.
 - **Roofline**: the FLOPs it ran by precision (Tensor Core and CUDA core), the DRAM bytes it
   moved and the share of them it used (ncu's L2 sector counters for global accesses: excess
   sectors are bytes moved and not used), the ceilings (``peaks``). The time the work needs at
