@@ -73,8 +73,8 @@ def export_file(src: Path, outdir: Path, nsys: str | None = None) -> list[Path]:
                 "; it is cut short: copy it again" if not rep.whole else
                 "; ncu profiled nothing: check its kernel filters"))
         if not rep.whole:
-            sys.stderr.write(f"WARNING: {src}: cut short ({src.stat().st_size:,} of the "
-                             f"{rep.expected_bytes:,} bytes its records say): exported the "
+            sys.stderr.write(f"WARNING: {src}: cut short (its last record runs to byte "
+                             f"{rep.expected_bytes:,} of a {rep.size:,}-byte report): exported the "
                              f"{count} kernels before the cut; copy it again for the rest\n")
         outs = [outdir / f"{stem}.ncu_kernels.parquet", outdir / f"{stem}.ncu_metrics.parquet"]
         for out, df in zip(outs, (rep.kernels(), rep.metrics())):

@@ -100,7 +100,14 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
     charts_out(d, html_file, png_dir)
     if has_ncu(a) and has_ncu(b) and fmt == "table" and output is None:
         click.echo("")  # captures holding Nsight Compute reports: the counter-level diff too
-        _kernel_diff(a, b, fmt, None, None, None, open_options)
+        from nsightlab.errors import NsightlabError
+
+        try:
+            _kernel_diff(a, b, fmt, None, None, None, open_options)
+        except NsightlabError as e:
+            from nsightlab.cli.options import warn
+
+            warn(f"the captures' Nsight Compute reports were left out: {e}")
     _gate(rules, [(d.a, d.b, d.headline["conversion_overhead_ns"])])
 
 
@@ -117,7 +124,7 @@ def _kernel_diff(a: str, b: str, fmt: str, output, html_file, png_dir, open_opti
         from nsightlab.renderers import emit
 
         d = kernel_level.diff(a, b, cache_dir=open_options["cache_dir"],
-                              progress=open_options["progress"])
+                              progress=open_options["progress"], cache=open_options["cache"])
         wrote(emit(d, fmt, output), output)
         charts_out(d, html_file, png_dir)
 
@@ -165,7 +172,8 @@ def compare(runs: tuple[str, ...], batch: int | None, fmt: str, output: str | No
         from nsightlab.kernels import report as kernel_level
 
         lineup = kernel_level.lineup(list(runs), cache_dir=open_options["cache_dir"],
-                                     progress=open_options["progress"])
+                                     progress=open_options["progress"],
+                                     cache=open_options["cache"])
         wrote(emit(lineup, fmt, output), output)
         return
     rules = _parse_rules(fail_if)

@@ -83,7 +83,7 @@ def ncu_input(path: str) -> bool:
 
 
 def has_ncu(path: str) -> bool:
-    """Whether ``path`` is an ncu report or a capture folder holding one."""
+    """Whether ``path`` is an ncu report or a capture folder holding one or more."""
     from pathlib import Path
 
     p = Path(path)

@@ -60,13 +60,16 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     """
     if len(paths) == 1 and ncu_input(paths[0]):
         return _kernels_only(paths[0], fmt, output, html_file, png_dir, open_options)
+    if len(paths) > 1 and any(ncu_input(p) for p in paths):
+        raise click.UsageError("report reads one Nsight Compute report at a time; diff takes "
+                               "two, compare several")
     from nsightlab.read.opener import start_reading
 
     for path in paths:  # reader processes first, then pandas' imports
         start_reading(path, by_process=len(paths) == 1 and process is None and rank is None,
                       **open_options)
     from nsightlab.run import report as one_run
-    from nsightlab.errors import UsageError
+    from nsightlab.errors import NsightlabError, UsageError
     from nsightlab.renderers import emit
 
     paths = _rank_folder(paths)
@@ -85,9 +88,15 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
     if ncu_file or (len(paths) == 1 and has_ncu(path) and not ncu_input(path)):
         from nsightlab.kernels import report as kernel_level
 
-        kr = kernel_level.build(ncu_file or _capture_dir(path), trace=path,
-                                cache_dir=open_options["cache_dir"],
-                                progress=open_options["progress"])
+        try:
+            kr = kernel_level.build(ncu_file or _capture_dir(path), trace=path,
+                                    cache_dir=open_options["cache_dir"],
+                                    progress=open_options["progress"],
+                                    cache=open_options["cache"])
+        except NsightlabError as e:
+            if ncu_file:  # asked for: its problem is the answer
+                raise
+            warn(f"the capture's Nsight Compute report was left out: {e}")
     if kr is not None and fmt == "json" and output is None:
         import json
 
@@ -127,7 +136,7 @@ def _kernels_only(path: str, fmt: str, output: str | None, html_file: str | None
         from nsightlab.renderers import emit
 
         kr = kernel_level.build(path, cache_dir=open_options["cache_dir"],
-                                progress=open_options["progress"])
+                                progress=open_options["progress"], cache=open_options["cache"])
         wrote(emit(kr, fmt, output), output)
         for w in kr.warnings:
             warn(w)

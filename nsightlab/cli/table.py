@@ -87,7 +87,8 @@ def _ncu_table_now(name, path, cols, limit, fmt, output, open_options) -> None:
     from nsightlab.kernels import judge, report
     from nsightlab.renderers import emit
 
-    store = report.store_of(path, open_options.get("cache_dir"), open_options.get("progress"))
+    store = report.store_of(path, open_options.get("cache_dir"), open_options.get("progress"),
+                            open_options.get("cache", True))
     df = {"ncu_kernels": store.kernels, "ncu_metrics": store.metrics, "ncu_rules": store.rules,
           "ncu_judged": lambda: judge.of(store).kernels.reset_index(drop=True)}[name]()
     if cols:

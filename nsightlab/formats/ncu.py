@@ -177,6 +177,7 @@ class NcuReport:
         #: (whether the file is whole, where its records say it ends): a cut copy still gives
         #: the kernels before the cut (``read.ncu_store`` warns how many were read)
         self.whole, self.expected_bytes = whole(src)
+        self.size = src.stat().st_size  #: of the report itself (decompressed)
         try:
             with quiet_stderr(not self.whole):
                 self._ctx = ncu_report.load_report(str(src))

@@ -4,8 +4,8 @@ The trace's kernels inside the loop's main iterations (``analysis.loop``; every 
 the loop when it has no main kind), on its first GPU, are grouped by launch (name, grid,
 block): their time per iteration and share of the loop. Each group is matched to the ncu
 kernel of the same demangled name, grid and block (else the same function name, grid and
-block; else the same function name): one ncu kernel stands for every launch of its
-configuration (ncu's durations are not the loop's: the trace gives the time, ncu the why).
+block; never by name alone: PyTorch's elementwise ops share one): one ncu kernel stands for
+every launch of its configuration (ncu's durations are not the loop's: the trace gives the time, ncu the why).
 
 - ``saves``: the ranked list: time per iteration x headroom (``judge``), in ms and in % of
   the loop; a group counted once, so the list sums to no more than the loop's kernel time.
@@ -60,8 +60,10 @@ class Joined:
         for r in self.kernels[self.kernels["tensor_idle"]].itertuples():
             out.append(words.say("kernel_tensor_idle", about=r.function, tensor_pct=r.tensor_pct,
                                  share_pct=r.share_pct))
+        kernels_ns = float(self.kernels["time_ns"].sum())
         for r in self.unprofiled.itertuples():
-            out.append(words.say("kernel_unprofiled", about=r.function, share_pct=r.share_pct))
+            out.append(words.say("kernel_unprofiled", about=r.function,
+                                 share_pct=100 * r.time_ns / kernels_ns if kernels_ns else 0.0))
         return out
 
 
@@ -101,16 +103,14 @@ def of(judged: Judged, report) -> Joined:
     """Join ``judged`` (one ncu report) to the loop of ``report`` (its nsys trace)."""
     g, wall, n = in_loop(report)
     nk = judged.kernels
-    keys = {"full": {}, "function": {}, "loose": {}}
+    keys = {"full": {}, "function": {}}
     for r in nk.itertuples():  # the first profiled kernel of each key stands for it
         keys["full"].setdefault((_norm(r.name), r.grid, r.block), r.kernel)
         keys["function"].setdefault((r.function, r.grid, r.block), r.kernel)
-        keys["loose"].setdefault(r.function, r.kernel)
     match, how = [], []
     for r in g.itertuples():
         for level, key in (("full", (_norm(r.name), r.grid, r.block)),
-                           ("function", (r.function, r.grid, r.block)),
-                           ("loose", r.function)):
+                           ("function", (r.function, r.grid, r.block))):
             if key in keys[level]:
                 match.append(keys[level][key]), how.append(level)
                 break

@@ -49,7 +49,8 @@ SOL = {"duration_ns": "gpu__time_duration.sum",
        "block_size": "launch__block_size", "sms": "launch__sm_count",
        "registers": "launch__registers_per_thread",
        "excess_sectors": "derived__memory_l2_theoretical_sectors_global_excessive",
-       "global_sectors": "memory_l2_theoretical_sectors_global"}
+       "global_sectors": "memory_l2_theoretical_sectors_global",
+       "ideal_sectors": "memory_l2_theoretical_sectors_global_ideal"}
 _DRAM_OLD = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 BREAKDOWN = {"compute": "breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed",
              "memory": "breakdown:gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"}
@@ -137,6 +138,7 @@ def of(store) -> Judged:
     k["block"] = _dims(ident, "block")
     for col, metric in SOL.items():
         k[col] = v[metric].to_numpy() if metric in v else np.nan
+    k["duration_ns"] = k["duration_ns"].where(k["duration_ns"] > 0)  # no time: nothing to judge
     if k["dram_pct"].isna().all() and _DRAM_OLD in v:
         k["dram_pct"] = v[_DRAM_OLD].to_numpy()
     k["limiter"], k["unit"], k["unit_pct"] = _limiters(k, v, parts)
@@ -291,11 +293,17 @@ def _roofline(v: pd.DataFrame, k: pd.DataFrame) -> pd.DataFrame:
     dram = (v["dram__bytes_read.sum"] + v["dram__bytes_write.sum"]
             if {"dram__bytes_read.sum", "dram__bytes_write.sum"} <= set(v.columns)
             else pd.Series(np.nan, index=v.index))
-    excess = k["excess_sectors"].to_numpy()
-    total = k["global_sectors"].to_numpy()
+    # the bytes it uses, never above what it moved: the ideal sectors of its global accesses
+    # (what its threads ask for) where they are fewer (re-reads that hit in L2 never reach
+    # DRAM), but no fewer than the moved bytes less the excess sectors (loads by TMA or
+    # LDGSTS are not in those counters: a GEMM's bytes stay used)
+    moved = dram.to_numpy(dtype=float)
+    ideal = k["ideal_sectors"].to_numpy(dtype=float) * 32
+    excess = np.nan_to_num(k["excess_sectors"].to_numpy(dtype=float)) * 32
     with np.errstate(invalid="ignore", divide="ignore"):
-        used = np.where(total > 0, 1 - np.clip(excess / total, 0, 1), 1.0)
-    used = np.where(np.isnan(total) | np.isnan(excess), 1.0, used)
+        need = np.maximum(np.fmin(ideal, moved), moved - excess)
+        used = np.where(moved > 0, np.clip(need / moved, 0, 1), 1.0)
+    used = np.where(np.isnan(used), 1.0, used)
     out["flops"] = f.sum(axis=1) if len(f.columns) else np.nan
     out["precision"] = [(_main(f.loc[i]) or None) if len(f.columns) else None for i in v.index]
     out["dram_bytes"] = dram
@@ -338,7 +346,11 @@ def _roofline(v: pd.DataFrame, k: pd.DataFrame) -> pd.DataFrame:
     out["peak_source"] = source
     out["flops_per_s"] = achieved
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["headroom_pct"] = np.clip(100 * (1 - np.asarray(t_min, float) / dur), 0, 100)
+        room = 100 * (1 - np.asarray(t_min, float) / dur)
+    # a kernel faster than its ceilings allow: a ceiling too low (a datasheet at boost clocks
+    # against ncu's base clocks); said, not hidden at 0
+    out["over_roof"] = room < -1
+    out["headroom_pct"] = np.clip(room, 0, 100)
     for col in [c for c in ceil.columns if c.startswith("peak_")]:
         out[col] = ceil[col]
     return out.reset_index(drop=True).set_axis(k.index)

@@ -1,12 +1,11 @@
 """Two Nsight Compute reports compared at the counter level: ``of(a, b)``.
 
-Each report's distinct launches are paired (``_distinct``: a launch configuration and its work
-once, with the median of its durations: two reports rarely hold as many repetitions of a
-block). Kernels pair first where nothing changed (the same function, grid and block), then by
-role: the same innermost NVTX range (when the two reports share range names), the same class
+One repetition of each report's launches is paired (``_distinct``: where a report holds its
+launches several times over, the first period, with the median durations). Kernels pair first
+where nothing changed (the same function, grid, block and work), then the same launch with
+other work, then by role: the same innermost NVTX range (when the two reports share range names), the same class
 (``analysis.classify``: gemm, attention, elementwise, ...), the same order of first launch;
-so the fp16 GEMM pairs with the fp8 GEMM that replaced it. The totals count each distinct
-launch once. Each pair gives the time ratio
+so the fp16 GEMM pairs with the fp8 GEMM that replaced it. The totals are of one repetition. Each pair gives the time ratio
 (A's duration over B's: above 1, B is faster), the limiter on each side, the FLOPs and bytes,
 and the ratio the roofline expects: A's ``t_min`` over B's (``judge``), which is the ratio of
 the Tensor peaks when both are compute-bound and the ratio of the bytes when both are
@@ -32,13 +31,16 @@ class Paired:
     ``only_a`` / ``only_b`` (kernels on one side), ``a_ns`` / ``b_ns`` (all of each side),
     ``findings()`` (records: the headline, then each pair)."""
 
-    def __init__(self, pairs, only_a, only_b, a_ns, b_ns, names):
+    def __init__(self, pairs, only_a, only_b, a_ns, b_ns, names, repeats=(1, 1)):
         self.pairs, self.only_a, self.only_b = pairs, only_a, only_b
         self.a_ns, self.b_ns, self.names = a_ns, b_ns, names
+        #: how many repetitions of its launches each report held (``_distinct``)
+        self.repeats = repeats
 
     def findings(self) -> list[words.Said]:
         a, b = self.names
         out = [words.say("pair_total", about=f"{a} -> {b}", a_ns=self.a_ns, b_ns=self.b_ns,
+                         repeats_a=self.repeats[0], repeats_b=self.repeats[1],
                          ratio=self.a_ns / self.b_ns if self.b_ns else np.nan,
                          only_b_ns=float(self.only_b["duration_ns"].sum()),
                          only_b_pct=100 * float(self.only_b["duration_ns"].sum()) / self.b_ns
@@ -49,7 +51,8 @@ class Paired:
                                  bytes_ratio=r.bytes_ratio, dram_a=r.dram_pct_a,
                                  dram_b=r.dram_pct_b, limiter_a=r.limiter_a,
                                  limiter_b=r.limiter_b, precision_a=r.precision_a,
-                                 precision_b=r.precision_b, function_a=r.function_a))
+                                 precision_b=r.precision_b, function_a=r.function_a,
+                                 work_ratio=r.flops_a / r.flops_b if r.flops_b else np.nan))
         for side, only in (("A", self.only_a), ("B", self.only_b)):
             for r in only.itertuples():
                 out.append(words.say("pair_only", about=r.function, side=side,
@@ -61,14 +64,18 @@ class Paired:
 def of(a: Judged, b: Judged, names: tuple[str, str] = ("A", "B")) -> Paired:
     """Pair the kernels of ``a`` and ``b`` by role and compare each pair."""
     ka, kb = _distinct(_roles(a.kernels)), _distinct(_roles(b.kernels))
+    ka_n, kb_n = ka["n"], kb["n"]
     shared = set(ka["nvtx_key"]) & set(kb["nvtx_key"]) - {""}
     for k in (ka, kb):
         k["nvtx_key"] = k["nvtx_key"].where(k["nvtx_key"].isin(shared), "")
-    # first the kernels that did not change (same function, grid and block), then by role
+    # first the kernels that did not change (same function, grid, block and work), then the
+    # same launch with other work, then by role
     same = ["nvtx_key", "class", "function", "grid", "block"]
-    both, ka, kb = _match(ka, kb, same)
-    role, ka, kb = _match(ka, kb, ["nvtx_key", "class"])
-    both = pd.concat([both, role], ignore_index=True)
+    found = []
+    for key in (same + ["work"], same, ["nvtx_key", "class"]):
+        got, ka, kb = _match(ka, kb, key)
+        found.append(got)
+    both = pd.concat(found, ignore_index=True)
     only_a, only_b = (_side(k, "").sort_values("duration_ns", ascending=False, kind="stable")
                       .reset_index(drop=True) for k in (ka, kb))
     both["ratio"] = both["duration_ns_a"] / both["duration_ns_b"]
@@ -76,25 +83,29 @@ def of(a: Judged, b: Judged, names: tuple[str, str] = ("A", "B")) -> Paired:
     both["bytes_ratio"] = both["dram_bytes_a"] / both["dram_bytes_b"]
     both["why"] = [_why(r) for r in both.itertuples()]
     both = both.sort_values("duration_ns_a", ascending=False).reset_index(drop=True)
-    return Paired(both, only_a, only_b, float(pd.concat([both["duration_ns_a"], only_a[
-        "duration_ns"]]).sum()), float(pd.concat([both["duration_ns_b"], only_b["duration_ns"]])
-                                       .sum()), names)
+    total = [float(pd.concat([both[f"duration_ns_{s}"], only["duration_ns"]]).sum(min_count=1))
+             for s, only in (("a", only_a), ("b", only_b))]
+    return Paired(both, only_a, only_b, total[0], total[1], names,
+                  (int(ka_n.max()) if len(ka_n) else 1, int(kb_n.max()) if len(kb_n) else 1))
 
 
 def _distinct(k: pd.DataFrame) -> pd.DataFrame:
-    """One row per distinct launch of a report: the same innermost NVTX range, function, grid,
-    block and work (its FLOPs), in the order of its first launch, with the median of its
-    durations and ``n``, how many times ncu profiled it. A report may hold several
-    repetitions of a block or an iteration (ncu's --nvtx-include matched each), and two
-    reports rarely hold as many: pairs are made between distinct launches."""
+    """One repetition of what a report profiled: where its launches (innermost NVTX range,
+    function, grid, block) repeat with a period (ncu's --nvtx-include matched a block in
+    every iteration), the first period, each launch with the median of its durations over
+    the repetitions and ``n`` their count; otherwise every launch (n = 1). Two reports rarely
+    hold as many repetitions: pairs are made within one."""
     k = k.copy()
     k["nvtx_key"] = [str(x).rsplit("/", 1)[-1] if isinstance(x, str) else "" for x in k["nvtx"]]
-    work = k["flops"].fillna(-1).map(lambda x: float(f"{x:.4g}"))
-    key = [k["nvtx_key"], k["function"], k["grid"], k["block"], work]
-    g = k.groupby(key, sort=False, dropna=False)
-    first = g.head(1).copy()
-    first["duration_ns"] = g["duration_ns"].transform("median").loc[first.index]
-    first["n"] = g["duration_ns"].transform("size").loc[first.index]
+    k["work"] = k["flops"].map(lambda x: float(f"{x:.2g}") if x == x else -1.0)
+    seq = list(zip(k["nvtx_key"], k["function"], k["grid"], k["block"]))
+    n = len(seq)
+    period = next((p for p in range(1, n // 2 + 1)
+                   if all(seq[i] == seq[i + p] for i in range(n - p))), n)
+    pos = np.arange(n) % period
+    first = k.iloc[:period].copy()
+    first["duration_ns"] = k.groupby(pos)["duration_ns"].median().to_numpy()
+    first["n"] = np.bincount(pos, minlength=period)
     return first.reset_index(drop=True)
 
 

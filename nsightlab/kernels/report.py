@@ -18,6 +18,7 @@ from nsightlab.errors import NotAReportError
 from nsightlab.formats import ncu
 from nsightlab.kernels import judge, join, pairs
 from nsightlab.read.ncu_store import NcuStore
+from nsightlab.read.table_cache import keyed_dir
 
 #: the columns of the judged table a report shows first
 SHOWN = ["kernel", "function", "nvtx", "grid", "block", "duration_ns", "limiter", "unit",
@@ -46,20 +47,29 @@ def ncu_in(path: str | Path) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-def store_of(path: str | Path, cache_dir=None, progress=None) -> NcuStore:
-    """The parsed store of the ncu report ``path`` is or holds.
+def store_of(path: str | Path, cache_dir=None, progress=None, cache: bool = True) -> NcuStore:
+    """The parsed store of the ncu report ``path`` is or holds: in ``cache_dir`` when given,
+    else a capture's own ``cache/`` (keyed by the report file, where it can be written), else
+    the cache root; ``cache`` False: a scratch folder removed at exit.
 
     Raises:
         NotAReportError: ``path`` holds no Nsight Compute report.
     """
     rep = ncu_in(path)
     if rep is None:
-        raise NotAReportError(f"{path}: holds no Nsight Compute report (.ncu-rep); give one, or "
-                              "capture with --ncu")
-    # a capture keeps its parse in its own cache/ (where it can be written)
+        many = Path(path).is_dir() and len(list(Path(path).glob("*.ncu-rep*"))) > 1
+        raise NotAReportError(
+            f"{path}: holds " + ("several Nsight Compute reports; give one of them" if many else
+                                 "no Nsight Compute report (.ncu-rep); give one, or capture with "
+                                 "--ncu"))
+    if not cache:
+        from nsightlab.read.locate import scratch
+
+        return NcuStore(rep, cache_dir=scratch(), progress=progress)
     capture = Path(path) if Path(path).is_dir() else None
-    folder = capture / "cache" if capture is not None and os.access(capture, os.W_OK | os.X_OK) \
-        else None
+    folder = None
+    if cache_dir is None and capture is not None and os.access(capture, os.W_OK | os.X_OK):
+        folder = keyed_dir(capture / "cache", rep)
     return NcuStore(rep, cache_dir=cache_dir, folder=folder, progress=progress)
 
 
@@ -158,10 +168,10 @@ class KernelLineup(Result):
 
 
 def build(path: str | Path, trace: str | Path | None = None, cache_dir=None,
-          progress=None) -> KernelReport:
+          progress=None, cache: bool = True) -> KernelReport:
     """Judge the ncu report that ``path`` is or holds; join it to ``trace`` (a report or
     capture), or to the capture's own trace when ``path`` is a capture holding one."""
-    store = store_of(path, cache_dir, progress)
+    store = store_of(path, cache_dir, progress, cache)
     judged = judge.of(store)
     warnings = list(store.warnings)
     if trace is None and Path(path).is_dir():
@@ -170,7 +180,7 @@ def build(path: str | Path, trace: str | Path | None = None, cache_dir=None,
     if trace is not None:
         from nsightlab.read.opener import open as open_report
 
-        with open_report(trace, cache_dir=cache_dir, progress=progress) as r:
+        with open_report(trace, cache=cache, cache_dir=cache_dir, progress=progress) as r:
             try:
                 joined = join.of(judged, r)
             except (ValueError, KeyError) as e:
@@ -181,18 +191,19 @@ def build(path: str | Path, trace: str | Path | None = None, cache_dir=None,
     return KernelReport(str(path), judged, joined, warnings)
 
 
-def diff(a: str | Path, b: str | Path, cache_dir=None, progress=None) -> KernelDiff:
-    ja, jb = (judge.of(store_of(p, cache_dir, progress)) for p in (a, b))
+def diff(a: str | Path, b: str | Path, cache_dir=None, progress=None,
+         cache: bool = True) -> KernelDiff:
+    ja, jb = (judge.of(store_of(p, cache_dir, progress, cache)) for p in (a, b))
     return KernelDiff(str(a), str(b), pairs.of(ja, jb, (_name(a), _name(b))), (ja, jb))
 
 
-def lineup(paths: list, cache_dir=None, progress=None) -> KernelLineup:
-    judged = [judge.of(store_of(p, cache_dir, progress)) for p in paths]
+def lineup(paths: list, cache_dir=None, progress=None, cache: bool = True) -> KernelLineup:
+    judged = [judge.of(store_of(p, cache_dir, progress, cache)) for p in paths]
     rows = []
     for p, j in zip(paths, judged):
         pr = pairs.of(judged[0], j, (_name(paths[0]), _name(p)))
         rows.append({"report": str(p), "kernels": len(j.kernels),
-                     "profiled_ns": float(j.kernels["duration_ns"].sum()),
+                     "profiled_ns": pr.b_ns,  # one repetition, as vs_first counts it
                      "vs_first": pr.a_ns / pr.b_ns if pr.b_ns else float("nan"),
                      "pairs": len(pr.pairs), "only_here": len(pr.only_b),
                      "headline": str(pr.findings()[1]) if len(pr.pairs) else ""})
@@ -200,8 +211,12 @@ def lineup(paths: list, cache_dir=None, progress=None) -> KernelLineup:
 
 
 def _name(p) -> str:
+    """A report's name in a diff: its file's stem, or its capture's name for report.ncu-rep."""
     p = Path(p)
-    return p.name.split(".")[0] if p.is_file() else p.name
+    if p.is_dir():
+        return p.name
+    stem = p.name.split(".")[0]
+    return p.resolve().parent.name if stem == "report" else stem
 
 
 def _has_trace(folder: Path) -> bool:

@@ -61,8 +61,8 @@ class NcuStore:
         self.warnings: list[str] = []
         if not self.meta["whole"]:
             self.warnings.append(
-                f"{self.path}: cut short ({self.meta['size']:,} of the "
-                f"{self.meta['expected_bytes']:,} bytes its records say): read the "
+                f"{self.path}: cut short (its last record runs to byte "
+                f"{self.meta['expected_bytes']:,} of a {self.meta['size']:,}-byte report): read the "
                 f"{self.meta['kernels']} kernels before the cut, the rest are lost; copy the "
                 "report again")
         self._kernels: pd.DataFrame | None = None
@@ -151,8 +151,8 @@ def _parse(path: Path, folder: Path, progress, workers: int | None) -> None:
         if count == 0:
             raise NotAReportError(
                 f"{path}: holds no profiled kernel" + (
-                    f" (cut short: {path.stat().st_size:,} of the {rep.expected_bytes:,} bytes its "
-                    "records say); copy it again" if not rep.whole else
+                    f" (cut short: its last record runs to byte {rep.expected_bytes:,} of a "
+                    f"{src.stat().st_size:,}-byte report); copy it again" if not rep.whole else
                     "; ncu profiled nothing: check its --kernel-name, --nvtx-include and "
                     "--launch-skip filters"))
         if progress is not None:
@@ -182,9 +182,10 @@ def _parse(path: Path, folder: Path, progress, workers: int | None) -> None:
         pq.write_table(merged, work / "metrics.parquet", row_group_size=1 << 18)
         for i in range(n):
             (work / f"metrics-{i}.parquet").unlink()
+        size = src.stat().st_size  # of the report itself (decompressed)
         if src != path:
             src.unlink()
-        meta = {"version": VERSION, "source": str(path), "size": path.stat().st_size,
+        meta = {"version": VERSION, "source": str(path), "size": size,
                 "kernels": len(idents), "whole": rep.whole, "expected_bytes": rep.expected_bytes,
                 "key_metrics": used, "metric_names": names,
                 "metrics_per_kernel": int(merged.num_rows / max(1, len(idents))),

@@ -498,7 +498,7 @@ def _kernel_rows(k: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "kernel": [kernel_label(str(x), 44) for x in k["function"]], "n": k["n"],
         "grid": k["grid"], "time": [fmt_time(x) for x in k["duration_ns"]],
-        "limiter": [f"{a} ({u})" if isinstance(u, str) else str(a)
+        "limiter": [f"{a} ({u})" if isinstance(u, str) and a != "latency" else str(a)
                     for a, u in zip(k["limiter"], k["unit"])],
         "SM %": [_pct(x) for x in k["compute_pct"]], "mem %": [_pct(x) for x in k["memory_pct"]],
         "tensor %": [_pct(x, 1) for x in pd.to_numeric(k["tensor_pct"], errors="coerce")],

@@ -209,17 +209,17 @@ SAY.update({
                     "{limiter}, {headroom_pct:.0f}% headroom: up to {saves_t} per iteration "
                     "({saves_pct:.1f}% of the loop)",
     "kernel_unprofiled": "not profiled: {about} ({share_pct:.1f}% of the loop's kernel time)",
-    "pair_total": "{about}: the profiled kernels (each distinct launch once) take {b_t} "
-                  "against {a_t}: {pace_words}{only_words}",
+    "pair_total": "{about}: the profiled kernels take {b_t} against {a_t}{repeats_words}: "
+                  "{pace_words}{only_words}",
     "pair_compute": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); compute-bound on both sides "
-                    "({precision_a} -> {precision_b}): the ratio of the peaks is {expected:.2f}x",
+                    "({precision_a} -> {precision_b}): {expect_words}",
     "pair_memory": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); memory-bound on both sides: "
                    "{bytes_words}, DRAM use {dram_a:.0f}% -> {dram_b:.0f}%; the roofline expects "
                    "{expected:.2f}x",
     "pair_mixed": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); {limiter_a} -> {limiter_b}: the "
                   "roofline expects {expected:.2f}x",
     "pair_unjudged": "{about}: {ratio:.2f}x ({a_t} -> {b_t}); no roofline on one side",
-    "pair_only": "only in {side}: {about}, {duration_t}, {limiter} ({unit})",
+    "pair_only": "only in {side}: {about}, {duration_t}, {limiter_words}",
 })
 
 
@@ -253,13 +253,29 @@ def _kernel_words(code: str, v: dict) -> dict:
             (f" of which {used:.0f}% used" if used is not None and used < 99.5 else ""))
     if code == "pair_memory":
         b = v.get("bytes_ratio")
-        out["bytes_words"] = ("the same DRAM bytes" if b == b and abs(b - 1) < 0.02 else
+        out["bytes_words"] = ("DRAM bytes unknown" if not (b == b and b > 0) else
+                              "the same DRAM bytes" if abs(b - 1) < 0.02 else
                               f"{b:.2f}x fewer DRAM bytes" if b >= 1 else
                               f"{1 / b:.2f}x more DRAM bytes")
+    if code == "pair_compute":
+        w = v.get("work_ratio")
+        out["expect_words"] = (f"the ratio of the peaks is {v['expected']:.2f}x"
+                               if w == w and w and abs(w - 1) < 0.05 else
+                               f"the roofline expects {v['expected']:.2f}x (A does {w:.2f}x B's "
+                               "FLOPs)")
+    if code == "pair_only":
+        out["limiter_words"] = (f"{v['limiter']} ({v['unit']})" if v.get("unit") and
+                                v.get("limiter") in ("compute", "memory", "balanced")
+                                else str(v.get("limiter")))
     if code == "pair_total":
         r = v.get("ratio")
-        out["pace_words"] = ("B is as fast" if r == r and abs(r - 1) < 0.02 else
+        out["pace_words"] = ("no time on one side" if not (r == r and r > 0) else
+                             "B is as fast" if abs(r - 1) < 0.02 else
                              f"B is {r:.2f}x faster" if r >= 1 else f"B is {1 / r:.2f}x slower")
+        reps = [(s, v.get(f"repeats_{s}", 1)) for s in ("a", "b")]
+        out["repeats_words"] = "".join(
+            f" ({s.upper()} held {n} repetitions of its launches: one is counted)"
+            for s, n in reps if n and n > 1)
         out["only_words"] = (f"; {v['only_b']} kernel(s) only in B take {fmt_time(v['only_b_ns'])}"
                              f" ({v['only_b_pct']:.0f}% of B)" if v.get("only_b") else "")
     if code == "kernel_rule":
