@@ -27,6 +27,8 @@ from nsightlab.renderers import words
 
 #: the share of the loop's kernel time whose kernels should be profiled (``capture --ncu auto``)
 SHARE = 0.8
+#: kernels under this share of the loop: its verdict (launches, syncs, host) comes first
+KERNELS_FIRST_PCT = 50.0
 #: a tensor pipe this idle (% of active cycles) runs no Tensor Core math to speak of
 IDLE_TENSOR_PCT = 1.0
 
@@ -52,8 +54,17 @@ class Joined:
         k = self.kernels
         return k[k["top"] & k["ncu_kernel"].isna()].reset_index(drop=True)
 
+    @property
+    def kernel_share_pct(self) -> float:
+        """The loop's kernel time, in % of its wall time per iteration."""
+        return 100 * float(self.kernels["time_ns"].sum()) / self.loop_ns if self.loop_ns else 0.0
+
     def findings(self, limit: int = 10) -> list[words.Said]:
-        out = [words.say("kernel_saves", about=r.function, time_ns=r.time_ns,
+        out = []
+        if self.kernel_share_pct < KERNELS_FIRST_PCT:
+            out.append(words.say("kernel_share", share_pct=self.kernel_share_pct,
+                                 loop_ns=self.loop_ns))
+        out += [words.say("kernel_saves", about=r.function, time_ns=r.time_ns,
                          share_pct=r.share_pct, limiter=r.limiter, headroom_pct=r.headroom_pct,
                          saves_ns=r.saves_ns, saves_pct=r.saves_pct)
                for r in self.saves.head(limit).itertuples()]

@@ -208,6 +208,9 @@ SAY.update({
     "kernel_saves": "{about}: {time_t} per iteration ({share_pct:.1f}% of the loop), "
                     "{limiter}, {headroom_pct:.0f}% headroom: up to {saves_t} per iteration "
                     "({saves_pct:.1f}% of the loop)",
+    "kernel_share": "kernels run {share_pct:.0f}% of the loop's {loop_t} per iteration: the rest "
+                    "is the GPU waiting (launches, syncs, host; the run's verdict says which), "
+                    "and no kernel's headroom shortens that",
     "kernel_unprofiled": "not profiled: {about} ({share_pct:.1f}% of the loop's kernel time)",
     "pair_total": "{about}: the profiled kernels take {b_t} against {a_t}{repeats_words}: "
                   "{pace_words}{only_words}",
