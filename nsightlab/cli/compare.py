@@ -83,7 +83,7 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
     limiter on each side and the ratio the roofline expects (the Tensor peaks when
     compute-bound, the bytes when memory-bound), and the kernels on one side only.
     """
-    from nsightlab.cli.options import has_ncu, ncu_input
+    from nsightlab.cli.options import has_ncu, ncu_input, ncu_reader
     from nsightlab.read.opener import start_reading
 
     if ncu_input(a) and ncu_input(b):
@@ -98,7 +98,8 @@ def diff(a: str, b: str, a_process: int | None, b_process: int | None, fmt: str,
     wrote(emit(d, fmt, output), output)
     say_warnings(d)
     charts_out(d, html_file, png_dir)
-    if has_ncu(a) and has_ncu(b) and fmt == "table" and output is None:
+    if has_ncu(a) and has_ncu(b) and fmt == "table" and output is None and ncu_reader(
+            "comparing the captures' Nsight Compute reports kernel by kernel"):
         click.echo("")  # captures holding Nsight Compute reports: the counter-level diff too
         from nsightlab.errors import NsightlabError
 

@@ -76,8 +76,7 @@ def _ncu_info(paths, fmt: str, output: str | None, open_options: dict) -> None:
             with nsightlab.open(p, **open_options) as report:
                 infos.append(report.info())
     if fmt == "json":
-        text = json.dumps(infos if len(infos) > 1 else infos[0], indent=1, default=str) + "\n"
-        emit_text = text
+        emit_text = json.dumps(infos if len(infos) > 1 else infos[0], indent=1, default=str) + "\n"
     else:
         lines = []
         for i in infos:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import click
 
+from nsightlab.formats.ncu_file import is_ncu as ncu_input  # noqa: F401 (the commands' check)
+
 FORMATS = ("table", "csv", "json", "parquet")
 
 
@@ -68,30 +70,28 @@ def say_warnings(result, found: list[tuple[str, str]] | None = None) -> None:
         answer_cache.said(f"nsightlab: WARNING: {source}: {message}")
 
 
-def ncu_input(path: str) -> bool:
-    """Whether ``path`` is an Nsight Compute report file (by name, or by its first bytes),
-    without importing pandas."""
-    if str(path).endswith((".ncu-rep", ".ncu-rep.xz")):
-        return True
-    if not os.path.isfile(path):  # a FIFO or device would block the read
-        return False
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"NVR\x00"
-    except OSError:
-        return False
-
-
 def has_ncu(path: str) -> bool:
     """Whether ``path`` is an ncu report or a capture folder holding one or more."""
-    from pathlib import Path
+    from nsightlab.formats.ncu_file import reports_in
 
     p = Path(path)
     if not p.exists() and len(p.parts) == 1:  # a capture's name
         from nsightlab.read.locate import stored_capture
 
         p = stored_capture(p.name) or p
-    return ncu_input(path) or (p.is_dir() and any(p.glob("*.ncu-rep*")))
+    return ncu_input(path) or (p.is_dir() and bool(reports_in(p)))
+
+
+def ncu_reader(what: str) -> bool:
+    """Whether NVIDIA's ncu-report wheel is installed; when not, a one-line note that ``what``
+    (the Nsight Compute part a capture could add) needs it: an optional extra, not a fault."""
+    import importlib.util
+
+    if importlib.util.find_spec("ncu_report") is not None:
+        return True
+    click.echo(f"nsightlab: note: {what} needs NVIDIA's ncu-report: pip install "
+               "'nsightlab[ncu]'", err=True)
+    return False
 
 
 @contextlib.contextmanager

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import click
 
-from nsightlab.cli.options import (chart_options, charts_out, has_ncu, ncu_input, output_options,
-                                   report_options, say_warnings, served_answer, warn, wrote)
+from nsightlab.cli.options import (chart_options, charts_out, has_ncu, ncu_input, ncu_reader,
+                                   output_options, report_options, say_warnings, served_answer,
+                                   warn, wrote)
 
 FORMATS = ("table", "json", "csv", "parquet")
 
@@ -85,7 +86,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, html_file: str 
         raise UsageError(f"{path}: --html/--png chart one run: this report holds "
                          f"{len(rr.runs)} CUDA processes; pick one with --process PID or --rank N")
     kr = None
-    if ncu_file or (len(paths) == 1 and has_ncu(path) and not ncu_input(path)):
+    if ncu_file or (len(paths) == 1 and has_ncu(path) and not ncu_input(path) and ncu_reader(
+            "judging the capture's Nsight Compute report")):
         from nsightlab.kernels import report as kernel_level
 
         try:

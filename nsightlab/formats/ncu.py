@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from nsightlab.errors import NotAReportError, NsightlabError
+from nsightlab.formats.ncu_file import MAGIC, is_ncu  # noqa: F401 (is_ncu: the API)
 
 # ---- metrics read by pattern, whatever the architecture ------------------------------------------
 # Names differ by family: Hopper counts its tensor pipe as sm__*pipe_tensor_op_{hmma,imma,gmma},
@@ -88,29 +89,12 @@ COVERS = {"fp8": {"fp8", "mxfp8"}, "fp4": {"fp4", "nvfp4", "mxfp4"},
           "fp8/fp6/fp4": {"fp8", "mxfp8", "fp6", "mxfp6", "fp4", "nvfp4", "mxfp4"}}
 
 
-#: the first bytes of every .ncu-rep
-MAGIC = b"NVR\x00"
 #: ncu_report's message and speedup kinds (``MsgType_*``, ``SpeedupType_*``), by their value
 MESSAGE_KINDS = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}
 SPEEDUP_KINDS = {0: "unknown", 1: "local", 2: "global"}
 #: the launch identity kept per kernel (beside ``METRICS``)
 LAUNCH = ("launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z", "launch__block_dim_x",
           "launch__block_dim_y", "launch__block_dim_z", "launch__stream_id", "launch__device_id")
-
-
-def is_ncu(path: str | Path) -> bool:
-    """Whether ``path`` is an Nsight Compute report: named .ncu-rep(.xz), or an .ncu-rep by its
-    first bytes whatever its name."""
-    p = Path(path)
-    if p.name.endswith((".ncu-rep", ".ncu-rep.xz")):
-        return True
-    if not p.is_file():  # a FIFO or device would block the read
-        return False
-    try:
-        with p.open("rb") as f:
-            return f.read(4) == MAGIC
-    except OSError:
-        return False
 
 
 def whole(path: Path) -> tuple[bool, int]:

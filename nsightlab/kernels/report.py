@@ -15,7 +15,7 @@ import pandas as pd
 
 from nsightlab.core.result import Result, json_value
 from nsightlab.errors import NotAReportError
-from nsightlab.formats import ncu
+from nsightlab.formats.ncu_file import ncu_in, reports_in
 from nsightlab.kernels import judge, join, pairs
 from nsightlab.read.ncu_store import NcuStore
 from nsightlab.read.table_cache import keyed_dir
@@ -25,26 +25,6 @@ SHOWN = ["kernel", "function", "nvtx", "grid", "block", "duration_ns", "limiter"
          "unit_pct", "compute_pct", "memory_pct", "dram_pct", "tensor_pct", "precision", "flops",
          "dram_bytes", "used_pct", "roof", "headroom_pct", "achieved_occupancy_pct",
          "theoretical_occupancy_pct", "occupancy_limit", "waves", "why"]
-
-
-def ncu_in(path: str | Path) -> Path | None:
-    """The Nsight Compute report that ``path`` is or holds (a capture folder), else None."""
-    p = Path(path)
-    if p.is_file():
-        return p if ncu.is_ncu(p) else None
-    if not p.is_dir():
-        return None
-    manifest = p / "manifest.json"
-    if manifest.is_file():
-        try:
-            name = json.loads(manifest.read_text()).get("ncu_rep")
-        except (ValueError, AttributeError):
-            name = None
-        for n in ([name, name + ".xz"] if isinstance(name, str) else []):
-            if (p / n).is_file() and (p / n).resolve().is_relative_to(p.resolve()):
-                return p / n
-    found = sorted(p.glob("*.ncu-rep")) + sorted(p.glob("*.ncu-rep.xz"))
-    return found[0] if len(found) == 1 else None
 
 
 def store_of(path: str | Path, cache_dir=None, progress=None, cache: bool = True) -> NcuStore:
@@ -57,7 +37,7 @@ def store_of(path: str | Path, cache_dir=None, progress=None, cache: bool = True
     """
     rep = ncu_in(path)
     if rep is None:
-        many = Path(path).is_dir() and len(list(Path(path).glob("*.ncu-rep*"))) > 1
+        many = Path(path).is_dir() and len(reports_in(Path(path))) > 1
         raise NotAReportError(
             f"{path}: holds " + ("several Nsight Compute reports; give one of them" if many else
                                  "no Nsight Compute report (.ncu-rep); give one, or capture with "

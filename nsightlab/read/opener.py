@@ -3,7 +3,6 @@ starts the reader processes (``store.ReadStore.start``) before the modules that 
 libraries are imported, so the two start-ups overlap."""
 from __future__ import annotations
 
-import builtins
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -140,7 +139,9 @@ def open_any(path: str | os.PathLike, **kwargs):
     ``read.ncu_store.NcuStore`` (``kernels()``, ``metrics()``, ``rules()``), parsed once into
     the cache. Keyword arguments as ``open``'s (``cache``, ``cache_dir``, ``progress`` apply
     to an Nsight Compute report)."""
-    if str(path).endswith((".ncu-rep", ".ncu-rep.xz")) or _ncu_magic(path):
+    from nsightlab.formats.ncu_file import is_ncu
+
+    if is_ncu(path):
         from nsightlab.read.locate import scratch
         from nsightlab.read.ncu_store import NcuStore
 
@@ -150,13 +151,3 @@ def open_any(path: str | os.PathLike, **kwargs):
         return NcuStore(path, cache_dir=kwargs.get("cache_dir") if cache else scratch(),
                         progress=kwargs.get("progress"))
     return open(path, **kwargs)
-
-
-def _ncu_magic(path) -> bool:
-    if not os.path.isfile(path):  # a FIFO or device would block the read
-        return False
-    try:
-        with builtins.open(path, "rb") as f:
-            return f.read(4) == b"NVR\x00"
-    except OSError:
-        return False
