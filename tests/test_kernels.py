@@ -350,3 +350,58 @@ def test_a_capture_with_a_broken_ncu_report_still_gets_its_trace_report(tmp_path
     assert res.exit_code == 0, res.output
     assert "top kernels" in res.stdout
     assert "Nsight Compute report was left out" in res.output
+
+
+def test_a_report_with_itself_reads_as_the_same_work(judged):
+    """A/A: every kernel pairs with itself at 1.00x, none on one side only."""
+    for case in ("vits", "wo_fp8"):
+        d = pairs.of(judged(case), judged(case))
+        assert d.only_a.empty and d.only_b.empty
+        assert (d.pairs["ratio"] == 1).all() and (d.pairs["expected"].dropna() == 1).all()
+        assert d.findings()[0].values["ratio"] == 1
+
+
+def test_more_work_reads_as_more_work(judged):
+    """The same GEMM at M=16 against M=8192: the roofline expects far less time, and the
+    measured ratio follows it."""
+    p = pairs.of(judged("gemm_fp16"), judged("m16_fp16")).pairs.iloc[0]
+    assert p["flops_a"] / p["flops_b"] > 400 and p["expected"] > 10 and p["ratio"] > 10
+
+
+class _Without:
+    """A parsed report with some metrics missing, as a smaller section set leaves it."""
+
+    def __init__(self, store, drop: set[str]):
+        self.store, self.drop = store, drop
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def metric_names(self):
+        return [n for n in self.store.metric_names() if n not in self.drop]
+
+    def metrics(self, names=None):
+        m = self.store.metrics(names)
+        return m[~m["metric"].isin(self.drop)]
+
+    def values(self, names):
+        v = self.store.values(names)
+        return v.drop(columns=[c for c in v.columns if c in self.drop])
+
+
+@pytest.mark.parametrize("case", ["gemm_fp16", "gather", "scan"])
+def test_judged_with_any_metric_it_reads_missing(case, cache):
+    """Generated faults: each metric the judgement reads, dropped in turn, and every group of
+    them at once: a verdict the figures support, or none, never a traceback."""
+    store = NcuStore(K / f"h200-{case}.ncu-rep.xz", cache_dir=cache)
+    names = judge.needed(store.metric_names())
+    groups = [{n} for n in names] + [set(names), set(judge.SOL.values()),
+                                      set(judge.BREAKDOWN.values()),
+                                      {n for n in names if n.startswith("sm__ops_path")}]
+    for drop in groups:
+        j = judge.of(_Without(store, drop))
+        k = j.kernels
+        assert k["limiter"].isin(["compute", "memory", "balanced", "latency", "unknown"]).all()
+        assert k["headroom_pct"].dropna().between(0, 100).all()
+        if judge.SOL["compute_pct"] in drop:
+            assert (k["limiter"] == "unknown").all() and j.missing

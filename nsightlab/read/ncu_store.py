@@ -87,8 +87,7 @@ class NcuStore:
 
     def metrics(self, names: list[str] | None = None) -> pd.DataFrame:
         """Every metric of every kernel (or the metrics ``names``), long form."""
-        filters = [("metric", "in", list(names))] if names else None
-        t = pq.read_table(self.folder / "metrics.parquet", filters=filters)
+        t = pq.read_table(self.folder / "metrics.parquet", filters=_only(names))
         out = t.to_pandas()
         for c in ("metric", "unit"):
             out[c] = out[c].astype(str)
@@ -102,7 +101,7 @@ class NcuStore:
         """The numeric metrics ``names`` per kernel: index kernel, one column per name (NaN
         where a kernel has none)."""
         long = pq.read_table(self.folder / "metrics.parquet", columns=["kernel", "metric", "value"],
-                             filters=[("metric", "in", list(names))]).to_pandas()
+                             filters=_only(names)).to_pandas()
         long["metric"] = long["metric"].astype(str)
         wide = long.pivot_table(index="kernel", columns="metric", values="value", aggfunc="first")
         return wide.reindex(index=range(self.meta["kernels"]), columns=list(names))
@@ -120,6 +119,14 @@ class NcuStore:
                 "rule_results": self.meta["rule_results"],
                 "nvtx": bool(k["nvtx"].notna().any()), "whole": self.meta["whole"],
                 "parse_s": self.meta["parse_s"], "warnings": list(self.warnings)}
+
+
+def _only(names: list[str] | None):
+    """The Parquet filter for the metrics ``names`` (None: all of them; an empty list: none:
+    a name no metric has)."""
+    if names is None:
+        return None
+    return [("metric", "in", list(names) or [""])]
 
 
 def _parse(path: Path, folder: Path, progress, workers: int | None) -> None:
