@@ -90,8 +90,7 @@ class KernelReport(Result):
         return out
 
     def to_json(self) -> dict:
-        out = super().to_json()
-        out["findings"] = [f.record() for f in self.findings()]
+        out = super().to_json()  # its findings: the records of the findings table
         out["not_judged"] = self.judged.missing
         if self.joined is not None:
             out["loop_ns"] = self.joined.loop_ns
@@ -123,9 +122,7 @@ class KernelDiff(Result):
                 "findings": pd.DataFrame([f.record() for f in self.findings()])}
 
     def to_json(self) -> dict:
-        out = super().to_json()
-        out["findings"] = [f.record() for f in self.findings()]
-        return json_value(out)
+        return json_value(super().to_json())
 
     def manifest(self) -> dict:
         return {"a": self.a, "b": self.b}
